@@ -1,0 +1,634 @@
+//! Model format v1: the byte layout of a `.kvm` file, its parser and its encoders.
+//!
+//! `FORMAT.md` at the repository root is the normative description; this module is its
+//! implementation. Layout, all little-endian:
+//!
+//! ```text
+//! [0, 256)            header: magic, version, byte-order mark, sizes, section table,
+//!                     config, header CRC
+//! [table_offset, ..)  tensor table: n_tensors entries of 48 bytes, canonical order
+//! [tok_offset, ..)    tokenizer section (see `tokenizer`)
+//! [.., file_len)      tensor data, each tensor at a 64-byte aligned offset
+//! ```
+//!
+//! Parsing never panics and never reads out of bounds, whatever the input: every offset is
+//! checked with overflow-free arithmetic before it is sliced.
+
+use crate::config::{Config, StateBudget};
+use crate::error::{Error, Result, Section};
+use crate::quant::DType;
+
+/// `KVMF`.
+pub const MAGIC: [u8; 4] = *b"KVMF";
+/// The major version this build reads; a file with another major is refused.
+pub const VERSION_MAJOR: u16 = 1;
+/// The minor version this build writes; newer minors are read (they only add fields in
+/// reserved space).
+pub const VERSION_MINOR: u16 = 0;
+/// Written as a little-endian u32; reads back differently on a byte-swapped file.
+pub const BYTE_ORDER_MARK: u32 = 0x0A0B_0C0D;
+/// Size of the fixed header.
+pub const HEADER_LEN: usize = 256;
+/// Size of one tensor table entry.
+pub const ENTRY_LEN: usize = 48;
+/// Alignment of every tensor's data within the file.
+pub const TENSOR_ALIGN: usize = 64;
+
+/// Kind of the tokenizer section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[repr(u32)]
+pub enum TokenizerKind {
+    /// Token id = byte value; the section is empty.
+    Bytes = 0,
+    /// GPT-2 style byte-level BPE; the section is a `tokenizer` blob.
+    Bpe = 1,
+}
+
+/// The decoded fixed header.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Header {
+    pub minor: u16,
+    pub file_len: u64,
+    /// Arena bytes of a session at the default state capacity.
+    pub arena_len: u64,
+    /// State slots the default arena holds.
+    pub state_capacity: u32,
+    pub n_tensors: u32,
+    pub table_offset: u64,
+    pub table_len: u64,
+    pub table_crc: u32,
+    pub tokenizer_kind: TokenizerKind,
+    pub tokenizer_offset: u64,
+    pub tokenizer_len: u64,
+    pub tokenizer_crc: u32,
+    pub config: Config,
+}
+
+/// One tensor table entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct TensorEntry {
+    pub role: Role,
+    /// Layer index; 0 for global tensors.
+    pub layer: u16,
+    pub dtype: DType,
+    pub rows: u32,
+    pub cols: u32,
+    pub offset: u64,
+    pub len: u64,
+    pub crc: u32,
+}
+
+macro_rules! roles {
+    ($($(#[$doc:meta])* $name:ident = $v:literal, $hf:literal;)*) => {
+        /// What a tensor is. The discriminant is the on-disk tag; the HF name pattern
+        /// (with `{}` for the layer) is what `kvm-export` reads.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+        #[repr(u16)]
+        pub enum Role { $($(#[$doc])* $name = $v,)* }
+
+        impl Role {
+            /// Every role, in canonical (file) order.
+            pub const ALL: &'static [Role] = &[$(Role::$name,)*];
+
+            /// Parses the on-disk tag.
+            pub const fn from_u16(v: u16) -> Option<Role> {
+                match v { $($v => Some(Role::$name),)* _ => None }
+            }
+
+            /// The checkpoint tensor name, `{}` standing for the layer index.
+            pub const fn hf_name(self) -> &'static str {
+                match self { $(Role::$name => $hf,)* }
+            }
+        }
+    };
+}
+
+roles! {
+    /// `[vocab_len, d_model]`
+    TokEmbed = 0, "transformer.wte.weight";
+    LnEmbW = 1, "transformer.ln_emb.weight";
+    LnEmbB = 2, "transformer.ln_emb.bias";
+    LnHeadW = 3, "transformer.ln_head.weight";
+    LnHeadB = 4, "transformer.ln_head.bias";
+    /// `[vocab_len, d_model]`
+    LmHead = 5, "lm_head.weight";
+    LnAttnW = 16, "transformer.h.{}.ln_attn.weight";
+    LnAttnB = 17, "transformer.h.{}.ln_attn.bias";
+    /// `[n_heads * d_qk, d_model]`
+    Wq = 18, "transformer.h.{}.attn.c_q.weight";
+    Wk = 19, "transformer.h.{}.attn.c_k.weight";
+    /// `[n_heads * d_v, d_model]`
+    Wv = 20, "transformer.h.{}.attn.c_v.weight";
+    ShiftQ = 21, "transformer.h.{}.attn.x_q";
+    ShiftK = 22, "transformer.h.{}.attn.x_k";
+    ShiftV = 23, "transformer.h.{}.attn.x_v";
+    VGate0 = 24, "transformer.h.{}.attn.v_gate0";
+    /// `[d_vgate, d_model]`
+    VGate1 = 25, "transformer.h.{}.attn.v_gate1.weight";
+    /// `[n_heads * d_v, d_vgate]`
+    VGate2 = 26, "transformer.h.{}.attn.v_gate2.weight";
+    LnQW = 27, "transformer.h.{}.attn.ln_q.weight";
+    LnQB = 28, "transformer.h.{}.attn.ln_q.bias";
+    LnKW = 29, "transformer.h.{}.attn.ln_k.weight";
+    LnKB = 30, "transformer.h.{}.attn.ln_k.bias";
+    LnSkW = 31, "transformer.h.{}.attn.ln_s_k.weight";
+    LnSkB = 32, "transformer.h.{}.attn.ln_s_k.bias";
+    /// `[n_heads, d_model]`
+    MergeGate = 33, "transformer.h.{}.attn.key_weighting.weight";
+    FrontTemp = 34, "transformer.h.{}.attn.front_head_temp";
+    StateTemp = 35, "transformer.h.{}.attn.state_head_temp";
+    /// `[d_model, n_heads * d_v]`
+    Wo = 36, "transformer.h.{}.attn.c_proj.weight";
+    LnMlpW = 37, "transformer.h.{}.ln_mlp.weight";
+    LnMlpB = 38, "transformer.h.{}.ln_mlp.bias";
+    ShiftFfn = 39, "transformer.h.{}.mlp.x_k";
+    /// `[d_ff, d_model]`
+    WUp = 40, "transformer.h.{}.mlp.c_fc.weight";
+    /// `[d_model, d_ff]`
+    WDown = 41, "transformer.h.{}.mlp.c_proj.weight";
+}
+
+/// Number of global (non-layer) roles; they come first in [`Role::ALL`].
+pub const N_GLOBAL_ROLES: usize = 6;
+
+impl Role {
+    /// Whether the role is a per-layer tensor.
+    pub const fn is_layer(self) -> bool {
+        (self as u16) >= 16
+    }
+
+    /// Whether the tensor is a matrix used by the kernels (any [`DType`]); every other
+    /// role is a small f32 vector.
+    pub const fn is_matrix(self) -> bool {
+        matches!(
+            self,
+            Role::TokEmbed
+                | Role::LmHead
+                | Role::Wq
+                | Role::Wk
+                | Role::Wv
+                | Role::VGate1
+                | Role::VGate2
+                | Role::MergeGate
+                | Role::Wo
+                | Role::WUp
+                | Role::WDown
+        )
+    }
+
+    /// The `[rows, cols]` this role has under `cfg`, or `None` if `cfg` has no such tensor.
+    pub fn shape(self, cfg: &Config) -> Option<(u32, u32)> {
+        use crate::config::flags as f;
+        let d = cfg.d_model;
+        let q = cfg.n_heads * cfg.d_qk;
+        let v = cfg.n_heads * cfg.d_v;
+        let on = |flag: u32| cfg.has(flag);
+        Some(match self {
+            Role::TokEmbed | Role::LmHead => (cfg.vocab_len, d),
+            Role::LnEmbW | Role::LnEmbB | Role::LnHeadW | Role::LnHeadB => (1, d),
+            Role::LnAttnW | Role::LnAttnB | Role::LnMlpW | Role::LnMlpB => (1, d),
+            Role::Wq | Role::Wk => (q, d),
+            Role::Wv => (v, d),
+            Role::ShiftQ | Role::ShiftK if on(f::TOKENSHIFT_ATT) => (1, q),
+            Role::ShiftV if on(f::TOKENSHIFT_ATT) => (1, v),
+            Role::VGate0 if on(f::VALUE_RESIDUAL) => (1, v),
+            Role::VGate1 if on(f::VALUE_RESIDUAL) => (cfg.d_vgate, d),
+            Role::VGate2 if on(f::VALUE_RESIDUAL) => (v, cfg.d_vgate),
+            Role::LnQW | Role::LnQB | Role::LnKW | Role::LnKB | Role::LnSkW | Role::LnSkB => {
+                (1, cfg.d_qk)
+            }
+            Role::MergeGate if on(f::MERGE_GATE_KEYS) || on(f::MERGE_GATE_VALUES) => (cfg.n_heads, d),
+            Role::FrontTemp | Role::StateTemp if on(f::HEAD_TEMPS) => (1, cfg.n_heads),
+            Role::Wo => (d, v),
+            Role::ShiftFfn if on(f::TOKENSHIFT_FFN) => (1, d),
+            Role::WUp => (cfg.d_ff, d),
+            Role::WDown => (d, cfg.d_ff),
+            _ => return None,
+        })
+    }
+}
+
+/// IEEE CRC-32 (the zlib/PNG one), table-driven, usable in `const` contexts' callers.
+pub fn crc32(data: &[u8]) -> u32 {
+    crc32_update(0, data)
+}
+
+/// Continues a CRC-32 over more data (`crc32_update(crc32(a), b) == crc32(a ++ b)`).
+pub fn crc32_update(crc: u32, data: &[u8]) -> u32 {
+    let mut c = !crc;
+    let mut chunks = data.chunks_exact(8);
+    for ch in &mut chunks {
+        let lo = c ^ u32::from_le_bytes([ch[0], ch[1], ch[2], ch[3]]);
+        let hi = u32::from_le_bytes([ch[4], ch[5], ch[6], ch[7]]);
+        c = CRC_TABLES[7][(lo & 0xff) as usize]
+            ^ CRC_TABLES[6][((lo >> 8) & 0xff) as usize]
+            ^ CRC_TABLES[5][((lo >> 16) & 0xff) as usize]
+            ^ CRC_TABLES[4][(lo >> 24) as usize]
+            ^ CRC_TABLES[3][(hi & 0xff) as usize]
+            ^ CRC_TABLES[2][((hi >> 8) & 0xff) as usize]
+            ^ CRC_TABLES[1][((hi >> 16) & 0xff) as usize]
+            ^ CRC_TABLES[0][(hi >> 24) as usize];
+    }
+    for &b in chunks.remainder() {
+        c = CRC_TABLES[0][((c ^ b as u32) & 0xff) as usize] ^ (c >> 8);
+    }
+    !c
+}
+
+/// Slicing-by-8 tables for CRC-32 (polynomial 0xEDB88320).
+static CRC_TABLES: [[u32; 256]; 8] = crc_tables();
+
+const fn crc_tables() -> [[u32; 256]; 8] {
+    let mut t = [[0u32; 256]; 8];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
+            k += 1;
+        }
+        t[0][i] = c;
+        i += 1;
+    }
+    let mut s = 1;
+    while s < 8 {
+        let mut i = 0;
+        while i < 256 {
+            let prev = t[s - 1][i];
+            t[s][i] = (prev >> 8) ^ t[0][(prev & 0xff) as usize];
+            i += 1;
+        }
+        s += 1;
+    }
+    t
+}
+
+/// Bounds-checked little-endian reader over a byte slice.
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn bytes<const N: usize>(&self, at: usize) -> Result<[u8; N]> {
+        let end = at.checked_add(N).ok_or(Error::Truncated)?;
+        let s = self.0.get(at..end).ok_or(Error::Truncated)?;
+        let mut out = [0u8; N];
+        out.copy_from_slice(s);
+        Ok(out)
+    }
+    fn u16(&self, at: usize) -> Result<u16> {
+        self.bytes(at).map(u16::from_le_bytes)
+    }
+    fn u32(&self, at: usize) -> Result<u32> {
+        self.bytes(at).map(u32::from_le_bytes)
+    }
+    fn i32(&self, at: usize) -> Result<i32> {
+        self.bytes(at).map(i32::from_le_bytes)
+    }
+    fn u64(&self, at: usize) -> Result<u64> {
+        self.bytes(at).map(u64::from_le_bytes)
+    }
+    fn f32(&self, at: usize) -> Result<f32> {
+        self.bytes(at).map(f32::from_le_bytes)
+    }
+    fn f64(&self, at: usize) -> Result<f64> {
+        self.bytes(at).map(f64::from_le_bytes)
+    }
+}
+
+/// Byte offsets of the header fields (see FORMAT.md).
+mod at {
+    pub const MAGIC: usize = 0;
+    pub const MAJOR: usize = 4;
+    pub const MINOR: usize = 6;
+    pub const BOM: usize = 8;
+    pub const HEADER_LEN: usize = 12;
+    pub const HEADER_CRC: usize = 16;
+    pub const FILE_LEN: usize = 24;
+    pub const ARENA_LEN: usize = 32;
+    pub const STATE_CAPACITY: usize = 40;
+    pub const N_TENSORS: usize = 44;
+    pub const TABLE_OFFSET: usize = 48;
+    pub const TABLE_LEN: usize = 56;
+    pub const TABLE_CRC: usize = 64;
+    pub const TOK_KIND: usize = 68;
+    pub const TOK_OFFSET: usize = 72;
+    pub const TOK_LEN: usize = 80;
+    pub const TOK_CRC: usize = 88;
+    pub const CONFIG: usize = 96;
+}
+
+/// Byte offsets of the config fields, relative to `at::CONFIG`.
+mod cfg_at {
+    pub const VOCAB: usize = 0;
+    pub const LAYERS: usize = 4;
+    pub const HEADS: usize = 8;
+    pub const D_MODEL: usize = 12;
+    pub const D_QK: usize = 16;
+    pub const D_V: usize = 20;
+    pub const D_FF: usize = 24;
+    pub const D_VGATE: usize = 28;
+    pub const ROPE_DIM: usize = 32;
+    pub const CHUNK: usize = 36;
+    pub const WINDOW_CHUNKS: usize = 40;
+    pub const MAX_STATE_CHUNKS: usize = 44;
+    pub const BUDGET: usize = 48;
+    pub const STATE_MIN: usize = 52;
+    pub const ROUND_DOWN: usize = 56;
+    pub const SINK: usize = 60;
+    pub const FLAGS: usize = 64;
+    pub const SOFTCAP: usize = 68;
+    pub const RESIDUAL_SCALE: usize = 72;
+    pub const ROPE_THETA: usize = 80;
+    pub const GROWTH_FACTOR: usize = 88;
+    pub const GROWTH_EXPONENT: usize = 96;
+    pub const SATURATION_N: usize = 104;
+}
+
+impl Header {
+    /// Parses and checks the fixed header: magic, version, byte order, header CRC, and
+    /// that every section lies inside a blob of `blob_len` bytes. The config is decoded
+    /// but not validated (see [`Config::validate`]).
+    ///
+    /// # Errors
+    /// [`Error::Truncated`], [`Error::BadMagic`], [`Error::UnsupportedVersion`],
+    /// [`Error::BadEndianness`], [`Error::Checksum`], [`Error::OutOfBounds`],
+    /// [`Error::BadConfig`].
+    pub fn parse(blob: &[u8]) -> Result<Header> {
+        let r = Reader(blob);
+        if r.bytes::<4>(at::MAGIC)? != MAGIC {
+            return Err(Error::BadMagic);
+        }
+        let major = r.u16(at::MAJOR)?;
+        let minor = r.u16(at::MINOR)?;
+        if major != VERSION_MAJOR {
+            return Err(Error::UnsupportedVersion { major, minor });
+        }
+        if r.u32(at::BOM)? != BYTE_ORDER_MARK {
+            return Err(Error::BadEndianness);
+        }
+        if r.u32(at::HEADER_LEN)? as usize != HEADER_LEN {
+            return Err(Error::OutOfBounds);
+        }
+        let head = blob.get(..HEADER_LEN).ok_or(Error::Truncated)?;
+        if header_crc(head) != r.u32(at::HEADER_CRC)? {
+            return Err(Error::Checksum { section: Section::Header });
+        }
+        let c = at::CONFIG;
+        let budget = match r.u32(c + cfg_at::BUDGET)? {
+            0 => StateBudget::Fixed,
+            1 => StateBudget::PowerLaw {
+                factor: r.f64(c + cfg_at::GROWTH_FACTOR)?,
+                exponent: r.f64(c + cfg_at::GROWTH_EXPONENT)?,
+            },
+            2 => StateBudget::Saturation { n: r.f64(c + cfg_at::SATURATION_N)? },
+            _ => return Err(Error::BadConfig(crate::error::ConfigField::StateBudget)),
+        };
+        let config = Config {
+            vocab_len: r.u32(c + cfg_at::VOCAB)?,
+            n_layers: r.u32(c + cfg_at::LAYERS)?,
+            n_heads: r.u32(c + cfg_at::HEADS)?,
+            d_model: r.u32(c + cfg_at::D_MODEL)?,
+            d_qk: r.u32(c + cfg_at::D_QK)?,
+            d_v: r.u32(c + cfg_at::D_V)?,
+            d_ff: r.u32(c + cfg_at::D_FF)?,
+            d_vgate: r.u32(c + cfg_at::D_VGATE)?,
+            rope_dim: r.u32(c + cfg_at::ROPE_DIM)?,
+            rope_theta: r.f64(c + cfg_at::ROPE_THETA)?,
+            chunk_len: r.u32(c + cfg_at::CHUNK)?,
+            window_chunks: r.u32(c + cfg_at::WINDOW_CHUNKS)?,
+            max_state_chunks: r.u32(c + cfg_at::MAX_STATE_CHUNKS)?,
+            budget,
+            state_min_len: r.i32(c + cfg_at::STATE_MIN)?,
+            state_round_down: r.u32(c + cfg_at::ROUND_DOWN)?,
+            sink_len: r.u32(c + cfg_at::SINK)?,
+            logit_softcap: r.f32(c + cfg_at::SOFTCAP)?,
+            residual_scale: r.f32(c + cfg_at::RESIDUAL_SCALE)?,
+            flags: r.u32(c + cfg_at::FLAGS)?,
+        };
+        let tokenizer_kind = match r.u32(at::TOK_KIND)? {
+            0 => TokenizerKind::Bytes,
+            1 => TokenizerKind::Bpe,
+            _ => return Err(Error::BadTokenizer),
+        };
+        let h = Header {
+            minor,
+            file_len: r.u64(at::FILE_LEN)?,
+            arena_len: r.u64(at::ARENA_LEN)?,
+            state_capacity: r.u32(at::STATE_CAPACITY)?,
+            n_tensors: r.u32(at::N_TENSORS)?,
+            table_offset: r.u64(at::TABLE_OFFSET)?,
+            table_len: r.u64(at::TABLE_LEN)?,
+            table_crc: r.u32(at::TABLE_CRC)?,
+            tokenizer_kind,
+            tokenizer_offset: r.u64(at::TOK_OFFSET)?,
+            tokenizer_len: r.u64(at::TOK_LEN)?,
+            tokenizer_crc: r.u32(at::TOK_CRC)?,
+            config,
+        };
+        if h.file_len != blob.len() as u64 {
+            return Err(if (blob.len() as u64) < h.file_len { Error::Truncated } else { Error::OutOfBounds });
+        }
+        if (h.n_tensors as u64).checked_mul(ENTRY_LEN as u64) != Some(h.table_len) {
+            return Err(Error::OutOfBounds);
+        }
+        section(blob, h.table_offset, h.table_len)?;
+        section(blob, h.tokenizer_offset, h.tokenizer_len)?;
+        Ok(h)
+    }
+
+    /// Encodes the header (CRC included) into its 256 bytes.
+    pub fn encode(&self, out: &mut [u8; HEADER_LEN]) {
+        out.fill(0);
+        let mut w = Writer(out);
+        w.put(at::MAGIC, &MAGIC);
+        w.put(at::MAJOR, &VERSION_MAJOR.to_le_bytes());
+        w.put(at::MINOR, &self.minor.to_le_bytes());
+        w.put(at::BOM, &BYTE_ORDER_MARK.to_le_bytes());
+        w.put(at::HEADER_LEN, &(HEADER_LEN as u32).to_le_bytes());
+        w.put(at::FILE_LEN, &self.file_len.to_le_bytes());
+        w.put(at::ARENA_LEN, &self.arena_len.to_le_bytes());
+        w.put(at::STATE_CAPACITY, &self.state_capacity.to_le_bytes());
+        w.put(at::N_TENSORS, &self.n_tensors.to_le_bytes());
+        w.put(at::TABLE_OFFSET, &self.table_offset.to_le_bytes());
+        w.put(at::TABLE_LEN, &self.table_len.to_le_bytes());
+        w.put(at::TABLE_CRC, &self.table_crc.to_le_bytes());
+        w.put(at::TOK_KIND, &(self.tokenizer_kind as u32).to_le_bytes());
+        w.put(at::TOK_OFFSET, &self.tokenizer_offset.to_le_bytes());
+        w.put(at::TOK_LEN, &self.tokenizer_len.to_le_bytes());
+        w.put(at::TOK_CRC, &self.tokenizer_crc.to_le_bytes());
+        let c = at::CONFIG;
+        let k = &self.config;
+        for (off, v) in [
+            (cfg_at::VOCAB, k.vocab_len),
+            (cfg_at::LAYERS, k.n_layers),
+            (cfg_at::HEADS, k.n_heads),
+            (cfg_at::D_MODEL, k.d_model),
+            (cfg_at::D_QK, k.d_qk),
+            (cfg_at::D_V, k.d_v),
+            (cfg_at::D_FF, k.d_ff),
+            (cfg_at::D_VGATE, k.d_vgate),
+            (cfg_at::ROPE_DIM, k.rope_dim),
+            (cfg_at::CHUNK, k.chunk_len),
+            (cfg_at::WINDOW_CHUNKS, k.window_chunks),
+            (cfg_at::MAX_STATE_CHUNKS, k.max_state_chunks),
+            (cfg_at::ROUND_DOWN, k.state_round_down),
+            (cfg_at::SINK, k.sink_len),
+            (cfg_at::FLAGS, k.flags),
+        ] {
+            w.put(c + off, &v.to_le_bytes());
+        }
+        let (budget, factor, exponent, sat) = match k.budget {
+            StateBudget::Fixed => (0u32, 0.0, 0.0, 0.0),
+            StateBudget::PowerLaw { factor, exponent } => (1, factor, exponent, 0.0),
+            StateBudget::Saturation { n } => (2, 0.0, 0.0, n),
+        };
+        w.put(c + cfg_at::BUDGET, &budget.to_le_bytes());
+        w.put(c + cfg_at::STATE_MIN, &k.state_min_len.to_le_bytes());
+        w.put(c + cfg_at::SOFTCAP, &k.logit_softcap.to_le_bytes());
+        w.put(c + cfg_at::RESIDUAL_SCALE, &k.residual_scale.to_le_bytes());
+        w.put(c + cfg_at::ROPE_THETA, &k.rope_theta.to_le_bytes());
+        w.put(c + cfg_at::GROWTH_FACTOR, &factor.to_le_bytes());
+        w.put(c + cfg_at::GROWTH_EXPONENT, &exponent.to_le_bytes());
+        w.put(c + cfg_at::SATURATION_N, &sat.to_le_bytes());
+        let crc = header_crc(&out[..]);
+        out[at::HEADER_CRC..at::HEADER_CRC + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
+struct Writer<'a>(&'a mut [u8; HEADER_LEN]);
+
+impl Writer<'_> {
+    fn put(&mut self, at: usize, bytes: &[u8]) {
+        self.0[at..at + bytes.len()].copy_from_slice(bytes);
+    }
+}
+
+/// CRC-32 of the header with its CRC field taken as zero.
+fn header_crc(head: &[u8]) -> u32 {
+    let crc = crc32_update(0, &head[..at::HEADER_CRC]);
+    let crc = crc32_update(crc, &[0; 4]);
+    crc32_update(crc, &head[at::HEADER_CRC + 4..HEADER_LEN])
+}
+
+/// `blob[offset, offset + len)`, checked.
+fn section(blob: &[u8], offset: u64, len: u64) -> Result<&[u8]> {
+    let start = usize::try_from(offset).map_err(|_| Error::OutOfBounds)?;
+    let len = usize::try_from(len).map_err(|_| Error::OutOfBounds)?;
+    let end = start.checked_add(len).ok_or(Error::OutOfBounds)?;
+    blob.get(start..end).ok_or(Error::OutOfBounds)
+}
+
+impl TensorEntry {
+    /// Decodes entry bytes (exactly [`ENTRY_LEN`]).
+    ///
+    /// # Errors
+    /// [`Error::BadTensor`] for an unknown role or dtype.
+    pub fn parse(b: &[u8]) -> Result<TensorEntry> {
+        let r = Reader(b);
+        let role_tag = r.u16(0)?;
+        let layer = r.u16(2)?;
+        let bad = Error::BadTensor { role: role_tag, layer };
+        let role = Role::from_u16(role_tag).ok_or(bad)?;
+        let dtype = DType::from_u8(r.bytes::<1>(4)?[0]).ok_or(bad)?;
+        Ok(TensorEntry {
+            role,
+            layer,
+            dtype,
+            rows: r.u32(8)?,
+            cols: r.u32(12)?,
+            offset: r.u64(16)?,
+            len: r.u64(24)?,
+            crc: r.u32(32)?,
+        })
+    }
+
+    /// Encodes the entry into its [`ENTRY_LEN`] bytes.
+    pub fn encode(&self) -> [u8; ENTRY_LEN] {
+        let mut b = [0u8; ENTRY_LEN];
+        b[0..2].copy_from_slice(&(self.role as u16).to_le_bytes());
+        b[2..4].copy_from_slice(&self.layer.to_le_bytes());
+        b[4] = self.dtype as u8;
+        b[8..12].copy_from_slice(&self.rows.to_le_bytes());
+        b[12..16].copy_from_slice(&self.cols.to_le_bytes());
+        b[16..24].copy_from_slice(&self.offset.to_le_bytes());
+        b[24..32].copy_from_slice(&self.len.to_le_bytes());
+        b[32..36].copy_from_slice(&self.crc.to_le_bytes());
+        b
+    }
+
+    /// The tensor's bytes within `blob`, bounds- and alignment-checked.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] or [`Error::Misaligned`].
+    pub fn data<'a>(&self, blob: &'a [u8]) -> Result<&'a [u8]> {
+        if self.offset % TENSOR_ALIGN as u64 != 0 {
+            return Err(Error::Misaligned);
+        }
+        section(blob, self.offset, self.len)
+    }
+}
+
+/// The canonical sequence of `(role, layer)` a file of `cfg` holds, in table order:
+/// the global roles, then for each layer its present roles in [`Role::ALL`] order.
+pub fn canonical_tensors(cfg: &Config) -> impl Iterator<Item = (Role, u16)> + '_ {
+    let globals = Role::ALL[..N_GLOBAL_ROLES].iter().map(|&r| (r, 0u16));
+    let layers = (0..cfg.n_layers as u16).flat_map(move |l| {
+        Role::ALL[N_GLOBAL_ROLES..].iter().filter(move |r| r.shape(cfg).is_some()).map(move |&r| (r, l))
+    });
+    globals.chain(layers)
+}
+
+/// Checks `blob`'s tensor table and tokenizer section against `header`: CRCs, canonical
+/// order, shapes, dtypes, bounds, 64-byte alignment and non-overlap; with `check_data`,
+/// every tensor's CRC too.
+///
+/// # Errors
+/// Any of the format errors; never panics.
+pub fn validate_sections(blob: &[u8], h: &Header, check_data: bool) -> Result<()> {
+    let table = section(blob, h.table_offset, h.table_len)?;
+    if crc32(table) != h.table_crc {
+        return Err(Error::Checksum { section: Section::TensorTable });
+    }
+    let tok = section(blob, h.tokenizer_offset, h.tokenizer_len)?;
+    if crc32(tok) != h.tokenizer_crc {
+        return Err(Error::Checksum { section: Section::Tokenizer });
+    }
+    let cfg = &h.config;
+    let expected = canonical_tensors(cfg).count();
+    if expected != h.n_tensors as usize {
+        return Err(Error::BadTensor { role: u16::MAX, layer: u16::MAX });
+    }
+    let data_start = h.table_offset.saturating_add(h.table_len).max(h.tokenizer_offset.saturating_add(h.tokenizer_len));
+    let mut prev_end = data_start;
+    for (i, ((role, layer), raw)) in canonical_tensors(cfg).zip(table.chunks_exact(ENTRY_LEN)).enumerate() {
+        let e = TensorEntry::parse(raw)?;
+        let bad = Error::BadTensor { role: role as u16, layer };
+        if e.role != role || e.layer != layer {
+            return Err(bad);
+        }
+        let (rows, cols) = role.shape(cfg).ok_or(bad)?;
+        if (e.rows, e.cols) != (rows, cols) {
+            return Err(bad);
+        }
+        if !role.is_matrix() && e.dtype != DType::F32 {
+            return Err(bad);
+        }
+        let row_bytes = e.dtype.row_bytes(cols as usize).ok_or(bad)? as u64;
+        if row_bytes.checked_mul(rows as u64) != Some(e.len) {
+            return Err(bad);
+        }
+        if e.offset < prev_end {
+            return Err(Error::OutOfBounds);
+        }
+        let data = e.data(blob)?;
+        prev_end = e.offset + e.len;
+        if check_data && crc32(data) != e.crc {
+            return Err(Error::Checksum { section: Section::Tensor { index: i as u32 } });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,33 @@
+//! # kvm-core
+//!
+//! Allocation-free decoding of Key-Value Means (KVM) language models.
+//!
+//! The crate borrows a model blob (`&[u8]` from flash, `include_bytes!` or an mmap),
+//! validates it once ([`Model::from_bytes`]) and decodes tokens into a session that lives
+//! entirely inside one caller-provided arena ([`Session::new`]). Nothing here allocates,
+//! does I/O or panics on untrusted input: every failure is a small [`Error`].
+//!
+//! Modules follow the data: [`format`] (the file) -> [`quant`] (weight blocks) ->
+//! [`kernels`] (matrix x vector) -> [`config`] + [`model`] (weights view, forward) ->
+//! [`state`] (arena layout, window, means state) -> [`tokenizer`] -> [`sampler`].
+#![no_std]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(feature = "std")]
+extern crate std;
+
+pub mod config;
+pub mod error;
+pub mod format;
+pub mod kernels;
+pub mod math;
+pub mod model;
+pub mod quant;
+pub mod sampler;
+pub mod state;
+pub mod tokenizer;
+
+pub use config::Config;
+pub use error::Error;
+pub use model::Model;
+pub use state::Session;

@@ -1,0 +1,1 @@
+//! Small dense helpers of the forward pass (LayerNorm, activations, softmax, RoPE tables).

@@ -1,0 +1,1 @@
+//! kvm-export: HF checkpoint directory -> `.kvm` model file.

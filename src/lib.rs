@@ -1,0 +1,1 @@
+//! Workspace-level integration tests and benches live in `tests/` and `benches/`.
