@@ -74,7 +74,9 @@ fn check_case(name: &str) {
         assert!(d <= TOL, "{name}: full logits at t={t} differ by {d}");
     }
     eprintln!("{name}: full max abs logit error {worst:.2e}");
-    for (i, key) in std::iter::once("embed".to_string()).chain((0..cfg.n_layers).map(|l| format!("hidden.{l}"))).enumerate() {
+    for (i, key) in
+        std::iter::once("embed".to_string()).chain((0..cfg.n_layers).map(|l| format!("hidden.{l}"))).enumerate()
+    {
         for (t, (got, want)) in full.taps[i].iter().zip(rows(&g[&key])).enumerate() {
             let d = max_abs_diff(got, want);
             assert!(d <= TOL, "{name}: {key} at t={t} differs by {d}");
@@ -100,13 +102,22 @@ fn check_case(name: &str) {
                 let dkey = max_abs_diff(view.state_key(h, s), &s_k.f32[at * dk..(at + 1) * dk]);
                 let dval = max_abs_diff(view.state_value(h, s), &s_v.f32[at * dv..(at + 1) * dv]);
                 let drad = (view.state_radius(h, s) - s_r.f32[at]).abs();
-                assert!(dkey <= TOL && dval <= TOL && drad <= TOL, "{name}: layer {l} head {h} slot {s}: key {dkey} value {dval} radius {drad}");
+                assert!(
+                    dkey <= TOL && dval <= TOL && drad <= TOL,
+                    "{name}: layer {l} head {h} slot {s}: key {dkey} value {dval} radius {drad}"
+                );
             }
             for j in 0..n_window {
                 let at = h * n_window + j;
                 let pos = view.window_begin + j;
-                assert!(max_abs_diff(view.window_key(h, pos), &w_k.f32[at * dk..(at + 1) * dk]) <= TOL, "{name}: window key {j}");
-                assert!(max_abs_diff(view.window_value(h, pos), &w_v.f32[at * dv..(at + 1) * dv]) <= TOL, "{name}: window value {j}");
+                assert!(
+                    max_abs_diff(view.window_key(h, pos), &w_k.f32[at * dk..(at + 1) * dk]) <= TOL,
+                    "{name}: window key {j}"
+                );
+                assert!(
+                    max_abs_diff(view.window_value(h, pos), &w_v.f32[at * dv..(at + 1) * dv]) <= TOL,
+                    "{name}: window value {j}"
+                );
             }
         }
     }

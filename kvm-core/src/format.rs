@@ -198,9 +198,7 @@ impl Role {
             Role::VGate0 if on(f::VALUE_RESIDUAL) => (1, v),
             Role::VGate1 if on(f::VALUE_RESIDUAL) => (cfg.d_vgate, d),
             Role::VGate2 if on(f::VALUE_RESIDUAL) => (v, cfg.d_vgate),
-            Role::LnQW | Role::LnQB | Role::LnKW | Role::LnKB | Role::LnSkW | Role::LnSkB => {
-                (1, cfg.d_qk)
-            }
+            Role::LnQW | Role::LnQB | Role::LnKW | Role::LnKB | Role::LnSkW | Role::LnSkB => (1, cfg.d_qk),
             Role::MergeGate if on(f::MERGE_GATE_KEYS) || on(f::MERGE_GATE_VALUES) => (cfg.n_heads, d),
             Role::FrontTemp | Role::StateTemp if on(f::HEAD_TEMPS) => (1, cfg.n_heads),
             Role::Wo => (d, v),

@@ -282,7 +282,10 @@ fn attention(model: &Model<'_>, l: usize, st: &mut LayerState<'_>, s: &mut Scrat
     }
 
     // 4.-5. per-head LN_q / LN_k, then partial RoPE
-    let (lnq, lnk) = ((model.vector(Role::LnQW, l), model.vector(Role::LnQB, l)), (model.vector(Role::LnKW, l), model.vector(Role::LnKB, l)));
+    let (lnq, lnk) = (
+        (model.vector(Role::LnQW, l), model.vector(Role::LnQB, l)),
+        (model.vector(Role::LnKW, l), model.vector(Role::LnKB, l)),
+    );
     for h in 0..h_n {
         let q = &mut s.q[h * dk..(h + 1) * dk];
         layer_norm_inplace(q, lnq.0, lnq.1);

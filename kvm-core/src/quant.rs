@@ -69,9 +69,7 @@ impl DType {
 
     /// Parses a command-line name.
     pub fn from_name(s: &str) -> Option<DType> {
-        [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0]
-            .into_iter()
-            .find(|d| d.name() == s)
+        [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0].into_iter().find(|d| d.name() == s)
     }
 
     /// Weights per storage unit (1 for floats, [`QK`] for quant blocks).

@@ -70,25 +70,12 @@ impl SamplerConfig {
     /// The defaults of llama.cpp's command line, which suit small models too:
     /// temperature `0.8`, top-k `40`, top-p `0.95`, min-p `0.05`, and the repetition
     /// penalty off (`1.0`) but looking at the last `64` tokens once it is raised.
-    pub const DEFAULT: SamplerConfig = SamplerConfig {
-        temperature: 0.8,
-        top_k: 40,
-        top_p: 0.95,
-        min_p: 0.05,
-        repeat_penalty: 1.0,
-        repeat_window: 64,
-    };
+    pub const DEFAULT: SamplerConfig =
+        SamplerConfig { temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, repeat_penalty: 1.0, repeat_window: 64 };
 
     /// Greedy decoding: always the most likely token, no penalty.
     pub const fn greedy() -> SamplerConfig {
-        SamplerConfig {
-            temperature: 0.0,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.0,
-            repeat_penalty: 1.0,
-            repeat_window: 0,
-        }
+        SamplerConfig { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, repeat_penalty: 1.0, repeat_window: 0 }
     }
 
     /// Checks every field against its documented range.
@@ -164,10 +151,7 @@ impl Pcg32 {
     pub const fn with_stream(seed: u64, stream: u64) -> Pcg32 {
         let inc = (stream << 1) | 1;
         let state = inc.wrapping_add(seed);
-        Pcg32 {
-            state: state.wrapping_mul(Pcg32::MUL).wrapping_add(inc),
-            inc,
-        }
+        Pcg32 { state: state.wrapping_mul(Pcg32::MUL).wrapping_add(inc), inc }
     }
 
     /// The next 32 uniformly distributed bits.
@@ -196,10 +180,7 @@ pub struct Sampler {
 
 impl Sampler {
     pub const fn new(cfg: SamplerConfig, seed: u64) -> Sampler {
-        Sampler {
-            cfg,
-            rng: Pcg32::new(seed),
-        }
+        Sampler { cfg, rng: Pcg32::new(seed) }
     }
 
     /// Picks the next token: [`sample_with_coin`] with the next coin of `self.rng`. The
@@ -208,12 +189,7 @@ impl Sampler {
     ///
     /// # Errors
     /// As [`sample_with_coin`].
-    pub fn sample(
-        &mut self,
-        logits: &[f32],
-        recent: &[u32],
-        scratch: &mut [Candidate],
-    ) -> Result<u32> {
+    pub fn sample(&mut self, logits: &[f32], recent: &[u32], scratch: &mut [Candidate]) -> Result<u32> {
         let mut rng = self.rng.clone();
         let coin = rng.next_f32();
         let id = sample_with_coin(&self.cfg, logits, recent, scratch, coin)?;
@@ -248,14 +224,9 @@ pub fn sample_with_coin(
         return Err(Error::InvalidArgument);
     }
     let needed = scratch_len(logits.len());
-    let cands = scratch
-        .get_mut(..needed)
-        .ok_or(Error::BufferTooSmall { needed })?; // [vocab_len]
+    let cands = scratch.get_mut(..needed).ok_or(Error::BufferTooSmall { needed })?; // [vocab_len]
     for (id, (c, &x)) in (0u32..).zip(cands.iter_mut().zip(logits)) {
-        *c = Candidate {
-            id,
-            p: if x.is_nan() { f32::NEG_INFINITY } else { x },
-        };
+        *c = Candidate { id, p: if x.is_nan() { f32::NEG_INFINITY } else { x } };
     }
     penalize(cfg, cands, recent)?;
     let (best, max) = argmax(cands).ok_or(Error::InvalidArgument)?;
@@ -283,11 +254,7 @@ fn penalize(cfg: &SamplerConfig, cands: &mut [Candidate], recent: &[u32]) -> Res
     let penalty = cfg.repeat_penalty;
     for &t in window {
         if let Some(c) = cands.get_mut(t as usize).filter(|c| c.id != u32::MAX) {
-            c.p = if c.p > 0.0 {
-                c.p / penalty
-            } else {
-                c.p * penalty
-            };
+            c.p = if c.p > 0.0 { c.p / penalty } else { c.p * penalty };
             c.id = u32::MAX;
         }
     }
@@ -316,11 +283,7 @@ fn argmax(cands: &[Candidate]) -> Option<(u32, f32)> {
 fn weigh(cands: &mut [Candidate], max: f32, temperature: f32) -> f32 {
     let mut total = 0.0;
     for c in cands {
-        c.p = if c.p == max {
-            1.0
-        } else {
-            libm::expf((c.p - max) / temperature)
-        };
+        c.p = if c.p == max { 1.0 } else { libm::expf((c.p - max) / temperature) };
         total += c.p;
     }
     total
@@ -415,14 +378,8 @@ mod tests {
     const SCRATCH: usize = 1024;
 
     /// Plain temperature sampling, no filter.
-    const PURE: SamplerConfig = SamplerConfig {
-        temperature: 1.0,
-        top_k: 0,
-        top_p: 1.0,
-        min_p: 0.0,
-        repeat_penalty: 1.0,
-        repeat_window: 0,
-    };
+    const PURE: SamplerConfig =
+        SamplerConfig { temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.0, repeat_penalty: 1.0, repeat_window: 0 };
 
     /// Logits whose softmax is `[0.1, 0.2, 0.3, 0.4]`: unnormalised weights at
     /// temperature 1 are `[0.25, 0.5, 0.75, 1.0]`.
@@ -453,10 +410,7 @@ mod tests {
         // pcg32-demo from the PCG reference C library, pcg32_srandom_r(42, 54).
         let mut rng = Pcg32::with_stream(42, 54);
         let got: [u32; 6] = core::array::from_fn(|_| rng.next_u32());
-        assert_eq!(
-            got,
-            [0xa15c02b7, 0x7b47f409, 0xba1d3330, 0x83d2f293, 0xbfa4784b, 0xcbed606e]
-        );
+        assert_eq!(got, [0xa15c02b7, 0x7b47f409, 0xba1d3330, 0x83d2f293, 0xbfa4784b, 0xcbed606e]);
     }
 
     #[test]
@@ -493,70 +447,28 @@ mod tests {
     fn invalid_configs_are_rejected() {
         let g = SamplerConfig::greedy();
         let bad = [
-            SamplerConfig {
-                temperature: f32::NAN,
-                ..g
-            },
-            SamplerConfig {
-                temperature: -0.1,
-                ..g
-            },
-            SamplerConfig {
-                temperature: f32::INFINITY,
-                ..g
-            },
+            SamplerConfig { temperature: f32::NAN, ..g },
+            SamplerConfig { temperature: -0.1, ..g },
+            SamplerConfig { temperature: f32::INFINITY, ..g },
             SamplerConfig { top_p: 0.0, ..g },
             SamplerConfig { top_p: 1.01, ..g },
-            SamplerConfig {
-                top_p: f32::NAN,
-                ..g
-            },
+            SamplerConfig { top_p: f32::NAN, ..g },
             SamplerConfig { min_p: -0.01, ..g },
             SamplerConfig { min_p: 1.5, ..g },
-            SamplerConfig {
-                min_p: f32::NAN,
-                ..g
-            },
-            SamplerConfig {
-                repeat_penalty: 0.0,
-                ..g
-            },
-            SamplerConfig {
-                repeat_penalty: -1.0,
-                ..g
-            },
-            SamplerConfig {
-                repeat_penalty: f32::NAN,
-                ..g
-            },
-            SamplerConfig {
-                repeat_penalty: f32::INFINITY,
-                ..g
-            },
+            SamplerConfig { min_p: f32::NAN, ..g },
+            SamplerConfig { repeat_penalty: 0.0, ..g },
+            SamplerConfig { repeat_penalty: -1.0, ..g },
+            SamplerConfig { repeat_penalty: f32::NAN, ..g },
+            SamplerConfig { repeat_penalty: f32::INFINITY, ..g },
         ];
         for cfg in bad {
             assert_eq!(cfg.validate(), Err(Error::InvalidArgument), "{cfg:?}");
-            assert_eq!(
-                run(&cfg, &four(), &[], 0.5),
-                Err(Error::InvalidArgument),
-                "{cfg:?}"
-            );
+            assert_eq!(run(&cfg, &four(), &[], 0.5), Err(Error::InvalidArgument), "{cfg:?}");
         }
         let edges = [
-            SamplerConfig {
-                top_p: 1.0,
-                min_p: 1.0,
-                ..g
-            },
-            SamplerConfig {
-                top_p: f32::MIN_POSITIVE,
-                min_p: 0.0,
-                ..g
-            },
-            SamplerConfig {
-                repeat_penalty: f32::MIN_POSITIVE,
-                ..g
-            },
+            SamplerConfig { top_p: 1.0, min_p: 1.0, ..g },
+            SamplerConfig { top_p: f32::MIN_POSITIVE, min_p: 0.0, ..g },
+            SamplerConfig { repeat_penalty: f32::MIN_POSITIVE, ..g },
         ];
         for cfg in edges {
             cfg.validate().unwrap();
@@ -566,33 +478,17 @@ mod tests {
     #[test]
     fn invalid_calls_are_rejected() {
         let mut small = [Candidate::EMPTY; 3];
-        assert_eq!(
-            sample_with_coin(&PURE, &four(), &[], &mut small, 0.5),
-            Err(Error::BufferTooSmall { needed: 4 })
-        );
+        assert_eq!(sample_with_coin(&PURE, &four(), &[], &mut small, 0.5), Err(Error::BufferTooSmall { needed: 4 }));
         let mut sampler = Sampler::new(PURE, 1);
         let before = sampler.rng.clone();
-        assert_eq!(
-            sampler.sample(&four(), &[], &mut small),
-            Err(Error::BufferTooSmall { needed: 4 })
-        );
+        assert_eq!(sampler.sample(&four(), &[], &mut small), Err(Error::BufferTooSmall { needed: 4 }));
         assert_eq!(sampler.rng, before, "a failed call must not consume a coin");
         assert_eq!(run(&PURE, &[], &[], 0.5), Err(Error::InvalidArgument));
         for coin in [-0.1, 1.0, f32::NAN] {
             assert_eq!(run(&PURE, &four(), &[], coin), Err(Error::InvalidArgument));
         }
-        let penal = SamplerConfig {
-            repeat_penalty: 1.3,
-            repeat_window: 4,
-            ..PURE
-        };
-        assert_eq!(
-            run(&penal, &four(), &[1, 4], 0.5),
-            Err(Error::TokenOutOfRange {
-                token: 4,
-                vocab_len: 4
-            })
-        );
+        let penal = SamplerConfig { repeat_penalty: 1.3, repeat_window: 4, ..PURE };
+        assert_eq!(run(&penal, &four(), &[1, 4], 0.5), Err(Error::TokenOutOfRange { token: 4, vocab_len: 4 }));
         // Outside the window an out-of-range id is never looked at.
         assert_eq!(run(&penal, &four(), &[9, 1, 1, 1, 1], 0.5), Ok(2));
     }
@@ -606,60 +502,26 @@ mod tests {
         assert_eq!(pick(&g, &[-3.0, -3.0], 0.5), 0);
         assert_eq!(pick(&g, &[f32::NEG_INFINITY, -1e30], 0.5), 1);
         // Temperature 0 ignores every filter.
-        let filtered = SamplerConfig {
-            top_k: 3,
-            top_p: 0.2,
-            min_p: 0.9,
-            ..g
-        };
+        let filtered = SamplerConfig { top_k: 3, top_p: 0.2, min_p: 0.9, ..g };
         assert_eq!(pick(&filtered, &[1.0, 5.0, 5.0, 2.0], 0.99), 1);
     }
 
     #[test]
     fn temperature_sampling_with_fixed_coins() {
         // Walked in id order: cdf = [0.1, 0.3, 0.6, 1.0].
-        let cases = [
-            (0.0, 0),
-            (0.05, 0),
-            (0.15, 1),
-            (0.29, 1),
-            (0.31, 2),
-            (0.59, 2),
-            (0.61, 3),
-            (0.999_999_9, 3),
-        ];
+        let cases = [(0.0, 0), (0.05, 0), (0.15, 1), (0.29, 1), (0.31, 2), (0.59, 2), (0.61, 3), (0.999_999_9, 3)];
         for (coin, id) in cases {
             assert_eq!(pick(&PURE, &four(), coin), id, "coin {coin}");
         }
         // Temperature 0.5 squares the weights: [1, 4, 9, 16] / 30, cdf = [1, 5, 14, 30] / 30.
-        let cold = SamplerConfig {
-            temperature: 0.5,
-            ..PURE
-        };
-        let cases = [
-            (0.03, 0),
-            (0.04, 1),
-            (0.16, 1),
-            (0.17, 2),
-            (0.46, 2),
-            (0.47, 3),
-        ];
+        let cold = SamplerConfig { temperature: 0.5, ..PURE };
+        let cases = [(0.03, 0), (0.04, 1), (0.16, 1), (0.17, 2), (0.46, 2), (0.47, 3)];
         for (coin, id) in cases {
             assert_eq!(pick(&cold, &four(), coin), id, "coin {coin}");
         }
         // Temperature 2 takes square roots: [1, 1.414, 1.732, 2] / 6.146.
-        let hot = SamplerConfig {
-            temperature: 2.0,
-            ..PURE
-        };
-        let cases = [
-            (0.16, 0),
-            (0.17, 1),
-            (0.39, 1),
-            (0.40, 2),
-            (0.67, 2),
-            (0.68, 3),
-        ];
+        let hot = SamplerConfig { temperature: 2.0, ..PURE };
+        let cases = [(0.16, 0), (0.17, 1), (0.39, 1), (0.40, 2), (0.67, 2), (0.68, 3)];
         for (coin, id) in cases {
             assert_eq!(pick(&hot, &four(), coin), id, "coin {coin}");
         }
@@ -726,10 +588,7 @@ mod tests {
 
     #[test]
     fn small_top_p_equals_greedy() {
-        let p = SamplerConfig {
-            top_p: 0.01,
-            ..PURE
-        };
+        let p = SamplerConfig { top_p: 0.01, ..PURE };
         let logits: [f32; 512] = tied_logits();
         let greedy = pick(&SamplerConfig::greedy(), &logits, 0.0);
         for i in 0..100 {
@@ -757,22 +616,14 @@ mod tests {
         let m = SamplerConfig { min_p: 1.0, ..PURE };
         assert_eq!(pick(&m, &four(), 0.0), 3);
         // Combined with top-k 3 ({3, 2, 1}, ranked) it cuts the ranked list: {3, 2}.
-        let m = SamplerConfig {
-            min_p: 0.6,
-            top_k: 3,
-            ..PURE
-        };
+        let m = SamplerConfig { min_p: 0.6, top_k: 3, ..PURE };
         assert_eq!(pick(&m, &four(), 0.0), 3);
         assert_eq!(pick(&m, &four(), 0.99), 2);
     }
 
     #[test]
     fn repetition_penalty() {
-        let g = SamplerConfig {
-            repeat_penalty: 1.5,
-            repeat_window: 4,
-            ..SamplerConfig::greedy()
-        };
+        let g = SamplerConfig { repeat_penalty: 1.5, repeat_window: 4, ..SamplerConfig::greedy() };
         // Positive logits are divided: 2.0 / 1.5 = 1.33 < 1.9, so the argmax moves to 1.
         let logits = [2.0, 1.9, -1.0, 0.5];
         assert_eq!(pick(&SamplerConfig::greedy(), &logits, 0.0), 0);
@@ -784,10 +635,7 @@ mod tests {
         // Only the last repeat_window tokens count.
         assert_eq!(run(&g, &logits, &[0, 3, 3, 3, 3], 0.0), Ok(0));
         assert_eq!(run(&g, &logits, &[0, 3, 3, 3], 0.0), Ok(1));
-        let off = SamplerConfig {
-            repeat_window: 0,
-            ..g
-        };
+        let off = SamplerConfig { repeat_window: 0, ..g };
         assert_eq!(run(&off, &logits, &[0], 0.0), Ok(0));
         // The logits are left untouched.
         let copy = logits;
@@ -795,19 +643,8 @@ mod tests {
         assert_eq!(copy, logits);
         // With sampling, on negative logits: penalising 3 by 2 squares its probability,
         // four() becomes [0.1, 0.2, 0.3, 0.16] / 0.76, cdf = [0.132, 0.395, 0.789, 1].
-        let s = SamplerConfig {
-            repeat_penalty: 2.0,
-            repeat_window: 1,
-            ..PURE
-        };
-        let cases = [
-            (0.13, 0),
-            (0.14, 1),
-            (0.39, 1),
-            (0.40, 2),
-            (0.78, 2),
-            (0.80, 3),
-        ];
+        let s = SamplerConfig { repeat_penalty: 2.0, repeat_window: 1, ..PURE };
+        let cases = [(0.13, 0), (0.14, 1), (0.39, 1), (0.40, 2), (0.78, 2), (0.80, 3)];
         for (coin, id) in cases {
             assert_eq!(run(&s, &four(), &[3], coin), Ok(id), "coin {coin}");
         }
@@ -818,24 +655,13 @@ mod tests {
         let g = SamplerConfig::greedy();
         let logits = [f32::NAN, 1.0, f32::NAN, 0.5];
         assert_eq!(pick(&g, &logits, 0.0), 1);
-        for cfg in [
-            PURE,
-            SamplerConfig::DEFAULT,
-            SamplerConfig {
-                top_p: 0.99,
-                ..PURE
-            },
-        ] {
+        for cfg in [PURE, SamplerConfig::DEFAULT, SamplerConfig { top_p: 0.99, ..PURE }] {
             for i in 0..1000 {
                 let id = pick(&cfg, &logits, i as f32 / 1000.0);
                 assert!(id == 1 || id == 3, "{cfg:?} gave {id}");
             }
         }
-        for bad in [
-            [f32::NAN; 3],
-            [f32::NEG_INFINITY; 3],
-            [f32::NAN, f32::NEG_INFINITY, f32::NAN],
-        ] {
+        for bad in [[f32::NAN; 3], [f32::NEG_INFINITY; 3], [f32::NAN, f32::NEG_INFINITY, f32::NAN]] {
             assert_eq!(run(&g, &bad, &[], 0.0), Err(Error::InvalidArgument));
             assert_eq!(run(&PURE, &bad, &[], 0.5), Err(Error::InvalidArgument));
         }
@@ -845,11 +671,7 @@ mod tests {
         assert_eq!(pick(&PURE, &inf, 0.49), 1);
         assert_eq!(pick(&PURE, &inf, 0.51), 3);
         // A penalty on NaN / inf logits stays in the documented behaviour.
-        let pen = SamplerConfig {
-            repeat_penalty: 2.0,
-            repeat_window: 8,
-            ..PURE
-        };
+        let pen = SamplerConfig { repeat_penalty: 2.0, repeat_window: 8, ..PURE };
         assert_eq!(run(&pen, &inf, &[1, 0, 2], 0.2), Ok(1));
         assert_eq!(run(&pen, &logits, &[0, 1, 2, 3], 0.0), Ok(1));
     }
@@ -857,32 +679,21 @@ mod tests {
     #[test]
     fn same_seed_same_tokens() {
         let logits = [0.3, -1.2, 2.0, 0.0, 1.1, -0.4, 1.9, 0.8];
-        let cfg = SamplerConfig {
-            temperature: 1.2,
-            top_k: 6,
-            top_p: 0.9,
-            min_p: 0.02,
-            ..PURE
-        };
+        let cfg = SamplerConfig { temperature: 1.2, top_k: 6, top_p: 0.9, min_p: 0.02, ..PURE };
         let mut scratch = [Candidate::EMPTY; 8];
         let mut a = Sampler::new(cfg, 20240611);
         let mut b = Sampler::new(cfg, 20240611);
-        let ids: [u32; 24] =
-            core::array::from_fn(|_| a.sample(&logits, &[], &mut scratch).unwrap());
-        let again: [u32; 24] =
-            core::array::from_fn(|_| b.sample(&logits, &[], &mut scratch).unwrap());
+        let ids: [u32; 24] = core::array::from_fn(|_| a.sample(&logits, &[], &mut scratch).unwrap());
+        let again: [u32; 24] = core::array::from_fn(|_| b.sample(&logits, &[], &mut scratch).unwrap());
         assert_eq!(ids, again);
         assert_eq!(ids, GOLDEN);
         // Another seed gives another sequence.
         let mut c = Sampler::new(cfg, 20240612);
-        let other: [u32; 24] =
-            core::array::from_fn(|_| c.sample(&logits, &[], &mut scratch).unwrap());
+        let other: [u32; 24] = core::array::from_fn(|_| c.sample(&logits, &[], &mut scratch).unwrap());
         assert_ne!(ids, other);
     }
 
-    const GOLDEN: [u32; 24] = [
-        7, 7, 7, 6, 2, 2, 4, 6, 6, 2, 0, 2, 2, 0, 7, 6, 7, 0, 7, 6, 2, 2, 2, 6,
-    ];
+    const GOLDEN: [u32; 24] = [7, 7, 7, 6, 2, 2, 4, 6, 6, 2, 0, 2, 2, 0, 7, 6, 7, 0, 7, 6, 2, 2, 2, 6];
 
     #[test]
     fn frequencies_match_the_distribution() {
@@ -903,10 +714,7 @@ mod tests {
                 })
                 .sum();
             // 3 degrees of freedom: P(chi2 > 16.27) = 0.001.
-            assert!(
-                chi2 < 16.27,
-                "seed {seed}: chi2 = {chi2}, counts = {counts:?}"
-            );
+            assert!(chi2 < 16.27, "seed {seed}: chi2 = {chi2}, counts = {counts:?}");
         }
     }
 }

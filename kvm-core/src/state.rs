@@ -93,26 +93,26 @@ impl Layout {
         ];
         let widest_input = d.max(cfg.d_vgate as usize).max(cfg.v_dim()).max(cfg.d_ff as usize);
         let scratch_sizes = [
-            d,                                     // x: residual stream
-            d,                                     // a: block input / output
-            cfg.q_dim(),                           // q
-            cfg.q_dim(),                           // k
-            cfg.v_dim(),                           // v
-            cfg.v_dim(),                           // v_first
-            cfg.d_vgate as usize,                  // value-gate LoRA hidden
-            cfg.v_dim(),                           // value gate
-            h,                                     // merge gates
-            cfg.v_dim(),                           // attention output
-            cfg.d_ff as usize,                     // MLP hidden
-            cfg.vocab_len as usize,                // logits
-            s.checked_add(w).ok_or(too_big)?,      // attention scores
-            cfg.rope_dim as usize / 2,             // cos
-            cfg.rope_dim as usize / 2,             // sin
-            mul(c, dk)?,                           // prepared overflow keys
-            c,                                     // novelty scores
-            c,                                     // novelty order / merge targets (u32)
-            mul(s, dk)?,                           // merged key deltas
-            mul(s, dv)?,                           // merged value deltas
+            d,                                                  // x: residual stream
+            d,                                                  // a: block input / output
+            cfg.q_dim(),                                        // q
+            cfg.q_dim(),                                        // k
+            cfg.v_dim(),                                        // v
+            cfg.v_dim(),                                        // v_first
+            cfg.d_vgate as usize,                               // value-gate LoRA hidden
+            cfg.v_dim(),                                        // value gate
+            h,                                                  // merge gates
+            cfg.v_dim(),                                        // attention output
+            cfg.d_ff as usize,                                  // MLP hidden
+            cfg.vocab_len as usize,                             // logits
+            s.checked_add(w).ok_or(too_big)?,                   // attention scores
+            cfg.rope_dim as usize / 2,                          // cos
+            cfg.rope_dim as usize / 2,                          // sin
+            mul(c, dk)?,                                        // prepared overflow keys
+            c,                                                  // novelty scores
+            c,                                                  // novelty order / merge targets (u32)
+            mul(s, dk)?,                                        // merged key deltas
+            mul(s, dv)?,                                        // merged value deltas
             kernels::act_scratch_len(widest_input).div_ceil(4), // kernel scratch
         ];
         let sum = |sizes: &[usize]| sizes.iter().try_fold(0usize, |acc, &n| acc.checked_add(pad(n)));
@@ -357,9 +357,7 @@ fn target_slots(cfg: &Config, state_len: usize, ctx: usize, avail: usize, cur: u
     let min_len = cfg.state_min_len as i64;
     let want = match cfg.budget {
         StateBudget::Fixed => min_len,
-        StateBudget::PowerLaw { factor, exponent } => {
-            round_down(factor * libm::pow(ctx as f64, exponent)).max(min_len)
-        }
+        StateBudget::PowerLaw { factor, exponent } => round_down(factor * libm::pow(ctx as f64, exponent)).max(min_len),
         StateBudget::Saturation { n } => round_down(n * ctx as f64 / (n + ctx as f64)).max(min_len),
     };
     let cap = avail.min(cfg.chunk_len as usize * cfg.max_state_chunks as usize).min(state_len);
@@ -436,7 +434,16 @@ impl HeadState<'_, '_> {
         let vlens = self.cfg.has(flags::VLENS);
         let (dk, dv) = (self.dk(), self.dv());
         let st = &mut *self.st;
-        store_slot(&mut st.sk[i * dk..(i + 1) * dk], &mut st.sv[i * dv..(i + 1) * dv], &mut st.r[i], pk, v, gate, vlens, gated_radius);
+        store_slot(
+            &mut st.sk[i * dk..(i + 1) * dk],
+            &mut st.sv[i * dv..(i + 1) * dv],
+            &mut st.r[i],
+            pk,
+            v,
+            gate,
+            vlens,
+            gated_radius,
+        );
     }
 
     /// Copies the new token (`k` post-RoPE, `v`, gate `m`) into initial-state slot `s`;
@@ -611,7 +618,16 @@ impl HeadState<'_, '_> {
 
 /// `sk = pk * gate`, `sv = v * gate`, `r = |v|` or `|v * gate|` (vlens) or 1.
 #[allow(clippy::too_many_arguments)]
-fn store_slot(sk: &mut [f32], sv: &mut [f32], r: &mut f32, pk: &[f32], v: &[f32], gate: f32, vlens: bool, gated_radius: bool) {
+fn store_slot(
+    sk: &mut [f32],
+    sv: &mut [f32],
+    r: &mut f32,
+    pk: &[f32],
+    v: &[f32],
+    gate: f32,
+    vlens: bool,
+    gated_radius: bool,
+) {
     for (o, &x) in sk.iter_mut().zip(pk) {
         *o = x * gate;
     }
@@ -701,7 +717,11 @@ impl<'m, 'a> Session<'m, 'a> {
 
     fn counters(&self) -> Counters {
         let c: &[u32] = bytemuck::cast_slice(&self.arena[..COUNTERS]);
-        Counters { pos: c[counter::POS] as usize, slots: c[counter::SLOTS] as usize, coverage: c[counter::COVERAGE] as usize }
+        Counters {
+            pos: c[counter::POS] as usize,
+            slots: c[counter::SLOTS] as usize,
+            coverage: c[counter::COVERAGE] as usize,
+        }
     }
 
     /// Tokens seen so far.
@@ -731,7 +751,13 @@ impl<'m, 'a> Session<'m, 'a> {
     ///
     /// # Errors
     /// As [`Session::step`].
-    pub fn step_tapped(&mut self, token: u32, phase: Phase, want_logits: bool, tap: &mut dyn FnMut(Tap, &[f32])) -> Result<()> {
+    pub fn step_tapped(
+        &mut self,
+        token: u32,
+        phase: Phase,
+        want_logits: bool,
+        tap: &mut dyn FnMut(Tap, &[f32]),
+    ) -> Result<()> {
         let vocab_len = self.model.config().vocab_len;
         if token >= vocab_len {
             return Err(Error::TokenOutOfRange { token, vocab_len });

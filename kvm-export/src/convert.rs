@@ -48,10 +48,18 @@ impl Policy {
 }
 
 /// Converts `dir` into `out`.
-pub fn convert(dir: &Path, out: &Path, policy: &Policy, tokenizer: &TokenizerSource, on_tensor: &mut dyn FnMut(&TensorReport)) -> Result<(Config, WriteReport)> {
+pub fn convert(
+    dir: &Path,
+    out: &Path,
+    policy: &Policy,
+    tokenizer: &TokenizerSource,
+    on_tensor: &mut dyn FnMut(&TensorReport),
+) -> Result<(Config, WriteReport)> {
     let config_path = dir.join("config.json");
-    let config_text = std::fs::read_to_string(&config_path).with_context(|| format!("reading {}", config_path.display()))?;
-    let config_json: serde_json::Value = serde_json::from_str(&config_text).with_context(|| format!("parsing {}", config_path.display()))?;
+    let config_text =
+        std::fs::read_to_string(&config_path).with_context(|| format!("reading {}", config_path.display()))?;
+    let config_json: serde_json::Value =
+        serde_json::from_str(&config_text).with_context(|| format!("parsing {}", config_path.display()))?;
 
     let st_path = dir.join("model.safetensors");
     let file = File::open(&st_path).with_context(|| format!("opening {}", st_path.display()))?;
@@ -61,7 +69,8 @@ pub fn convert(dir: &Path, out: &Path, policy: &Policy, tokenizer: &TokenizerSou
 
     let vgate = format!("transformer.h.0.attn.{}", "v_gate1.weight");
     let d_vgate = st.tensor(&vgate).map(|t| t.shape().first().copied().unwrap_or(0) as u32).unwrap_or(0);
-    let cfg = crate::hf_config::parse(&config_json, d_vgate).with_context(|| format!("in {}", config_path.display()))?;
+    let cfg =
+        crate::hf_config::parse(&config_json, d_vgate).with_context(|| format!("in {}", config_path.display()))?;
 
     // Every tensor the file holds must be one the config explains.
     let expected: BTreeSet<String> = format::canonical_tensors(&cfg).map(|(r, l)| hf_name(r, l)).collect();

@@ -67,7 +67,8 @@ fn run() -> Result<()> {
             let overrides = overrides
                 .iter()
                 .map(|o| {
-                    let (r, d) = o.split_once('=').ok_or_else(|| anyhow!("--tensor-dtype wants ROLE=DTYPE, got `{o}`"))?;
+                    let (r, d) =
+                        o.split_once('=').ok_or_else(|| anyhow!("--tensor-dtype wants ROLE=DTYPE, got `{o}`"))?;
                     Ok((parse_role(r)?, parse_dtype(d)?))
                 })
                 .collect::<Result<Vec<_>>>()?;
@@ -79,10 +80,19 @@ fn run() -> Result<()> {
             };
             let mut on_tensor = |r: &kvm_export::writer::TensorReport| {
                 if !quiet {
-                    eprintln!("  {:<44} {:>5} [{:>6}, {:>6}] rmse {:.3e} max {:.3e}", r.name, r.dtype.name(), r.rows, r.cols, r.rmse, r.max_abs);
+                    eprintln!(
+                        "  {:<44} {:>5} [{:>6}, {:>6}] rmse {:.3e} max {:.3e}",
+                        r.name,
+                        r.dtype.name(),
+                        r.rows,
+                        r.cols,
+                        r.rmse,
+                        r.max_abs
+                    );
                 }
             };
-            let (_, report) = convert(&dir, &out, &policy, &tokenizer, &mut on_tensor).with_context(|| format!("converting {}", dir.display()))?;
+            let (_, report) = convert(&dir, &out, &policy, &tokenizer, &mut on_tensor)
+                .with_context(|| format!("converting {}", dir.display()))?;
             if !quiet {
                 eprintln!(
                     "wrote {} ({} bytes, {} tensors, arena {} bytes, peak tensor memory {} bytes)",

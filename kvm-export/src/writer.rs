@@ -7,7 +7,9 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use kvm_core::config::Config;
-use kvm_core::format::{self, crc32, crc32_update, Header, Role, TensorEntry, TokenizerKind, ENTRY_LEN, HEADER_LEN, TENSOR_ALIGN};
+use kvm_core::format::{
+    self, crc32, crc32_update, Header, Role, TensorEntry, TokenizerKind, ENTRY_LEN, HEADER_LEN, TENSOR_ALIGN,
+};
 use kvm_core::kernels::{self, Matrix};
 use kvm_core::quant::DType;
 use kvm_core::state::Layout;
@@ -42,7 +44,8 @@ pub fn hf_name(role: Role, layer: u16) -> String {
 
 /// Encodes `src` (`[rows, cols]` f32) as `dtype`, row by row.
 pub fn encode(dtype: DType, cols: usize, src: &[f32]) -> Result<Vec<u8>> {
-    let row_bytes = dtype.row_bytes(cols).with_context(|| format!("{cols} columns do not fit {} blocks", dtype.name()))?;
+    let row_bytes =
+        dtype.row_bytes(cols).with_context(|| format!("{cols} columns do not fit {} blocks", dtype.name()))?;
     let rows = src.len() / cols.max(1);
     let mut out = vec![0u8; rows * row_bytes];
     for (s, d) in src.chunks_exact(cols).zip(out.chunks_exact_mut(row_bytes)) {

@@ -46,8 +46,12 @@ pub fn read_safetensors(path: &Path) -> HashMap<String, Tensor> {
         .map(|(name, t)| {
             let d = t.data();
             let (f, i) = match t.dtype() {
-                safetensors::Dtype::F32 => (d.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect(), vec![]),
-                safetensors::Dtype::I32 => (vec![], d.chunks_exact(4).map(|b| i32::from_le_bytes(b.try_into().unwrap())).collect()),
+                safetensors::Dtype::F32 => {
+                    (d.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect(), vec![])
+                }
+                safetensors::Dtype::I32 => {
+                    (vec![], d.chunks_exact(4).map(|b| i32::from_le_bytes(b.try_into().unwrap())).collect())
+                }
                 other => panic!("unexpected dtype {other:?} in {name}"),
             };
             (name, Tensor { shape: t.shape().to_vec(), f32: f, i32: i })
