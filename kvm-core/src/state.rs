@@ -40,7 +40,7 @@ const STAMP: u32 = 0x534D_564B;
 
 #[inline]
 const fn pad(n: usize) -> usize {
-    (n + UNIT - 1) / UNIT * UNIT
+    n.div_ceil(UNIT) * UNIT
 }
 
 /// Sizes of one session's arena for a config and a state capacity.
@@ -484,11 +484,10 @@ impl HeadState<'_, '_> {
                     .map(|s| dot(pk, &self.st.nk[self.slot(s) * dk..(self.slot(s) + 1) * dk]))
                     .fold(f32::NEG_INFINITY, f32::max);
             }
-            for i in 0..c {
-                let below = (0..c)
-                    .filter(|&j| fs.novelty[j] < fs.novelty[i] || (fs.novelty[j] == fs.novelty[i] && j < i))
-                    .count();
-                appended[i] = (below < n_append) as u32;
+            let novelty = &fs.novelty[..c];
+            for (i, (flag, &mine)) in appended.iter_mut().zip(novelty).enumerate() {
+                let below = novelty.iter().enumerate().filter(|&(j, &x)| x < mine || (x == mine && j < i)).count();
+                *flag = (below < n_append) as u32;
             }
         }
 
@@ -581,13 +580,14 @@ impl HeadState<'_, '_> {
         let n_state = if plan.read_state { slots } else { 0 };
         let n_window = plan.t + 1 - plan.window_begin;
         let scores = &mut scores[..n_state + n_window];
-        for s in 0..n_state {
+        let (state_scores, window_scores) = scores.split_at_mut(n_state);
+        for (s, score) in state_scores.iter_mut().enumerate() {
             let si = self.slot(s);
-            scores[s] = dot(q, &self.st.nk[si * dk..(si + 1) * dk]) * state_temp * scale;
+            *score = dot(q, &self.st.nk[si * dk..(si + 1) * dk]) * state_temp * scale;
         }
-        for j in 0..n_window {
+        for (j, score) in window_scores.iter_mut().enumerate() {
             let ri = self.ring(plan.window_begin + j);
-            scores[n_state + j] = dot(q, &self.st.wk[ri * dk..(ri + 1) * dk]) * front_temp * scale;
+            *score = dot(q, &self.st.wk[ri * dk..(ri + 1) * dk]) * front_temp * scale;
         }
         let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut sum = 0.0;
@@ -596,13 +596,14 @@ impl HeadState<'_, '_> {
             sum += *x;
         }
         out.fill(0.0);
-        for s in 0..n_state {
+        let (state_scores, window_scores) = scores.split_at(n_state);
+        for (s, &p) in state_scores.iter().enumerate() {
             let si = self.slot(s);
-            crate::math::axpy(out, scores[s] / sum, &self.st.nv[si * dv..(si + 1) * dv]);
+            crate::math::axpy(out, p / sum, &self.st.nv[si * dv..(si + 1) * dv]);
         }
-        for j in 0..n_window {
+        for (j, &p) in window_scores.iter().enumerate() {
             let ri = self.ring(plan.window_begin + j);
-            crate::math::axpy(out, scores[n_state + j] / sum, &self.st.wv[ri * dv..(ri + 1) * dv]);
+            crate::math::axpy(out, p / sum, &self.st.wv[ri * dv..(ri + 1) * dv]);
         }
     }
 

@@ -1,9 +1,7 @@
 //! Every golden case: the f32 conversion reproduces the reference's logits (prefill,
 //! decode and full forward), hidden states and final state to 1e-3.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use kvm_core::model::Tap;
 use kvm_core::quant::DType;
 use kvm_core::state::Phase;
