@@ -101,7 +101,17 @@ fn tokens_file_and_info() {
     let ids = tmp("ids.txt");
     std::fs::write(&ids, "[1, 2, 3,\n 4 5]").unwrap();
     let out = tmp("ids.npy");
-    let o = kvm(&["logits", "--model", model.to_str().unwrap(), "--tokens-file", ids.to_str().unwrap(), "--prompt-len", "2", "--out", out.to_str().unwrap()]);
+    let o = kvm(&[
+        "logits",
+        "--model",
+        model.to_str().unwrap(),
+        "--tokens-file",
+        ids.to_str().unwrap(),
+        "--prompt-len",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(read_npy(&out).0, vec![5, 96]);
     let o = kvm(&["info", "--model", model.to_str().unwrap()]);

@@ -52,6 +52,18 @@ pub const fn act_scratch_len(cols: usize) -> usize {
     scalar::act_scratch_len(cols)
 }
 
+/// Bytes of activation scratch [`matmul`] needs for `n` tokens of `cols` values.
+pub const fn matmul_scratch_len(cols: usize, n: usize) -> usize {
+    act_scratch_len(cols) * n
+}
+
+/// `ys[t, r] = sum_c w[r, c] * xs[t, c]` (`xs: [n, cols]`, `ys: [n, rows]`).
+pub fn matmul(w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]) {
+    for (x, y) in xs.chunks_exact(w.cols).zip(ys.chunks_exact_mut(w.rows)) {
+        matvec(w, x, y, act);
+    }
+}
+
 /// `y[r] = sum_c w[r, c] * x[c]` for every row. `x.len() == w.cols`,
 /// `y.len() == w.rows`, `act.len() >= act_scratch_len(w.cols)`.
 #[inline]
