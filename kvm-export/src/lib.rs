@@ -1,1 +1,3 @@
 //! kvm-export: HF checkpoint directory -> `.kvm` model file.
+
+pub mod tokenizer;
