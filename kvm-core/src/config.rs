@@ -142,10 +142,9 @@ impl Config {
         check(self.state_min_len >= -1, F::StateMinLen)?;
         match self.budget {
             StateBudget::Fixed => {}
-            StateBudget::PowerLaw { factor, exponent } => check(
-                factor.is_finite() && factor >= 0.0 && exponent.is_finite() && exponent >= 0.0,
-                F::StateGrowth,
-            )?,
+            StateBudget::PowerLaw { factor, exponent } => {
+                check(factor.is_finite() && factor >= 0.0 && exponent.is_finite() && exponent >= 0.0, F::StateGrowth)?
+            }
             StateBudget::Saturation { n } => check(n.is_finite() && n > 0.0, F::StateSaturation)?,
         }
         check(self.sink_len <= 1 << 20, F::SinkLen)?;
@@ -157,8 +156,8 @@ impl Config {
         if !self.has(flags::VLENS) {
             // The reference adds a per-merged-token row to every slot's count, which only
             // broadcasts when each fold merges exactly as many tokens as there are slots.
-            let fixed_full = matches!(self.budget, StateBudget::Fixed)
-                && self.natural_state_len() == self.chunk_len as usize;
+            let fixed_full =
+                matches!(self.budget, StateBudget::Fixed) && self.natural_state_len() == self.chunk_len as usize;
             if !fixed_full {
                 return Err(Error::Unsupported(Unsupported::NoVlensShape));
             }

@@ -69,9 +69,7 @@ impl DType {
 
     /// Parses a command-line name.
     pub fn from_name(s: &str) -> Option<DType> {
-        [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0]
-            .into_iter()
-            .find(|d| d.name() == s)
+        [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0].into_iter().find(|d| d.name() == s)
     }
 
     /// Weights per storage unit (1 for floats, [`QK`] for quant blocks).
@@ -118,4 +116,26 @@ pub fn bf16_le(b: [u8; 2]) -> f32 {
 #[inline]
 pub fn round_bf16(x: f32) -> f32 {
     bf16::from_f32(x).to_f32()
+}
+
+/// Encodes one row of f32 weights as `dtype` (`dst.len() == dtype.row_bytes(src.len())`).
+pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) {
+    match dtype {
+        DType::F32 => {
+            for (d, &x) in dst.chunks_exact_mut(4).zip(src) {
+                d.copy_from_slice(&x.to_le_bytes());
+            }
+        }
+        DType::F16 => {
+            for (d, &x) in dst.chunks_exact_mut(2).zip(src) {
+                d.copy_from_slice(&f16::from_f32(x).to_bits().to_le_bytes());
+            }
+        }
+        DType::BF16 => {
+            for (d, &x) in dst.chunks_exact_mut(2).zip(src) {
+                d.copy_from_slice(&bf16::from_f32(x).to_bits().to_le_bytes());
+            }
+        }
+        DType::Q8_0 | DType::Q4_0 => unimplemented!("quantizers land with the kernels branch"),
+    }
 }

@@ -76,8 +76,8 @@
 //! always works. Otherwise [`Error::BufferTooSmall`] says how much suffices.
 
 mod bpe;
-pub mod section;
 mod pretok;
+pub mod section;
 mod unicode_tables;
 mod utf8;
 
@@ -94,6 +94,15 @@ use section::Tables;
 /// Stack slots [`Tokenizer::encode`] keeps for pieces that do not fit the end of `out`.
 pub const WORD_SCRATCH_LEN: usize = 256;
 
+/// Checks a model's tokenizer section as [`Tokenizer::from_section`] does (model loading
+/// calls this once; the runtime then builds the [`Tokenizer`] from the same section).
+///
+/// # Errors
+/// As [`Tokenizer::from_section`].
+pub fn validate_section(kind: TokenizerKind, section: &[u8], vocab_len: u32) -> Result<()> {
+    Tokenizer::from_section(kind, section, vocab_len).map(|_| ())
+}
+
 /// A tokenizer borrowing its section from the model blob. Cheap to copy.
 #[derive(Clone, Copy)]
 pub struct Tokenizer<'a> {
@@ -103,7 +112,9 @@ pub struct Tokenizer<'a> {
 #[derive(Clone, Copy)]
 enum Kind<'a> {
     /// Ids `0..256` are bytes; ids `256..vocab_len` decode to nothing.
-    Bytes { vocab_len: u32 },
+    Bytes {
+        vocab_len: u32,
+    },
     Bpe(Tables<'a>),
 }
 
@@ -261,9 +272,7 @@ fn encode_bytes(vocab_len: u32, text: &str, out: &mut [u32]) -> Result<usize> {
 
 /// The first added token in `text`, leftmost-longest: `(start, end, id)`.
 fn find_added(t: &Tables<'_>, text: &str) -> Option<(usize, usize, u32)> {
-    if t.added().next().is_none() {
-        return None;
-    }
+    t.added().next()?;
     let bytes = text.as_bytes();
     for (start, _) in text.char_indices() {
         let rest = bytes.get(start..).unwrap_or_default();
@@ -334,7 +343,8 @@ impl Ids<'_> {
         }
         let k = if n <= stack.len() {
             let k = bpe::encode_piece(t, piece, stack);
-            if let (false, Some(dst), Some(src)) = (self.full, self.out.get_mut(self.len..self.len + k), stack.get(..k)) {
+            if let (false, Some(dst), Some(src)) = (self.full, self.out.get_mut(self.len..self.len + k), stack.get(..k))
+            {
                 dst.copy_from_slice(src);
                 self.len += k;
                 return;

@@ -18,8 +18,9 @@ use serde_json::Value;
 const EOS_NAMES: &[&str] = &["<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>"];
 
 /// Builds the tokenizer section from the text of a `tokenizer.json`, and checks it with
-/// the core's validator. The end-of-text token is the first special added token named in
-/// [`EOS_NAMES`], if any.
+/// the core's validator. The end-of-text token is the special added token named
+/// `<|endoftext|>`, `<|end_of_text|>`, `</s>`, `<eos>` or `<|eos|>` (the first of these
+/// present), if any.
 ///
 /// # Errors
 /// If the JSON is malformed, the tokenizer is not GPT-2 style byte-level BPE (the message
@@ -89,7 +90,9 @@ pub fn build_section(tokenizer_json: &str) -> Result<Vec<u8>> {
 
     // Merges: rank = position in the list; a repeated pair keeps its last rank, as
     // `tokenizers` does.
-    let spelled_id = |s: &str| -> Result<u32> { vocab.get(s).and_then(as_id).with_context(|| format!("merge names {s:?}, not in the vocab")) };
+    let spelled_id = |s: &str| -> Result<u32> {
+        vocab.get(s).and_then(as_id).with_context(|| format!("merge names {s:?}, not in the vocab"))
+    };
     let mut merges: HashMap<(u32, u32), (u32, u32)> = HashMap::new();
     let list = model["merges"].as_array().context("model.merges is not an array")?;
     for (rank, m) in list.iter().enumerate() {
@@ -264,24 +267,27 @@ mod tests {
         assert_eq!(&ids[..n], &[257, 32, 256, 258]);
     }
 
+    /// An edit that makes the tiny tokenizer unsupported.
+    type Patch = fn(&mut Value);
+
     #[test]
     fn refuses_what_it_cannot_reproduce() {
-        let cases: Vec<(Box<dyn FnOnce(&mut Value)>, &str)> = vec![
-            (Box::new(|j| j["model"]["type"] = "WordPiece".into()), "WordPiece"),
-            (Box::new(|j| j["pre_tokenizer"]["add_prefix_space"] = true.into()), "add_prefix_space"),
-            (Box::new(|j| j["pre_tokenizer"] = serde_json::json!({"type": "Metaspace"})), "pre-tokenizer"),
-            (Box::new(|j| j["normalizer"] = serde_json::json!({"type": "NFC"})), "normalizer"),
-            (Box::new(|j| j["decoder"] = serde_json::json!({"type": "WordPiece"})), "decoder"),
-            (Box::new(|j| j["post_processor"] = serde_json::json!({"type": "TemplateProcessing"})), "post-processor"),
-            (Box::new(|j| j["model"]["byte_fallback"] = true.into()), "byte_fallback"),
-            (Box::new(|j| j["model"]["ignore_merges"] = true.into()), "ignore_merges"),
-            (Box::new(|j| j["model"]["dropout"] = 0.1.into()), "dropout"),
-            (Box::new(|j| j["added_tokens"][0]["lstrip"] = true.into()), "lstrip"),
-            (Box::new(|j| j["model"]["merges"] = serde_json::json!(["a q"])), "\"aq\""),
-            (Box::new(|j| j["model"]["vocab"]["zz"] = 999.into()), "not dense"),
-            (Box::new(|j| j["model"]["vocab"]["ab"] = 257.into()), "id 257"),
+        let cases: &[(Patch, &str)] = &[
+            (|j| j["model"]["type"] = "WordPiece".into(), "WordPiece"),
+            (|j| j["pre_tokenizer"]["add_prefix_space"] = true.into(), "add_prefix_space"),
+            (|j| j["pre_tokenizer"] = serde_json::json!({"type": "Metaspace"}), "pre-tokenizer"),
+            (|j| j["normalizer"] = serde_json::json!({"type": "NFC"}), "normalizer"),
+            (|j| j["decoder"] = serde_json::json!({"type": "WordPiece"}), "decoder"),
+            (|j| j["post_processor"] = serde_json::json!({"type": "TemplateProcessing"}), "post-processor"),
+            (|j| j["model"]["byte_fallback"] = true.into(), "byte_fallback"),
+            (|j| j["model"]["ignore_merges"] = true.into(), "ignore_merges"),
+            (|j| j["model"]["dropout"] = 0.1.into(), "dropout"),
+            (|j| j["added_tokens"][0]["lstrip"] = true.into(), "lstrip"),
+            (|j| j["model"]["merges"] = serde_json::json!(["a q"]), "\"aq\""),
+            (|j| j["model"]["vocab"]["zz"] = 999.into(), "not dense"),
+            (|j| j["model"]["vocab"]["ab"] = 257.into(), "id 257"),
         ];
-        for (patch, needle) in cases {
+        for &(patch, needle) in cases {
             let err = build_section(&tiny_json(patch)).unwrap_err();
             assert!(format!("{err:#}").contains(needle), "{err:#} lacks {needle:?}");
         }

@@ -7,10 +7,16 @@ Deterministic (fixed seed); needs `pip install tokenizers` (0.22 and 0.23 agree)
 for the character-class probes, `pip install unicodedata2==16.0.0`.
 
     python3 scripts/tokenizer/gen_vectors.py
+    python3 scripts/tokenizer/gen_vectors.py --count 100000 --seed 7 --out /tmp/v.json
+    KVM_TOKENIZER_VECTORS=/tmp/v.json cargo test --test suite tokenizer::parity
+
+The first writes the committed file; the second a larger one the parity test also
+checks when KVM_TOKENIZER_VECTORS names it.
 
 Output: {"generator", "tokenizers_version", "encode": [{"kind", "text", "ids"}],
 "decode": [{"ids", "text"}]}; decode texts use skip_special_tokens=False.
 """
+import argparse
 import json
 import os
 import random
@@ -111,16 +117,21 @@ def long_strings(rng):
 
 
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--count", type=int, default=3000, help="mixed-fragment strings")
+    ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument("--out", default=os.path.join(DATA, "random_vectors.json"))
+    args = ap.parse_args()
     tok = tokenizers.Tokenizer.from_file(os.path.join(DATA, "tokenizer.json"))
-    rng = random.Random(SEED)
+    rng = random.Random(args.seed)
     encode = []
 
     def add(kind, text):
         encode.append({"kind": kind, "text": text, "ids": tok.encode(text).ids})
 
-    for _ in range(3000):
+    for _ in range(args.count):
         add("mix", random_mix(rng, rng.randrange(1, 30)))
-    for _ in range(600):
+    for _ in range(args.count // 5):
         add("codepoints", random_codepoints(rng, rng.randrange(1, 40)))
     for text in class_probes():
         add("class", text)
@@ -138,11 +149,11 @@ def main():
     out = {
         "generator": "scripts/tokenizer/gen_vectors.py",
         "tokenizers_version": tokenizers.__version__,
-        "seed": SEED,
+        "seed": args.seed,
         "encode": encode,
         "decode": decode,
     }
-    path = os.path.join(DATA, "random_vectors.json")
+    path = args.out
     with open(path, "w", encoding="utf-8") as f:
         json.dump(out, f, ensure_ascii=False, separators=(",", ":"))
         f.write("\n")

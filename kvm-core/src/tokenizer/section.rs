@@ -1,7 +1,7 @@
 //! The byte layout of a BPE tokenizer section (documented in the parent module), its
-//! header codec, and [`Tables`]: the validated, borrowed view the encoder and decoder read.
+//! header codec, and `Tables`: the validated, borrowed view the encoder and decoder read.
 //!
-//! Every read goes through a bounds-checked accessor, and [`Tables::new`] checks every
+//! Every read goes through a bounds-checked accessor, and `Tables::new` checks every
 //! offset, length, id, order and byte string before anything else looks at the section,
 //! so no input makes this code panic or read outside the section.
 

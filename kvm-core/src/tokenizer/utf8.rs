@@ -90,7 +90,8 @@ impl StreamDecoder {
     /// [`Error::BufferTooSmall`] with the bytes this token needs if `out` is shorter. On
     /// error the decoder is unchanged, so the call can be repeated.
     pub fn push<'o>(&mut self, tokenizer: &Tokenizer<'_>, id: u32, out: &'o mut [u8]) -> Result<&'o str> {
-        let bytes = tokenizer.token_bytes(id).ok_or(Error::TokenOutOfRange { token: id, vocab_len: tokenizer.vocab_len() })?;
+        let bytes =
+            tokenizer.token_bytes(id).ok_or(Error::TokenOutOfRange { token: id, vocab_len: tokenizer.vocab_len() })?;
         let mut next = *self;
         let mut sink = Sink::new(out);
         next.feed(bytes, &mut sink);
@@ -158,7 +159,8 @@ pub(crate) fn decode_into(tokenizer: &Tokenizer<'_>, ids: &[u32], out: &mut [u8]
     let mut d = StreamDecoder::new();
     let mut sink = Sink::new(out);
     for &id in ids {
-        let bytes = tokenizer.token_bytes(id).ok_or(Error::TokenOutOfRange { token: id, vocab_len: tokenizer.vocab_len() })?;
+        let bytes =
+            tokenizer.token_bytes(id).ok_or(Error::TokenOutOfRange { token: id, vocab_len: tokenizer.vocab_len() })?;
         d.feed(bytes, &mut sink);
     }
     sink.put(d.finish().as_bytes());

@@ -6,7 +6,7 @@ use kvm_core::tokenizer::section::{SectionHeader, HEADER_LEN};
 use kvm_core::tokenizer::{StreamDecoder, Tokenizer};
 use kvm_core::Error;
 
-use crate::helpers::{gpt2_section, Rng};
+use super::{gpt2_section, Rng};
 
 const TEXTS: &[&str] = &["Hello world! it's 12 <|endoftext|> 日本 🚀", "  \r\n", "aaaaaaaaaaaaaaab"];
 
@@ -28,13 +28,11 @@ fn exercise(t: &Tokenizer<'_>) {
 
 fn tiny_section() -> Vec<u8> {
     // Every byte, a few merges, an added token: small enough to corrupt byte by byte.
-    let json = std::fs::read_to_string(crate::helpers::data_path("gpt2/tokenizer.json")).unwrap();
+    let json = std::fs::read_to_string(super::data_path("gpt2/tokenizer.json")).unwrap();
     let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
     let keep: Vec<serde_json::Value> = v["model"]["merges"].as_array().unwrap()[..40].to_vec();
-    let merged: Vec<String> = keep
-        .iter()
-        .map(|m| format!("{}{}", m[0].as_str().unwrap(), m[1].as_str().unwrap()))
-        .collect();
+    let merged: Vec<String> =
+        keep.iter().map(|m| format!("{}{}", m[0].as_str().unwrap(), m[1].as_str().unwrap())).collect();
     let vocab = v["model"]["vocab"].as_object().unwrap().clone();
     let mut small = serde_json::Map::new();
     for (k, id) in &vocab {
@@ -137,7 +135,7 @@ fn header_fields_are_checked() {
         &|h| h.sorted_at += 4,
         &|h| h.byte_ids_at = h.sorted_at,
         &|h| h.merges_at += 16,
-        &|h| h.added_at = u32::MAX & !3,
+        &|h| h.added_at = !3,
         &|h| h.bytes_at += 1,
         &|h| h.bytes_len -= 1,
     ];

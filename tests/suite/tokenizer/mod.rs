@@ -1,4 +1,10 @@
-//! Shared fixtures: the GPT-2 section (built once) and a tiny deterministic RNG.
+//! Tokenizer tests against Hugging Face `tokenizers` (golden vectors in
+//! `tests/data/tokenizers/`), round trips, streaming, and corrupted sections; below, the
+//! fixtures they share: the GPT-2 section (built once) and a tiny deterministic RNG.
+
+mod corrupt;
+mod parity;
+mod stream;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;

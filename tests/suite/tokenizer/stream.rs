@@ -2,7 +2,7 @@
 
 use kvm_core::tokenizer::StreamDecoder;
 
-use crate::helpers::{decode, encode, gpt2, Rng};
+use super::{decode, encode, gpt2, Rng};
 
 #[test]
 fn characters_spanning_tokens_are_held_until_complete() {
