@@ -1,5 +1,5 @@
 //! The workspace's integration suite, one binary: golden vectors, the trained model,
-//! corrupt inputs and the command lines.
+//! corrupt inputs, the command lines and the tokenizer.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -7,3 +7,4 @@ mod common;
 mod corrupt;
 mod golden;
 mod tiny_kjv;
+mod tokenizer;
