@@ -6,6 +6,7 @@ use crate::format::{self, Header, Role, TensorEntry, ENTRY_LEN, HEADER_LEN, N_GL
 use crate::kernels::{self, Matrix};
 use crate::math::{elu, layer_norm, layer_norm_inplace, rope_apply, rope_tables, sigmoid};
 use crate::state::{Acts, Counters, HeadState, LayerState, Layout, Phase, Plan, Scratch};
+use crate::tokenizer::Tokenizer;
 
 /// Per-layer roles in canonical order.
 const LAYER_ROLES: usize = 26;
@@ -19,6 +20,7 @@ pub struct Model<'a> {
     layer_slot: [u8; LAYER_ROLES],
     /// Table entries per layer.
     per_layer: usize,
+    tokenizer: Tokenizer<'a>,
 }
 
 /// An f32 vector tensor read in place (the blob may be unaligned).
@@ -82,7 +84,7 @@ impl<'a> Model<'a> {
             return Err(Error::OutOfBounds);
         }
         format::validate_sections(blob, &header, check_data)?;
-        crate::tokenizer::validate_section(header.tokenizer_kind, tokenizer_bytes(blob, &header), cfg.vocab_len)?;
+        let tokenizer = Tokenizer::from_section(header.tokenizer_kind, tokenizer_bytes(blob, &header), cfg.vocab_len)?;
         let layout = Layout::new(cfg, header.state_capacity as usize)?;
         if layout.arena_len() as u64 != header.arena_len {
             return Err(Error::BadConfig(crate::error::ConfigField::StateCapacity));
@@ -95,7 +97,7 @@ impl<'a> Model<'a> {
                 per_layer += 1;
             }
         }
-        Ok(Model { blob, header, layer_slot, per_layer })
+        Ok(Model { blob, header, layer_slot, per_layer, tokenizer })
     }
 
     /// The model's hyper-parameters.
@@ -128,6 +130,12 @@ impl<'a> Model<'a> {
     /// [`Error::BadConfig`] if `state_len` is outside `[chunk_len, natural_state_len]`.
     pub fn arena_len_for(&self, state_len: usize) -> Result<usize> {
         Ok(Layout::new(self.config(), state_len)?.arena_len())
+    }
+
+    /// The model's tokenizer (validated at load).
+    #[inline]
+    pub fn tokenizer(&self) -> Tokenizer<'a> {
+        self.tokenizer
     }
 
     /// The raw tokenizer section.

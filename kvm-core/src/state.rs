@@ -904,6 +904,15 @@ impl<'m, 'a> Session<'m, 'a> {
         Ok(self.logits())
     }
 
+    /// [`Session::decode`] with the matrix products run by `exec` (a thread pool).
+    ///
+    /// # Errors
+    /// As [`Session::step`].
+    pub fn decode_with(&mut self, token: u32, exec: &dyn Exec) -> Result<&[f32]> {
+        self.run(&[token], Phase::Decode, None, Logits::Last, exec, &mut |_, _| {})?;
+        Ok(self.logits())
+    }
+
     /// Feeds a prompt and returns the logits after its last token.
     ///
     /// # Errors

@@ -11,5 +11,9 @@ pub mod arena;
 pub mod file;
 #[cfg(feature = "std")]
 pub mod npy;
+#[cfg(feature = "std")]
+pub mod pool;
+#[cfg(feature = "std")]
+pub mod prefill;
 
 pub use kvm_core;

@@ -3,9 +3,11 @@
 //! Every error prints one line on stderr and exits non-zero; no subcommand panics on bad
 //! input (a panic hook turns an internal bug into one line too).
 
+mod generate;
 mod info;
 mod logits;
 mod perplexity;
+mod tokenize;
 mod tokens;
 
 use std::path::PathBuf;
@@ -31,6 +33,10 @@ enum Cmd {
     Logits(logits::Args),
     /// Score a text file with the model's own state; bits per token/byte, perplexity.
     Perplexity(perplexity::Args),
+    /// Generate text from a prompt, streaming it as it comes.
+    Generate(generate::Args),
+    /// Print the token ids of a text.
+    Tokenize(tokenize::Args),
 }
 
 /// Name of the matrix kernel tier in use.
@@ -51,6 +57,8 @@ fn main() -> ExitCode {
         Cmd::Info { model } => info::run(&model),
         Cmd::Logits(args) => logits::run(&args),
         Cmd::Perplexity(args) => perplexity::run(&args),
+        Cmd::Generate(args) => generate::run(&args),
+        Cmd::Tokenize(args) => tokenize::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
