@@ -154,3 +154,93 @@ fn errors_are_one_line_and_never_panics() {
         std::fs::remove_file(f).ok();
     }
 }
+
+#[test]
+fn logits_match_with_any_thread_count() {
+    let model = convert_case("growable_power_law", DType::F32);
+    let g = golden("growable_power_law");
+    let ids: Vec<String> = g.i32("input_ids").iter().map(|i| i.to_string()).collect();
+    let want: Vec<f32> = g.f32("logits_full");
+    for threads in ["1", "2", "3"] {
+        let out = tmp(&format!("threads-{threads}.npy"));
+        let o = kvm(&[
+            "logits",
+            "--model",
+            model.to_str().unwrap(),
+            "--tokens",
+            &ids.join(","),
+            "--prompt-len",
+            &ids.len().to_string(),
+            "--threads",
+            threads,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let (_, got) = read_npy(&out);
+        let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst <= 1e-3, "--threads {threads}: max abs logit error {worst}");
+        std::fs::remove_file(out).ok();
+    }
+    std::fs::remove_file(model).ok();
+}
+
+#[test]
+fn greedy_generation_reproduces_the_reference() {
+    let out = tmp("tiny-kjv-f32.kvm");
+    let policy = Policy { dtype: DType::F32, overrides: vec![] };
+    convert(&repo().join("models/tiny-kjv"), &out, &policy, &TokenizerSource::Auto, &mut |_| {}).unwrap();
+    let greedy: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(repo().join("models/tiny-kjv/reference/greedy.json")).unwrap())
+            .unwrap();
+    for (case, threads) in greedy.as_array().unwrap().iter().zip(["1", "2"].iter().cycle()) {
+        let prompt = case["prompt"].as_str().unwrap();
+        let want: Vec<u64> = case["greedy_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+        let n = want.len().to_string();
+        let o = kvm(&[
+            "generate",
+            "--model",
+            out.to_str().unwrap(),
+            "--prompt",
+            prompt,
+            "-n",
+            &n,
+            "--temperature",
+            "0",
+            "--threads",
+            threads,
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let got: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let ids: Vec<u64> = got["generated_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+        assert_eq!(ids, want, "prompt {prompt:?}");
+        assert_eq!(got["text"].as_str().unwrap(), case["text"].as_str().unwrap());
+        for key in ["prompt_tok_s", "decode_tok_s", "peak_rss_bytes"] {
+            assert!(got["stats"][key].as_f64().unwrap() > 0.0, "stats.{key}");
+        }
+        // Streaming mode prints the prompt, then the continuation.
+        let o =
+            kvm(&["generate", "--model", out.to_str().unwrap(), "--prompt", prompt, "-n", &n, "--temperature", "0"]);
+        assert_eq!(
+            String::from_utf8(o.stdout).unwrap().trim_end_matches('\n'),
+            format!("{prompt}{}", case["text"].as_str().unwrap())
+        );
+    }
+    std::fs::remove_file(out).ok();
+}
+
+#[test]
+fn tokenize_matches_the_reference_tokenizer() {
+    let tj = repo().join("tests/data/tokenizers/gpt2/tokenizer.json");
+    let vectors: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("tests/data/tokenizers/gpt2/encode_vectors.json")).unwrap(),
+    )
+    .unwrap();
+    for v in vectors.as_array().unwrap().iter().take(4) {
+        let o = kvm(&["tokenize", "--tokenizer", tj.to_str().unwrap(), "--json", v["text"].as_str().unwrap()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let got: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(got["ids"], v["ids"]);
+    }
+}
