@@ -7,8 +7,8 @@ use kvm_core::kernels::{self, Matrix};
 use kvm_core::model::{Exec, Serial};
 use rayon::prelude::*;
 
-/// Rows below which a product is not worth splitting.
-const MIN_ROWS_PER_THREAD: usize = 32;
+/// Weights per worker below which splitting a product costs more than it saves.
+const MIN_WEIGHTS_PER_THREAD: usize = 64 * 1024;
 
 thread_local! {
     /// Each worker's kernel scratch (quantized activations), grown once and reused.
@@ -47,7 +47,7 @@ pub fn default_threads() -> usize {
 impl Exec for Pool {
     fn matmul(&self, w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]) {
         let Some(pool) = &self.pool else { return Serial.matmul(w, xs, ys, act) };
-        let parts = self.threads.min(w.rows / MIN_ROWS_PER_THREAD);
+        let parts = self.threads.min(w.rows * w.cols / MIN_WEIGHTS_PER_THREAD).min(w.rows);
         if parts < 2 {
             return Serial.matmul(w, xs, ys, act);
         }

@@ -41,7 +41,7 @@ enum Cmd {
 
 /// Name of the matrix kernel tier in use.
 pub fn kernel_tier() -> &'static str {
-    "scalar"
+    kvm_core::kernels::tier().name()
 }
 
 fn main() -> ExitCode {
@@ -53,7 +53,13 @@ fn main() -> ExitCode {
             .or_else(|| info.payload().downcast_ref::<String>().cloned());
         eprintln!("kvm: internal error: {}", msg.unwrap_or_else(|| "panic".into()));
     }));
-    let result = match Cli::parse().cmd {
+    let cli = Cli::parse();
+    // The best kernels this CPU runs, unless KVM_KERNELS forces a tier.
+    if let Err(e) = kvm_core::kernels::init_from_env() {
+        eprintln!("kvm: error: {e}");
+        return ExitCode::FAILURE;
+    }
+    let result = match cli.cmd {
         Cmd::Info { model } => info::run(&model),
         Cmd::Logits(args) => logits::run(&args),
         Cmd::Perplexity(args) => perplexity::run(&args),
