@@ -49,8 +49,9 @@ pub struct Args {
     /// report per-token latency and resident memory.
     #[arg(long, value_delimiter = ',')]
     checkpoints: Vec<usize>,
-    /// Long run: decode steps averaged at each checkpoint, rounded up to whole chunks so
-    /// every window holds as many state folds (default: 4 chunks, at least 256 steps).
+    /// Long run: decode steps timed before each checkpoint, rounded up to whole chunks;
+    /// the latency reported is the median over the window's chunks of the mean step time
+    /// (default: 4 chunks, at least 1024 steps).
     #[arg(long)]
     window: Option<usize>,
     /// Long run: reach each checkpoint's window by chunked prefill instead of decoding
@@ -115,6 +116,8 @@ fn describe(path: &std::path::Path, model: &Model<'_>, pool: &Pool) -> Value {
         "arena_bytes": model.arena_len(),
         "threads": pool.threads(),
         "kernel_tier": crate::kernel_tier(),
+        // Other processes' load makes numbers noisy (and 2-thread ones low) on shared machines.
+        "loadavg_1m": std::fs::read_to_string("/proc/loadavg").ok().and_then(|l| l.split(' ').next()?.parse::<f64>().ok()),
         "weight_bytes_per_token": weight_bytes,
         "state_bytes_per_token": state_bytes.round() as u64,
     })
@@ -233,7 +236,7 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
         bail!("checkpoint {last} is past --gen {}", a.gen);
     }
     let chunk = model.config().chunk_len as usize;
-    let window = a.window.unwrap_or(256.max(4 * chunk)).div_ceil(chunk).max(1) * chunk;
+    let window = a.window.unwrap_or(1024.max(4 * chunk)).div_ceil(chunk).max(1) * chunk;
     let mut run = Run::new(*model);
     let mut session = run.session()?;
     let mut stream = Rng::new(a.seed);
@@ -253,15 +256,33 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
             next = argmax(session.decode_with(next, pool)?);
         }
         let steps = cp - session.pos();
+        // Any `chunk_len` consecutive steps hold exactly one state fold, so the median of
+        // whole chunks' means counts the folds fairly and ignores a chunk that another
+        // process preempted.
+        let mut per_chunk = Vec::new();
+        let mut slowest = 0f64;
         let t = Instant::now();
         while session.pos() < cp {
-            next = argmax(session.decode_with(next, pool)?);
+            let n = chunk.min(cp - session.pos());
+            let tc = Instant::now();
+            for _ in 0..n {
+                let ts = Instant::now();
+                next = argmax(session.decode_with(next, pool)?);
+                slowest = slowest.max(ts.elapsed().as_secs_f64() * 1e3);
+            }
+            if n == chunk {
+                per_chunk.push(tc.elapsed().as_secs_f64() * 1e3 / n as f64);
+            }
         }
-        let ms = t.elapsed().as_secs_f64() * 1e3 / steps.max(1) as f64;
+        let mean = t.elapsed().as_secs_f64() * 1e3 / steps.max(1) as f64;
+        let ms = if per_chunk.is_empty() { mean } else { median(&mut per_chunk) };
         let row = json!({
             "pos": cp,
             "window": steps,
             "ms_per_tok": ms,
+            "mean_ms_per_tok": mean,
+            // The step that folds a chunk into the state is the slow one.
+            "max_step_ms": slowest,
             "rss_bytes": status_bytes("VmRSS:"),
             "peak_rss_bytes": status_bytes("VmHWM:"),
             "state_slots": session.state_slots(),
@@ -374,19 +395,24 @@ fn print_report(r: &Value) {
         );
     }
     if let Some(rows) = r["checkpoints"].as_array() {
-        println!("{:>10} {:>8} {:>12} {:>12}", "position", "window", "ms/token", "rss MiB");
+        println!(
+            "{:>10} {:>8} {:>12} {:>12} {:>12} {:>12}",
+            "position", "window", "ms/token", "mean ms", "slowest ms", "rss MiB"
+        );
         for row in rows {
             let g = |k: &str| row[k].as_f64().unwrap_or(f64::NAN);
             println!(
-                "{:>10} {:>8} {:>12.4} {:>12.2}",
-                row["pos"],
-                row["window"],
+                "{:>10} {:>8} {:>12.4} {:>12.4} {:>12.3} {:>12.2}",
+                row["pos"].as_u64().unwrap_or(0),
+                row["window"].as_u64().unwrap_or(0),
                 g("ms_per_tok"),
+                g("mean_ms_per_tok"),
+                g("max_step_ms"),
                 g("rss_bytes") / (1u64 << 20) as f64
             );
         }
         println!(
-            "spread         latency {:.1}%, rss {:.1}% (max/min - 1)",
+            "spread         latency {:.1}% (median of chunks), rss {:.1}% (max/min - 1)",
             100.0 * f("latency_spread"),
             100.0 * f("rss_spread")
         );
