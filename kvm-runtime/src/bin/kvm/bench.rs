@@ -195,25 +195,41 @@ fn speed(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Result
     let vocab_len = model.config().vocab_len;
     let prompt = token_stream(a.seed, a.prompt_len, vocab_len);
     let (mut prefill_tok_s, mut decode_tok_s, mut matmul_frac, mut head_frac) = (vec![], vec![], vec![], vec![]);
+    let (mut prefill_wait, mut decode_wait) = (vec![], vec![]);
+    let threads = pool.threads();
     let mut run = Run::new(*model);
     for _ in 0..a.runs.max(1) {
         let mut session = run.session()?;
-        let t0 = Instant::now();
-        prefill(&mut session, &prompt, Phase::Prefill, pool, false).context("prefill")?;
-        prefill_tok_s.push(a.prompt_len as f64 / t0.elapsed().as_secs_f64());
+        let (_, secs, wait) =
+            timed(threads, || prefill(&mut session, &prompt, Phase::Prefill, pool, false).context("prefill"))?;
+        prefill_tok_s.push(a.prompt_len as f64 / secs);
+        prefill_wait.push(wait);
 
-        let timed = Timed { pool, matmul: Cell::default(), head: Cell::default(), vocab_len: vocab_len as usize };
+        let timed_exec = Timed { pool, matmul: Cell::default(), head: Cell::default(), vocab_len: vocab_len as usize };
         let mut next = argmax(session.logits());
-        let t1 = Instant::now();
-        for _ in 0..a.gen {
-            next = argmax(session.decode_with(next, &timed)?);
-        }
-        let secs = t1.elapsed().as_secs_f64();
+        let (_, secs, wait) = timed(threads, || {
+            for _ in 0..a.gen {
+                next = argmax(session.decode_with(next, &timed_exec)?);
+            }
+            Ok(())
+        })?;
         decode_tok_s.push(a.gen as f64 / secs);
-        matmul_frac.push(timed.matmul.get().as_secs_f64() / secs);
-        head_frac.push(timed.head.get().as_secs_f64() / secs);
+        decode_wait.push(wait);
+        matmul_frac.push(timed_exec.matmul.get().as_secs_f64() / secs);
+        head_frac.push(timed_exec.head.get().as_secs_f64() / secs);
     }
-    let runs = json!({"prefill_tok_s": prefill_tok_s, "decode_tok_s": decode_tok_s});
+    let runs = json!({
+        "prefill_tok_s": prefill_tok_s,
+        "decode_tok_s": decode_tok_s,
+        "prefill_wait_fraction": prefill_wait,
+        "decode_wait_fraction": decode_wait,
+    });
+    // What the runs would have done with their CPUs to themselves (memory contention aside).
+    let adjust = |tok_s: &[f64], wait: &[f64]| -> Vec<f64> {
+        tok_s.iter().zip(wait).map(|(&r, &w)| r / (1.0 - w).max(0.05)).collect()
+    };
+    let (mut prefill_adj, mut decode_adj) =
+        (adjust(&prefill_tok_s, &prefill_wait), adjust(&decode_tok_s, &decode_wait));
     let decode = median(&mut decode_tok_s);
     report["prompt_len"] = json!(a.prompt_len);
     report["gen"] = json!(a.gen);
@@ -222,6 +238,10 @@ fn speed(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Result
     report["decode_ms_per_tok"] = json!(1e3 / decode);
     report["decode_matmul_fraction"] = json!(median(&mut matmul_frac));
     report["decode_head_fraction"] = json!(median(&mut head_frac));
+    report["prefill_tok_s_adj"] = json!(median(&mut prefill_adj));
+    report["decode_tok_s_adj"] = json!(median(&mut decode_adj));
+    report["prefill_wait_fraction"] = json!(median(&mut prefill_wait));
+    report["decode_wait_fraction"] = json!(median(&mut decode_wait));
     report["runs"] = runs;
     Ok(())
 }
@@ -261,6 +281,7 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
         // process preempted.
         let mut per_chunk = Vec::new();
         let mut slowest = 0f64;
+        let (_, wait0) = sched_ns();
         let t = Instant::now();
         while session.pos() < cp {
             let n = chunk.min(cp - session.pos());
@@ -274,7 +295,9 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
                 per_chunk.push(tc.elapsed().as_secs_f64() * 1e3 / n as f64);
             }
         }
-        let mean = t.elapsed().as_secs_f64() * 1e3 / steps.max(1) as f64;
+        let wall = t.elapsed().as_secs_f64();
+        let wait = sched_ns().1.saturating_sub(wait0) as f64 / 1e9 / (wall * pool.threads() as f64);
+        let mean = wall * 1e3 / steps.max(1) as f64;
         let ms = if per_chunk.is_empty() { mean } else { median(&mut per_chunk) };
         let row = json!({
             "pos": cp,
@@ -283,6 +306,7 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
             "mean_ms_per_tok": mean,
             // The step that folds a chunk into the state is the slow one.
             "max_step_ms": slowest,
+            "wait_fraction": wait,
             "rss_bytes": status_bytes("VmRSS:"),
             "peak_rss_bytes": status_bytes("VmHWM:"),
             "state_slots": session.state_slots(),
@@ -357,6 +381,32 @@ fn bandwidth(mib: usize, threads: usize, report: &mut Value) {
     }
 }
 
+/// Nanoseconds every thread of this process has spent running and waiting to run (on a
+/// run queue, behind other processes), from `/proc/self/task/*/schedstat`; zeros where
+/// the OS does not say.
+fn sched_ns() -> (u64, u64) {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return (0, 0) };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .map(|s| {
+            let mut f = s.split_whitespace().map(|x| x.parse::<u64>().unwrap_or(0));
+            (f.next().unwrap_or(0), f.next().unwrap_or(0))
+        })
+        .fold((0, 0), |(r, w), (r1, w1)| (r + r1, w + w1))
+}
+
+/// Measures what `f` costs: wall seconds, and the share of the CPU time the run's
+/// `threads` wanted that went to other processes instead (run-queue wait / (wall x
+/// threads)): near 0 on a quiet machine; past ~0.1 the wall-clock numbers are noise.
+fn timed<T>(threads: usize, f: impl FnOnce() -> Result<T>) -> Result<(T, f64, f64)> {
+    let (_, wait0) = sched_ns();
+    let t = Instant::now();
+    let out = f()?;
+    let secs = t.elapsed().as_secs_f64();
+    let (_, wait1) = sched_ns();
+    Ok((out, secs, (wait1.saturating_sub(wait0)) as f64 / 1e9 / (secs * threads as f64)))
+}
+
 /// A `/proc/self/status` size field (`VmRSS:`) in bytes; 0 where there is none.
 fn status_bytes(key: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -392,6 +442,14 @@ fn print_report(r: &Value) {
             f("decode_ms_per_tok"),
             100.0 * f("decode_matmul_fraction"),
             100.0 * f("decode_head_fraction")
+        );
+        println!(
+            "cpu stolen     {:.0}% of prefill, {:.0}% of decode (waiting behind other processes); \
+             without it {:.1} and {:.2} tok/s",
+            100.0 * f("prefill_wait_fraction"),
+            100.0 * f("decode_wait_fraction"),
+            f("prefill_tok_s_adj"),
+            f("decode_tok_s_adj")
         );
     }
     if let Some(rows) = r["checkpoints"].as_array() {
