@@ -281,7 +281,7 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
         // process preempted.
         let mut per_chunk = Vec::new();
         let mut slowest = 0f64;
-        let (_, wait0) = sched_ns();
+        let (run0, wait0) = sched_ns();
         let t = Instant::now();
         while session.pos() < cp {
             let n = chunk.min(cp - session.pos());
@@ -296,7 +296,10 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
             }
         }
         let wall = t.elapsed().as_secs_f64();
-        let wait = sched_ns().1.saturating_sub(wait0) as f64 / 1e9 / (wall * pool.threads() as f64);
+        let (run1, wait1) = sched_ns();
+        let wait = wait1.saturating_sub(wait0) as f64 / 1e9 / (wall * pool.threads() as f64);
+        // CPU time per step (all threads): what the step cost with preemption taken out.
+        let cpu = run1.saturating_sub(run0) as f64 / 1e6 / steps.max(1) as f64;
         let mean = wall * 1e3 / steps.max(1) as f64;
         // The fastest chunk did the same work as the others with the least interference
         // from other processes: on a shared machine it is the steadiest measure of cost.
@@ -308,6 +311,7 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
             "ms_per_tok": ms,
             "mean_ms_per_tok": mean,
             "best_chunk_ms_per_tok": best,
+            "cpu_ms_per_tok": cpu,
             // The step that folds a chunk into the state is the slow one.
             "max_step_ms": slowest,
             "wait_fraction": wait,
@@ -331,6 +335,7 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
     };
     report["latency_spread"] = json!(spread("ms_per_tok"));
     report["best_chunk_latency_spread"] = json!(spread("best_chunk_ms_per_tok"));
+    report["cpu_latency_spread"] = json!(spread("cpu_ms_per_tok"));
     report["rss_spread"] = json!(spread("rss_bytes"));
     report["checkpoints"] = Value::Array(rows);
     report["fast_forward"] = json!(a.fast_forward);
@@ -459,26 +464,29 @@ fn print_report(r: &Value) {
     }
     if let Some(rows) = r["checkpoints"].as_array() {
         println!(
-            "{:>10} {:>8} {:>12} {:>12} {:>12} {:>12} {:>12}",
-            "position", "window", "ms/token", "mean ms", "best chunk", "slowest ms", "rss MiB"
+            "{:>10} {:>8} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            "position", "window", "ms/token", "mean ms", "best chunk", "cpu ms", "slowest ms", "rss MiB"
         );
         for row in rows {
             let g = |k: &str| row[k].as_f64().unwrap_or(f64::NAN);
             println!(
-                "{:>10} {:>8} {:>12.4} {:>12.4} {:>12.4} {:>12.3} {:>12.2}",
+                "{:>10} {:>8} {:>12.4} {:>12.4} {:>12.4} {:>12.4} {:>12.3} {:>12.2}",
                 row["pos"].as_u64().unwrap_or(0),
                 row["window"].as_u64().unwrap_or(0),
                 g("ms_per_tok"),
                 g("mean_ms_per_tok"),
                 g("best_chunk_ms_per_tok"),
+                g("cpu_ms_per_tok"),
                 g("max_step_ms"),
                 g("rss_bytes") / (1u64 << 20) as f64
             );
         }
         println!(
-            "spread         latency {:.1}% (median chunk), {:.1}% (best chunk), rss {:.1}% (max/min - 1)",
+            "spread         latency {:.1}% (median chunk), {:.1}% (best chunk), {:.1}% (cpu), rss {:.1}% \
+             (max/min - 1)",
             100.0 * f("latency_spread"),
             100.0 * f("best_chunk_latency_spread"),
+            100.0 * f("cpu_latency_spread"),
             100.0 * f("rss_spread")
         );
     }
