@@ -5,14 +5,15 @@
 #   scripts/gen-header.sh --check   exit 1 (and show the diff) if the checked-in header
 #                                   differs from what the source generates
 #
-# Needs cbindgen 0.29 (`cargo install cbindgen --locked --version ^0.29`).
+# Needs cbindgen 0.29 (`cargo install cbindgen --locked --version 0.29.4`): other versions
+# may format the header differently, which --check reports as drift.
 set -eu
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 header="$root/kvm-runtime/include/kvm.h"
 
 if ! command -v cbindgen >/dev/null 2>&1; then
-    echo "gen-header: cbindgen not found; install it with: cargo install cbindgen --locked --version ^0.29" >&2
+    echo "gen-header: cbindgen not found; install it with: cargo install cbindgen --locked --version 0.29.4" >&2
     exit 2
 fi
 

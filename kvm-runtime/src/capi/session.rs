@@ -21,7 +21,7 @@
 use core::mem::{align_of, size_of};
 use core::ptr;
 
-use kvm_core::sampler::{Candidate, Pcg32, Sampler, SamplerConfig};
+use kvm_core::sampler::{scratch_len, Candidate, Pcg32, Sampler, SamplerConfig};
 use kvm_core::state::{Layout, Phase, ARENA_ALIGN};
 use kvm_core::{Model, Session};
 
@@ -49,6 +49,8 @@ pub(crate) struct ArenaPlan {
     core: usize,
     core_len: usize,
     scratch: usize,
+    /// Candidates in the sampler scratch.
+    scratch_len: usize,
     pub total: usize,
 }
 
@@ -60,12 +62,13 @@ impl ArenaPlan {
         let core = pad(size_of::<SessionCell>()).ok_or(overflow)?;
         let core_len = model.arena_len();
         let scratch = core.checked_add(pad(core_len).ok_or(overflow)?).ok_or(overflow)?;
-        let scratch_bytes = (model.config().vocab_len as usize).checked_mul(size_of::<Candidate>()).ok_or(overflow)?;
+        let scratch_len = scratch_len(model.config().vocab_len as usize);
+        let scratch_bytes = scratch_len.checked_mul(size_of::<Candidate>()).ok_or(overflow)?;
         let total = scratch.checked_add(pad(scratch_bytes).ok_or(overflow)?).ok_or(overflow)?;
         if total > isize::MAX as usize {
             return Err(overflow);
         }
-        Ok(ArenaPlan { core, core_len, scratch, total })
+        Ok(ArenaPlan { core, core_len, scratch, scratch_len, total })
     }
 }
 
@@ -124,8 +127,8 @@ impl SessionCell {
         unsafe {
             ptr::write_bytes(arena, 0, plan.total);
             let core = core::slice::from_raw_parts_mut(arena.add(plan.core), plan.core_len);
-            let vocab_len = model.config().vocab_len as usize;
-            let scratch = core::slice::from_raw_parts_mut(arena.add(plan.scratch).cast::<Candidate>(), vocab_len);
+            let scratch =
+                core::slice::from_raw_parts_mut(arena.add(plan.scratch).cast::<Candidate>(), plan.scratch_len);
             let session = Session::new(model, core)?;
             let cell = arena.cast::<SessionCell>();
             cell.write(SessionCell {
