@@ -538,7 +538,9 @@ impl HeadState<'_, '_> {
             }
             let novelty = &fs.novelty[..c];
             for (i, (flag, &mine)) in appended.iter_mut().zip(novelty).enumerate() {
-                let below = novelty.iter().enumerate().filter(|&(j, &x)| x < mine || (x == mine && j < i)).count();
+                // A total order (NaN included), so exactly n_append tokens rank below the cut.
+                let below =
+                    novelty.iter().enumerate().filter(|&(j, x)| x.total_cmp(&mine).then(j.cmp(&i)).is_lt()).count();
                 *flag = (below < n_append) as u32;
             }
         }
@@ -738,7 +740,7 @@ impl<'m, 'a> Session<'m, 'a> {
             return Err(Error::ArenaSize { expected: layout.arena_len(), got: arena.len() });
         }
         let arena: &mut [f32] = bytemuck::try_cast_slice_mut(arena).map_err(|_| Error::ArenaMisaligned)?;
-        if arena.as_ptr() as usize % ARENA_ALIGN != 0 {
+        if !(arena.as_ptr() as usize).is_multiple_of(ARENA_ALIGN) {
             return Err(Error::ArenaMisaligned);
         }
         let mut session = Session { model, layout, arena };
@@ -955,9 +957,16 @@ impl<'m, 'a> Session<'m, 'a> {
             return Err(Error::BadSnapshot);
         }
         let word = |i: usize| u32::from_le_bytes([snap[i * 4], snap[i * 4 + 1], snap[i * 4 + 2], snap[i * 4 + 3]]);
+        let (pos, slots, coverage) = (word(counter::POS), word(counter::SLOTS), word(counter::COVERAGE));
+        // Counters a session could have reached; anything else could index past the state.
+        let chunk = self.model.config().chunk_len;
         if word(counter::STAMP) != STAMP
             || word(counter::STATE_LEN) as usize != self.layout.state_len
             || word(counter::ARENA_LEN) as usize != self.layout.arena_len() as u32 as usize
+            || slots as usize > self.layout.state_len
+            || slots > pos
+            || coverage > pos
+            || slots < pos.min(chunk)
         {
             return Err(Error::BadSnapshot);
         }
