@@ -334,23 +334,38 @@ impl<'a> Tables<'a> {
 
     /// Merge entry `m` (`m < n_merges`).
     pub(crate) fn merge(&self, m: usize) -> Merge {
-        let w = m.saturating_mul(4);
         Merge {
-            left: self.merges.at(w),
-            right: self.merges.at(w + 1),
-            rank: self.merges.at(w + 2),
-            merged: self.merges.at(w + 3),
+            left: self.merge_word(m, 0),
+            right: self.merge_word(m, 1),
+            rank: self.merge_rank(m),
+            merged: self.merged(m),
         }
+    }
+
+    /// Word `k` of merge entry `m`.
+    fn merge_word(&self, m: usize, k: usize) -> u32 {
+        self.merges.at(m.saturating_mul(4).saturating_add(k))
+    }
+
+    pub(crate) fn merge_left(&self, m: usize) -> u32 {
+        self.merge_word(m, 0)
+    }
+
+    pub(crate) fn merge_rank(&self, m: usize) -> u32 {
+        self.merge_word(m, 2)
+    }
+
+    pub(crate) fn merged(&self, m: usize) -> u32 {
+        self.merge_word(m, 3)
     }
 
     /// Index of the merge entry of the pair `(left, right)`.
     pub(crate) fn find_merge(&self, left: u32, right: u32) -> Option<usize> {
-        let key = (left, right);
         let (mut lo, mut hi) = (0, self.n_merges());
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            let w = mid * 4;
-            match (self.merges.at(w), self.merges.at(w + 1)).cmp(&key) {
+            let ord = self.merge_word(mid, 0).cmp(&left).then_with(|| self.merge_word(mid, 1).cmp(&right));
+            match ord {
                 core::cmp::Ordering::Less => lo = mid + 1,
                 core::cmp::Ordering::Greater => hi = mid,
                 core::cmp::Ordering::Equal => return Some(mid),
