@@ -16,11 +16,12 @@ use super::section::{Tables, MAX_COUNT};
 const PAIR: u32 = MAX_COUNT;
 
 impl Tables<'_> {
-    /// The slot of symbol `left` followed by `right`.
+    /// The slot of symbol `left` followed by `right`. Validated ids are below `PAIR`; the
+    /// mask keeps an unvalidated one from passing for a merge index.
     fn slot(&self, left: u32, right: Option<u32>) -> u32 {
         match right.and_then(|r| self.find_merge(left, r)) {
             Some(m) => PAIR | m as u32,
-            None => left,
+            None => left & !PAIR,
         }
     }
 
@@ -88,7 +89,7 @@ fn merge_pass(t: &Tables<'_>, s: &mut [u32], k: u32) -> (usize, Option<u32>) {
     // symbol under the sweep, s[r] its right neighbour; w < r always.
     let (mut w, mut r, mut cur) = (0usize, 1usize, first);
     loop {
-        if !stop && t.slot_rank(cur) == Some(k) {
+        if !stop && r < s.len() && t.slot_rank(cur) == Some(k) {
             let merged = t.merged((cur & !PAIR) as usize);
             r += 1;
             cur = t.slot(merged, s.get(r).map(|&x| t.slot_id(x)));

@@ -202,6 +202,19 @@ impl<'a> Tables<'a> {
     /// every token's bytes lie in the byte pool, and every order binary search relies on
     /// holds.
     pub(crate) fn new(section: &'a [u8]) -> Result<Tables<'a>> {
+        let (t, h) = Tables::bounds(section)?;
+        t.check_contents(&h)?;
+        Ok(t)
+    }
+
+    /// Checks only the header and that every array lies in the section, in O(1). All
+    /// reads stay bounds-checked, so a section that would fail [`Tables::new`] gives
+    /// wrong tokens or errors, never a panic or an out-of-bounds read.
+    pub(crate) fn new_trusted(section: &'a [u8]) -> Result<Tables<'a>> {
+        Tables::bounds(section).map(|(t, _)| t)
+    }
+
+    fn bounds(section: &'a [u8]) -> Result<(Tables<'a>, SectionHeader)> {
         let h = SectionHeader::parse(section)?;
         let bad = Error::BadTokenizer;
         let n = h.vocab_len;
@@ -221,6 +234,11 @@ impl<'a> Tables<'a> {
             eos: (h.eos != NO_EOS).then_some(h.eos),
             max_token_len: h.max_token_len,
         };
+        Ok((t, h))
+    }
+
+    fn check_contents(&self, h: &SectionHeader) -> Result<()> {
+        let (t, bad, n) = (self, Error::BadTokenizer, h.vocab_len);
         // Offsets: start at 0, strictly increase (no empty token), end at the pool's end.
         let mut prev = t.offsets.at(0);
         let mut longest = 0;
@@ -283,7 +301,7 @@ impl<'a> Tables<'a> {
             let tok = t.token_bytes(id).ok_or(bad)?;
             core::str::from_utf8(tok).map_err(|_| bad)?;
         }
-        Ok(t)
+        Ok(())
     }
 
     pub(crate) fn vocab_len(&self) -> u32 {
