@@ -563,7 +563,7 @@ impl TensorEntry {
     /// # Errors
     /// [`Error::OutOfBounds`] or [`Error::Misaligned`].
     pub fn data<'a>(&self, blob: &'a [u8]) -> Result<&'a [u8]> {
-        if self.offset % TENSOR_ALIGN as u64 != 0 {
+        if !self.offset.is_multiple_of(TENSOR_ALIGN as u64) {
             return Err(Error::Misaligned);
         }
         section(blob, self.offset, self.len)

@@ -94,15 +94,6 @@ use section::Tables;
 /// Stack slots [`Tokenizer::encode`] keeps for pieces that do not fit the end of `out`.
 pub const WORD_SCRATCH_LEN: usize = 256;
 
-/// Checks a model's tokenizer section as [`Tokenizer::from_section`] does (model loading
-/// calls this once; the runtime then builds the [`Tokenizer`] from the same section).
-///
-/// # Errors
-/// As [`Tokenizer::from_section`].
-pub fn validate_section(kind: TokenizerKind, section: &[u8], vocab_len: u32) -> Result<()> {
-    Tokenizer::from_section(kind, section, vocab_len).map(|_| ())
-}
-
 /// A tokenizer borrowing its section from the model blob. Cheap to copy.
 #[derive(Clone, Copy)]
 pub struct Tokenizer<'a> {

@@ -7,9 +7,14 @@
 
 #[cfg(feature = "std")]
 pub mod arena;
+pub mod capi;
 #[cfg(feature = "std")]
 pub mod file;
 #[cfg(feature = "std")]
 pub mod npy;
+#[cfg(feature = "std")]
+pub mod pool;
+#[cfg(feature = "std")]
+pub mod prefill;
 
 pub use kvm_core;

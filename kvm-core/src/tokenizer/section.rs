@@ -163,7 +163,7 @@ fn array(section: &[u8], at: u32, count: u32, elem: usize) -> Result<&[u8]> {
     let start = at as usize;
     let len = (count as usize).checked_mul(elem).ok_or(Error::BadTokenizer)?;
     let end = start.checked_add(len).ok_or(Error::BadTokenizer)?;
-    if start % 4 != 0 && elem % 4 == 0 {
+    if !start.is_multiple_of(4) && elem.is_multiple_of(4) {
         return Err(Error::BadTokenizer);
     }
     section.get(start..end).ok_or(Error::BadTokenizer)

@@ -8,6 +8,8 @@ use kvm_core::state::Phase;
 use kvm_core::Session;
 use kvm_runtime::arena::Arena;
 use kvm_runtime::file::ModelFile;
+use kvm_runtime::pool::{default_threads, Pool};
+use kvm_runtime::prefill::prefill;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -25,6 +27,9 @@ pub struct Args {
     /// Output .npy, shape [T, vocab_len].
     #[arg(long)]
     out: PathBuf,
+    /// Worker threads for the prompt's matrix products (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
 /// Parses token ids from text: any run of digits is an id; `,`, whitespace, `[` and `]`
@@ -57,11 +62,14 @@ pub fn run(a: &Args) -> Result<()> {
     let vocab = model.config().vocab_len as usize;
     let mut arena = Arena::new(model.arena_len());
     let mut session = Session::new(model, arena.bytes_mut())?;
+    let pool = Pool::new(a.threads.unwrap_or_else(default_threads))?;
+    let (prompt, rest) = ids.split_at(a.prompt_len);
     let mut out = Vec::with_capacity(ids.len() * vocab);
-    for (t, &id) in ids.iter().enumerate() {
-        let phase = if t < a.prompt_len { Phase::Prefill } else { Phase::Decode };
-        session.step(id, phase, true).with_context(|| format!("token {t}"))?;
-        out.extend_from_slice(session.logits());
+    if !prompt.is_empty() {
+        out = prefill(&mut session, prompt, Phase::Prefill, &pool, true).context("prompt")?;
+    }
+    for (t, &id) in rest.iter().enumerate() {
+        out.extend_from_slice(session.decode_with(id, &pool).with_context(|| format!("token {}", a.prompt_len + t))?);
     }
     let f = std::fs::File::create(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     kvm_runtime::npy::write_f32(BufWriter::new(f), &[ids.len(), vocab], &out)

@@ -3,9 +3,11 @@
 //! Every error prints one line on stderr and exits non-zero; no subcommand panics on bad
 //! input (a panic hook turns an internal bug into one line too).
 
+mod generate;
 mod info;
 mod logits;
 mod perplexity;
+mod tokenize;
 mod tokens;
 
 use std::path::PathBuf;
@@ -31,11 +33,15 @@ enum Cmd {
     Logits(logits::Args),
     /// Score a text file with the model's own state; bits per token/byte, perplexity.
     Perplexity(perplexity::Args),
+    /// Generate text from a prompt, streaming it as it comes.
+    Generate(generate::Args),
+    /// Print the token ids of a text.
+    Tokenize(tokenize::Args),
 }
 
 /// Name of the matrix kernel tier in use.
 pub fn kernel_tier() -> &'static str {
-    "scalar"
+    kvm_core::kernels::tier().name()
 }
 
 fn main() -> ExitCode {
@@ -47,10 +53,18 @@ fn main() -> ExitCode {
             .or_else(|| info.payload().downcast_ref::<String>().cloned());
         eprintln!("kvm: internal error: {}", msg.unwrap_or_else(|| "panic".into()));
     }));
-    let result = match Cli::parse().cmd {
+    let cli = Cli::parse();
+    // The best kernels this CPU runs, unless KVM_KERNELS forces a tier.
+    if let Err(e) = kvm_core::kernels::init_from_env() {
+        eprintln!("kvm: error: {e}");
+        return ExitCode::FAILURE;
+    }
+    let result = match cli.cmd {
         Cmd::Info { model } => info::run(&model),
         Cmd::Logits(args) => logits::run(&args),
         Cmd::Perplexity(args) => perplexity::run(&args),
+        Cmd::Generate(args) => generate::run(&args),
+        Cmd::Tokenize(args) => tokenize::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

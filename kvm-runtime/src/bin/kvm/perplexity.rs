@@ -32,7 +32,8 @@ pub fn run(a: &Args) -> Result<()> {
     let text = std::fs::read_to_string(&a.text).with_context(|| format!("reading {}", a.text.display()))?;
     let file = ModelFile::open(&a.model)?;
     let model = file.model()?;
-    let ids = crate::tokens::encode(&model, &text)?;
+    let tok = model.tokenizer();
+    let ids = crate::tokens::encode(&tok, &text)?;
     if ids.len() < 2 {
         bail!("{} has fewer than two tokens", a.text.display());
     }
@@ -45,7 +46,7 @@ pub fn run(a: &Args) -> Result<()> {
     }
     let tokens = ids.len() - 1;
     // Bytes of the scored text: everything after the first token.
-    let bytes = text.len() - crate::tokens::token_text_len(&model, ids[0]);
+    let bytes = text.len() - tok.token_bytes(ids[0]).map_or(0, <[u8]>::len);
     let bits = nats / std::f64::consts::LN_2;
     let (bpt, bpb, ppl) = (bits / tokens as f64, bits / bytes as f64, (nats / tokens as f64).exp());
     if a.json {
