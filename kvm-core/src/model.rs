@@ -65,9 +65,10 @@ impl<'a> Model<'a> {
         Self::load(blob, true)
     }
 
-    /// As [`Model::from_bytes`] but skips the tensor-data checksums (everything else,
-    /// bounds included, is still checked): for trusted images in flash, where a CRC over
-    /// every weight at boot costs time.
+    /// As [`Model::from_bytes`] but skips the tensor-data checksums and the tokenizer's
+    /// ordering checks (bounds are still checked everywhere, so decoding stays memory
+    /// safe and panic-free): for trusted images in flash, where a CRC over every weight at
+    /// boot costs time.
     ///
     /// # Errors
     /// As [`Model::from_bytes`], minus [`Error::Checksum`] of tensor data.
@@ -84,7 +85,12 @@ impl<'a> Model<'a> {
             return Err(Error::OutOfBounds);
         }
         format::validate_sections(blob, &header, check_data)?;
-        let tokenizer = Tokenizer::from_section(header.tokenizer_kind, tokenizer_bytes(blob, &header), cfg.vocab_len)?;
+        let section = tokenizer_bytes(blob, &header);
+        let tokenizer = if check_data {
+            Tokenizer::from_section(header.tokenizer_kind, section, cfg.vocab_len)?
+        } else {
+            Tokenizer::from_section_trusted(header.tokenizer_kind, section, cfg.vocab_len)?
+        };
         let layout = Layout::new(cfg, header.state_capacity as usize)?;
         if layout.arena_len() as u64 != header.arena_len {
             return Err(Error::BadConfig(crate::error::ConfigField::StateCapacity));
