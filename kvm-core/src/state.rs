@@ -585,7 +585,9 @@ impl HeadState<'_, '_> {
             let km = if gate_keys { m } else { 1.0 };
             let vm = if gate_values { m } else { 1.0 };
             let pk = &fs.pk[i * dk..(i + 1) * dk];
-            let mut best = protected;
+            // With every slot a sink (a growable state's early fold whose sink_len is not
+            // yet exceeded; the reference asserts there) the last slot takes the token.
+            let mut best = protected.min(slots_after - 1);
             let mut best_score = f32::NEG_INFINITY;
             for s in protected..slots_after {
                 let si = self.slot(s);
