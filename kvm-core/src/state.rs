@@ -142,7 +142,8 @@ impl Layout {
         Ok(lay)
     }
 
-    /// f32s of the activations of `n` tokens processed together (see [`Acts`]).
+    /// f32s of the activations of `n` tokens processed together (the `batch` of
+    /// [`Session::step_batch`]).
     pub fn acts_len(&self, n: usize) -> Option<usize> {
         let rows = self.row_widths.iter().try_fold(0usize, |acc, &w| acc.checked_add(pad(w.checked_mul(n)?)))?;
         rows.checked_add(pad(kernels::matmul_scratch_len(self.widest_input, n).div_ceil(4)))
