@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the kvm firmware for a QEMU board and runs it, under a timeout.
 #
-# usage: examples/mcu/run-qemu.sh [--board an386|an505] [--echo-prompt] [--dtype D]
+# usage: examples/mcu/run-qemu.sh [--board an386|an505] [--echo-prompt] [--dtype D] [--icount]
 #                                 [--out FILE] [--expect FILE] [--timeout SECS] [MODEL]
 #
 #   --board an386   Cortex-M4F, thumbv7em-none-eabihf (default)
@@ -13,6 +13,8 @@
 #   --out FILE      write the text (exactly the bytes between the markers) to FILE
 #   --expect FILE   fail (exit 3) unless the text is exactly FILE's bytes
 #   --timeout SECS  QEMU wall-clock limit (default 300); on expiry exit 124
+#   --icount        run QEMU with -icount shift=0 (one instruction per virtual ns) and
+#                   turn the firmware's SysTick tick counts into instruction counts
 #
 # Prints everything the firmware prints. The text is the bytes after the line
 # `--- kvm output ---` and before the newline that precedes the line `--- end ---`: the
@@ -32,6 +34,7 @@ out=""
 expect=""
 timeout_s=300
 features=()
+icount=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --board) board="${2:?--board needs a value}"; shift 2 ;;
@@ -40,6 +43,7 @@ while [[ $# -gt 0 ]]; do
         --echo-prompt) features=(--features echo-prompt); shift ;;
         --out) out="${2:?--out needs a file}"; shift 2 ;;
         --expect) expect="${2:?--expect needs a file}"; shift 2 ;;
+        --icount) icount=(-icount shift=0); shift ;;
         --timeout) timeout_s="${2:?--timeout needs seconds}"; shift 2 ;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         -*) echo "run-qemu.sh: unknown option $1" >&2; exit 2 ;;
@@ -48,8 +52,9 @@ while [[ $# -gt 0 ]]; do
 done
 
 case "$board" in
-    an386) target=thumbv7em-none-eabihf; machine=mps2-an386; cpu=cortex-m4 ;;
-    an505) target=thumbv8m.main-none-eabihf; machine=mps2-an505; cpu=cortex-m33 ;;
+    # sysclk: the SysTick processor clock QEMU gives the board (Hz).
+    an386) target=thumbv7em-none-eabihf; machine=mps2-an386; cpu=cortex-m4; sysclk=25000000 ;;
+    an505) target=thumbv8m.main-none-eabihf; machine=mps2-an505; cpu=cortex-m33; sysclk=20000000 ;;
     *) echo "run-qemu.sh: unknown board '$board' (an386 or an505)" >&2; exit 2 ;;
 esac
 
@@ -77,7 +82,7 @@ log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 set +e
 timeout --foreground "$timeout_s" qemu-system-arm -M "$machine" -cpu "$cpu" -nographic -monitor none \
-    -semihosting-config enable=on,target=native -kernel "$elf" </dev/null >"$log"
+    -semihosting-config enable=on,target=native ${icount[@]+"${icount[@]}"} -kernel "$elf" </dev/null >"$log"
 rc=$?
 set -e
 cat "$log"
@@ -86,6 +91,15 @@ if [[ $rc -eq 124 ]]; then
     exit 124
 fi
 [[ $rc -eq 0 ]] || { echo "run-qemu.sh: firmware exited with $rc" >&2; exit "$rc"; }
+if [[ ${#icount[@]} -gt 0 ]]; then
+    # Under -icount shift=0 virtual time is 1 ns per instruction, so a tick of the
+    # sysclk-Hz SysTick is 1e9 / sysclk instructions.
+    perl -ne 'BEGIN { $per = 1e9 / '"$sysclk"' }
+        next unless /^kvm-mcu: (.*?(?:(\d+) tokens)?): .* (\d+) ticks/;
+        my $n = $3 * $per;
+        printf "run-qemu.sh: icount: %s: %.0f instructions%s\n", $1, $n,
+            $2 ? sprintf(" (%.0f per token)", $n / $2) : "";' "$log"
+fi
 
 # The text: after the start marker line, up to (not including) the newline before the end
 # marker line.

@@ -54,6 +54,9 @@ fn main() -> ! {
     static mut ARENA: Aligned<[u8; ARENA_LEN]> = Aligned([0; ARENA_LEN]);
     static mut CANDIDATES: [Candidate; scratch_len(VOCAB_LEN)] = [Candidate::EMPTY; scratch_len(VOCAB_LEN)];
 
+    if let Some(p) = cortex_m::Peripherals::take() {
+        cycles::start(p.SYST);
+    }
     let code = match run(&mut ARENA.0, CANDIDATES) {
         Ok(()) => 0,
         Err(e) => {
@@ -115,12 +118,13 @@ fn run(arena: &'static mut [u8; ARENA_LEN], candidates: &mut [Candidate]) -> Res
 
     // Validate the blob twice to report what the tensor-data CRCs cost at boot; the
     // checked model is the one used.
-    let t0 = now();
+    let t0 = Stamp::now();
     let model = Model::from_bytes(blob)?;
-    let t1 = now();
+    let t1 = Stamp::now();
     Model::from_bytes_trusted(blob)?;
-    let t2 = now();
-    println!("kvm-mcu: from_bytes (all CRCs) {}, from_bytes_trusted {}", Ms(t0, t1), Ms(t1, t2));
+    let t2 = Stamp::now();
+    println!("kvm-mcu: from_bytes (all CRCs): {}", Span(t0, t1));
+    println!("kvm-mcu: from_bytes_trusted: {}", Span(t1, t2));
 
     if model.arena_len() != ARENA_LEN {
         return Err(Fail::ArenaLen { built: ARENA_LEN, model: model.arena_len() });
@@ -134,6 +138,13 @@ fn run(arena: &'static mut [u8; ARENA_LEN], candidates: &mut [Candidate]) -> Res
     }
 
     let mut session = Session::new(model, arena)?;
+    let state_bytes = session.layout().snapshot_len();
+    println!(
+        "kvm-mcu: arena = state {} bytes ({} slots) + scratch {} bytes",
+        state_bytes,
+        session.layout().state_len,
+        ARENA_LEN - state_bytes
+    );
     let mut sampler = Sampler::new(SamplerConfig::greedy(), 0);
     // Prompt then generated ids, oldest first: the sampler's repetition window.
     let mut history = [0u32; PROMPT.len() + N_GEN];
@@ -141,15 +152,15 @@ fn run(arena: &'static mut [u8; ARENA_LEN], candidates: &mut [Candidate]) -> Res
         *h = u32::from(b);
     }
 
-    let t3 = now();
+    let t3 = Stamp::now();
     let mut logits = session.prefill(&history[..PROMPT.len()])?;
-    let t4 = now();
+    let t4 = Stamp::now();
     for len in PROMPT.len()..history.len() {
         let id = sampler.sample(logits, &history[..len], candidates)?;
         history[len] = id;
         logits = session.decode(id)?;
     }
-    let t5 = now();
+    let t5 = Stamp::now();
 
     // Ids below 256 are bytes; the checks above make every sampled id one.
     let text = history.map(|id| id as u8);
@@ -159,14 +170,8 @@ fn run(arena: &'static mut [u8; ARENA_LEN], candidates: &mut [Candidate]) -> Res
     println!();
     println!("--- end ---");
 
-    println!(
-        "kvm-mcu: prefill {} tokens {}, decode {} tokens {} ({}) [QEMU host time, not hardware]",
-        PROMPT.len(),
-        Ms(t3, t4),
-        N_GEN,
-        Ms(t4, t5),
-        TokPerS(N_GEN, t4, t5)
-    );
+    println!("kvm-mcu: prefill {} tokens: {}", PROMPT.len(), Span(t3, t4));
+    println!("kvm-mcu: decode {} tokens: {}; {}", N_GEN, Span(t4, t5), TokPerS(N_GEN, Span(t4, t5)));
     println!("kvm-mcu: stack used {} of {} bytes", stack::used(), stack::size());
     Ok(())
 }
@@ -180,40 +185,104 @@ fn print_bytes(bytes: &[u8]) {
     }
 }
 
-/// Host time in nanoseconds from QEMU's semihosting clock, if it has one.
-fn now() -> Option<u64> {
-    let ticks = sys_elapsed().ok()?;
-    let freq = sys_tickfreq().ok()? as u64;
-    (freq != 0).then(|| ticks.saturating_mul(1_000_000_000 / freq.min(1_000_000_000)))
+/// A reading of two clocks: the host's, through semihosting (QEMU's wall clock; absent on
+/// hardware without a debugger), and the processor clock counted by SysTick.
+#[derive(Debug, Clone, Copy)]
+struct Stamp {
+    host_ns: Option<u64>,
+    ticks: u64,
 }
 
-/// Milliseconds between two [`now`] readings.
-struct Ms(Option<u64>, Option<u64>);
+impl Stamp {
+    fn now() -> Stamp {
+        let host_ns = (|| {
+            let ticks = sys_elapsed().ok()?;
+            let freq = sys_tickfreq().ok()? as u64;
+            (freq != 0).then(|| ticks.saturating_mul(1_000_000_000 / freq.min(1_000_000_000)))
+        })();
+        Stamp { host_ns, ticks: cycles::now() }
+    }
+}
 
-impl fmt::Display for Ms {
+/// The time between two stamps: `<host> ms host, <n> ticks`.
+#[derive(Debug, Clone, Copy)]
+struct Span(Stamp, Stamp);
+
+impl Span {
+    fn host_ns(&self) -> Option<u64> {
+        Some(self.1.host_ns?.saturating_sub(self.0.host_ns?))
+    }
+}
+
+impl fmt::Display for Span {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.0, self.1) {
-            (Some(a), Some(b)) => {
-                let us = b.saturating_sub(a) / 1000;
-                write!(f, "{}.{:03} ms", us / 1000, us % 1000)
+        match self.host_ns() {
+            Some(ns) => write!(f, "{}.{:03} ms host, ", ns / 1_000_000, ns / 1000 % 1000)?,
+            None => f.write_str("(no host clock), ")?,
+        }
+        write!(f, "{} ticks", self.1.ticks.wrapping_sub(self.0.ticks))
+    }
+}
+
+/// Tokens per second of host time (QEMU's speed on this host, not the device's).
+struct TokPerS(usize, Span);
+
+impl fmt::Display for TokPerS {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.1.host_ns() {
+            Some(ns) if ns > 0 => {
+                let centi = self.0 as u64 * 100_000_000_000 / ns;
+                write!(f, "{}.{:02} tok/s host", centi / 100, centi % 100)
             }
-            _ => f.write_str("(no clock)"),
+            _ => f.write_str("? tok/s"),
         }
     }
 }
 
-/// Tokens per second between two [`now`] readings.
-struct TokPerS(usize, Option<u64>, Option<u64>);
+/// A 64-bit count of processor clock ticks from SysTick (24 bits) and its wrap interrupt.
+/// On hardware that is CPU cycles; in QEMU it follows virtual time, which under
+/// `-icount shift=0` advances 1 ns per instruction (see README.md).
+mod cycles {
+    use core::sync::atomic::{AtomicU32, Ordering};
+    use cortex_m::peripheral::syst::SystClkSource;
+    use cortex_m::peripheral::{SCB, SYST};
+    use cortex_m_rt::exception;
 
-impl fmt::Display for TokPerS {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.1, self.2) {
-            (Some(a), Some(b)) if b > a => {
-                let centi = self.0 as u64 * 100_000_000_000 / (b - a);
-                write!(f, "{}.{:02} tok/s", centi / 100, centi % 100)
+    const RELOAD: u32 = 0x00ff_ffff;
+    static WRAPS: AtomicU32 = AtomicU32::new(0);
+
+    pub fn start(mut syst: SYST) {
+        syst.set_clock_source(SystClkSource::Core);
+        syst.set_reload(RELOAD);
+        syst.clear_current();
+        syst.enable_interrupt();
+        syst.enable_counter();
+        // The count reads 0 until the first tick loads RELOAD; wait for it so that the
+        // first reading is not a whole period ahead of the next.
+        while SYST::get_current() == 0 {}
+    }
+
+    /// Ticks since [`start`].
+    pub fn now() -> u64 {
+        loop {
+            let before = WRAPS.load(Ordering::Relaxed);
+            let (mut wraps, mut current) = (before, SYST::get_current());
+            // Wrapped but the interrupt is not taken yet (QEMU takes it only at the end of
+            // a translation block): count that wrap, with a count read after it.
+            if SCB::is_pendst_pending() {
+                wraps += 1;
+                current = SYST::get_current();
             }
-            _ => f.write_str("? tok/s"),
+            // The interrupt ran in between: start again.
+            if WRAPS.load(Ordering::Relaxed) == before {
+                return u64::from(wraps) * (u64::from(RELOAD) + 1) + u64::from(RELOAD - current);
+            }
         }
+    }
+
+    #[exception]
+    fn SysTick() {
+        WRAPS.fetch_add(1, Ordering::Relaxed);
     }
 }
 
