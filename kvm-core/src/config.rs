@@ -132,7 +132,7 @@ impl Config {
         check(self.q_dim() <= BIG as usize && self.v_dim() <= BIG as usize, F::Heads)?;
         let vres = self.has(flags::VALUE_RESIDUAL);
         check(if vres { self.d_vgate >= 1 && self.d_vgate <= BIG } else { self.d_vgate == 0 }, F::DVGate)?;
-        check(self.rope_dim >= 2 && self.rope_dim % 2 == 0 && self.rope_dim <= self.d_qk, F::RopePartialDim)?;
+        check(self.rope_dim >= 2 && self.rope_dim.is_multiple_of(2) && self.rope_dim <= self.d_qk, F::RopePartialDim)?;
         check(self.rope_theta.is_finite() && self.rope_theta > 0.0, F::RopeTheta)?;
         check(self.chunk_len >= 1 && self.chunk_len <= 1 << 16, F::ChunkLen)?;
         check(self.window_chunks >= 1 && self.window_chunks <= 1 << 10, F::WindowChunks)?;

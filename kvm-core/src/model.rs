@@ -5,7 +5,8 @@ use crate::error::{Error, Result};
 use crate::format::{self, Header, Role, TensorEntry, ENTRY_LEN, HEADER_LEN, N_GLOBAL_ROLES};
 use crate::kernels::{self, Matrix};
 use crate::math::{elu, layer_norm, layer_norm_inplace, rope_apply, rope_tables, sigmoid};
-use crate::state::{Counters, HeadState, LayerState, Layout, Phase, Plan, Scratch};
+use crate::state::{Acts, Counters, HeadState, LayerState, Layout, Phase, Plan, Scratch};
+use crate::tokenizer::Tokenizer;
 
 /// Per-layer roles in canonical order.
 const LAYER_ROLES: usize = 26;
@@ -19,6 +20,7 @@ pub struct Model<'a> {
     layer_slot: [u8; LAYER_ROLES],
     /// Table entries per layer.
     per_layer: usize,
+    tokenizer: Tokenizer<'a>,
 }
 
 /// An f32 vector tensor read in place (the blob may be unaligned).
@@ -82,7 +84,7 @@ impl<'a> Model<'a> {
             return Err(Error::OutOfBounds);
         }
         format::validate_sections(blob, &header, check_data)?;
-        crate::tokenizer::validate_section(header.tokenizer_kind, tokenizer_bytes(blob, &header), cfg.vocab_len)?;
+        let tokenizer = Tokenizer::from_section(header.tokenizer_kind, tokenizer_bytes(blob, &header), cfg.vocab_len)?;
         let layout = Layout::new(cfg, header.state_capacity as usize)?;
         if layout.arena_len() as u64 != header.arena_len {
             return Err(Error::BadConfig(crate::error::ConfigField::StateCapacity));
@@ -95,7 +97,7 @@ impl<'a> Model<'a> {
                 per_layer += 1;
             }
         }
-        Ok(Model { blob, header, layer_slot, per_layer })
+        Ok(Model { blob, header, layer_slot, per_layer, tokenizer })
     }
 
     /// The model's hyper-parameters.
@@ -128,6 +130,12 @@ impl<'a> Model<'a> {
     /// [`Error::BadConfig`] if `state_len` is outside `[chunk_len, natural_state_len]`.
     pub fn arena_len_for(&self, state_len: usize) -> Result<usize> {
         Ok(Layout::new(self.config(), state_len)?.arena_len())
+    }
+
+    /// The model's tokenizer (validated at load).
+    #[inline]
+    pub fn tokenizer(&self) -> Tokenizer<'a> {
+        self.tokenizer
     }
 
     /// The raw tokenizer section.
@@ -198,114 +206,196 @@ pub enum Tap {
     Block(usize),
 }
 
-/// Runs one token through the network, updating the session state; leaves logits in
-/// `s.logits` when `want_logits`.
+/// Runs the matrix products of a forward pass. [`Serial`] runs them on the calling
+/// thread; the std runtime plugs in a thread pool.
+pub trait Exec {
+    /// `ys[t] = w xs[t]` for every token `t`: `xs: [n, w.cols]`, `ys: [n, w.rows]`;
+    /// `act` is kernel scratch of at least [`kernels::matmul_scratch_len`]`(w.cols, 1)`.
+    fn matmul(&self, w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]);
+}
+
+/// Every product on the calling thread.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Serial;
+
+impl Exec for Serial {
+    #[inline]
+    fn matmul(&self, w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]) {
+        if xs.len() == w.cols {
+            kernels::matvec(w, xs, ys, act)
+        } else {
+            kernels::matmul(w, xs, ys, act)
+        }
+    }
+}
+
+/// Which logits a forward pass computes.
+#[derive(Debug)]
+pub enum Logits<'o> {
+    /// None (prompt tokens whose predictions nobody reads).
+    None,
+    /// The last token's, into the session ([`crate::Session::logits`]).
+    Last,
+    /// Every token's, `[n, vocab_len]`, into the caller's buffer.
+    All(&'o mut [f32]),
+}
+
+/// Runs `tokens` through the network as one batch, updating the session state token by
+/// token exactly as single steps would (spec §2-3); returns the counters after them.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn forward(
     model: &Model<'_>,
     lay: &Layout,
     layers: &mut [f32],
     s: &mut Scratch<'_>,
+    x: &mut Acts<'_>,
     at: Counters,
-    token: u32,
+    tokens: &[u32],
     phase: Phase,
-    want_logits: bool,
+    logits: Logits<'_>,
+    exec: &dyn Exec,
     tap: &mut dyn FnMut(Tap, &[f32]),
 ) -> Counters {
     let cfg = model.config();
-    let plan = Plan::new(cfg, lay.state_len, at, phase);
+    let (d, half) = (cfg.d_model as usize, cfg.rope_dim as usize / 2);
 
-    // x0 = LN_emb(wte[token])
-    kernels::dequant_row(&model.matrix(Role::TokEmbed, 0), token as usize, s.x);
-    layer_norm_inplace(s.x, model.vector(Role::LnEmbW, 0), model.vector(Role::LnEmbB, 0));
-    tap(Tap::Embed, s.x);
-    rope_tables(plan.t, cfg.rope_theta, s.cos, s.sin);
+    // x0 = LN_emb(wte[token]); each token's RoPE tables
+    let (ln_w, ln_b) = (model.vector(Role::LnEmbW, 0), model.vector(Role::LnEmbB, 0));
+    for (i, &token) in tokens.iter().enumerate() {
+        let row = &mut x.x[i * d..(i + 1) * d];
+        kernels::dequant_row(&model.matrix(Role::TokEmbed, 0), token as usize, row);
+        layer_norm_inplace(row, ln_w, ln_b);
+        tap(Tap::Embed, row);
+        rope_tables(
+            at.pos + i,
+            cfg.rope_theta,
+            &mut x.cos[i * half..(i + 1) * half],
+            &mut x.sin[i * half..(i + 1) * half],
+        );
+    }
 
     for l in 0..cfg.n_layers as usize {
         let st = &mut lay.carve_layer(layers, l);
         // x = x + residual_scale * Attn(LN_attn(x))
-        layer_norm(s.x, model.vector(Role::LnAttnW, l), model.vector(Role::LnAttnB, l), s.a);
-        attention(model, l, st, s, &plan);
-        crate::math::axpy(s.x, cfg.residual_scale, s.a);
+        rows_layer_norm(x.x, x.a, d, model.vector(Role::LnAttnW, l), model.vector(Role::LnAttnB, l));
+        attention(model, l, st, s, x, (at, lay.state_len), phase, exec);
+        crate::math::axpy(x.x, cfg.residual_scale, x.a);
         // x = x + residual_scale * MLP(LN_mlp(x))
-        layer_norm(s.x, model.vector(Role::LnMlpW, l), model.vector(Role::LnMlpB, l), s.a);
-        mlp(model, l, st, s);
-        crate::math::axpy(s.x, cfg.residual_scale, s.a);
-        tap(Tap::Block(l), s.x);
-    }
-
-    if want_logits {
-        // logits = lm_head(LN_head(x)), optionally soft-capped
-        layer_norm(s.x, model.vector(Role::LnHeadW, 0), model.vector(Role::LnHeadB, 0), s.a);
-        kernels::matvec(&model.matrix(Role::LmHead, 0), s.a, s.logits, s.act);
-        let cap = cfg.logit_softcap;
-        if cap != 0.0 {
-            for z in s.logits.iter_mut() {
-                *z = cap * libm::tanhf(*z / cap);
-            }
+        rows_layer_norm(x.x, x.a, d, model.vector(Role::LnMlpW, l), model.vector(Role::LnMlpB, l));
+        mlp(model, l, st, x, exec);
+        crate::math::axpy(x.x, cfg.residual_scale, x.a);
+        for row in x.x.chunks_exact(d) {
+            tap(Tap::Block(l), row);
         }
     }
-    Counters { pos: plan.t + 1, slots: plan.slots_after, coverage: plan.coverage_after }
+
+    // logits = lm_head(LN_head(x)), optionally soft-capped
+    let (ln_w, ln_b) = (model.vector(Role::LnHeadW, 0), model.vector(Role::LnHeadB, 0));
+    let lm_head = model.matrix(Role::LmHead, 0);
+    let out: &mut [f32] = match logits {
+        Logits::None => &mut [],
+        Logits::Last => {
+            let last = (x.n - 1) * d;
+            layer_norm(&x.x[last..last + d], ln_w, ln_b, &mut x.a[..d]);
+            exec.matmul(&lm_head, &x.a[..d], s.logits, x.act);
+            s.logits
+        }
+        Logits::All(out) => {
+            rows_layer_norm(x.x, x.a, d, ln_w, ln_b);
+            exec.matmul(&lm_head, x.a, out, x.act);
+            out
+        }
+    };
+    let cap = cfg.logit_softcap;
+    if cap != 0.0 {
+        for z in out.iter_mut() {
+            *z = cap * libm::tanhf(*z / cap);
+        }
+    }
+    (0..tokens.len()).fold(at, |c, _| Plan::new(cfg, lay.state_len, c, phase).next())
 }
 
-/// `s.a <- Attn(s.a)` for layer `l` (spec §2 "Attn").
-fn attention(model: &Model<'_>, l: usize, st: &mut LayerState<'_>, s: &mut Scratch<'_>, plan: &Plan) {
+/// `out[i] = LN(x[i])` for every `width`-wide row.
+fn rows_layer_norm(x: &[f32], out: &mut [f32], width: usize, w: Vector<'_>, b: Vector<'_>) {
+    for (xr, or) in x.chunks_exact(width).zip(out.chunks_exact_mut(width)) {
+        layer_norm(xr, w, b, or);
+    }
+}
+
+/// `x.a <- Attn(x.a)` for layer `l` (spec §2 "Attn"), every token in order.
+#[allow(clippy::too_many_arguments)]
+fn attention(
+    model: &Model<'_>,
+    l: usize,
+    st: &mut LayerState<'_>,
+    s: &mut Scratch<'_>,
+    x: &mut Acts<'_>,
+    (at, st_len): (Counters, usize),
+    phase: Phase,
+    exec: &dyn Exec,
+) {
     let cfg = model.config();
     let (h_n, dk, dv) = (cfg.n_heads as usize, cfg.d_qk as usize, cfg.d_v as usize);
+    let (qd, vd, half) = (cfg.q_dim(), cfg.v_dim(), cfg.rope_dim as usize / 2);
 
     // 1. q = c_q a, k = c_k a, v = c_v a
-    kernels::matvec(&model.matrix(Role::Wq, l), s.a, s.q, s.act);
-    kernels::matvec(&model.matrix(Role::Wk, l), s.a, s.k, s.act);
-    kernels::matvec(&model.matrix(Role::Wv, l), s.a, s.v, s.act);
+    exec.matmul(&model.matrix(Role::Wq, l), x.a, x.q, x.act);
+    exec.matmul(&model.matrix(Role::Wk, l), x.a, x.k, x.act);
+    exec.matmul(&model.matrix(Role::Wv, l), x.a, x.v, x.act);
 
     // 2. value residual: v += (v_first - v) * sigmoid(v_gate0 + v_gate2(v_gate1 a)),
     //    v_first being layer 0's plain value projection.
     if cfg.has(flags::VALUE_RESIDUAL) {
         if l == 0 {
-            s.v_first.copy_from_slice(s.v);
+            x.v_first.copy_from_slice(x.v);
         }
-        kernels::matvec(&model.matrix(Role::VGate1, l), s.a, s.vg_lo, s.act);
-        kernels::matvec(&model.matrix(Role::VGate2, l), s.vg_lo, s.vg, s.act);
+        exec.matmul(&model.matrix(Role::VGate1, l), x.a, x.vg_lo, x.act);
+        exec.matmul(&model.matrix(Role::VGate2, l), x.vg_lo, x.vg, x.act);
         let g0 = model.vector(Role::VGate0, l);
-        for i in 0..s.v.len() {
-            let g = sigmoid(g0.get(i) + s.vg[i]);
-            s.v[i] += (s.v_first[i] - s.v[i]) * g;
+        for (i, ((v, &vf), &vg)) in x.v.iter_mut().zip(x.v_first.iter()).zip(x.vg.iter()).enumerate() {
+            let g = sigmoid(g0.get(i % vd) + vg);
+            *v += (vf - *v) * g;
         }
     }
 
     // 3. token shift of q, k, v towards the previous token's (itself at t = 0)
     if cfg.has(flags::TOKENSHIFT_ATT) {
-        let first = plan.t == 0;
-        token_shift(s.q, st.prev_q, model.vector(Role::ShiftQ, l), first);
-        token_shift(s.k, st.prev_k, model.vector(Role::ShiftK, l), first);
-        token_shift(s.v, st.prev_v, model.vector(Role::ShiftV, l), first);
+        let (sq, sk, sv) =
+            (model.vector(Role::ShiftQ, l), model.vector(Role::ShiftK, l), model.vector(Role::ShiftV, l));
+        for i in 0..x.n {
+            let first = at.pos + i == 0;
+            token_shift(&mut x.q[i * qd..(i + 1) * qd], st.prev_q, sq, first);
+            token_shift(&mut x.k[i * qd..(i + 1) * qd], st.prev_k, sk, first);
+            token_shift(&mut x.v[i * vd..(i + 1) * vd], st.prev_v, sv, first);
+        }
     }
 
-    // 4.-5. per-head LN_q / LN_k, then partial RoPE
-    let (lnq, lnk) = (
-        (model.vector(Role::LnQW, l), model.vector(Role::LnQB, l)),
-        (model.vector(Role::LnKW, l), model.vector(Role::LnKB, l)),
-    );
-    for h in 0..h_n {
-        let q = &mut s.q[h * dk..(h + 1) * dk];
-        layer_norm_inplace(q, lnq.0, lnq.1);
-        rope_apply(q, s.cos, s.sin);
-        let k = &mut s.k[h * dk..(h + 1) * dk];
-        layer_norm_inplace(k, lnk.0, lnk.1);
-        rope_apply(k, s.cos, s.sin);
+    // 4.-5. per-head LN_q / LN_k, then partial RoPE at each token's position
+    let (lnq_w, lnq_b) = (model.vector(Role::LnQW, l), model.vector(Role::LnQB, l));
+    let (lnk_w, lnk_b) = (model.vector(Role::LnKW, l), model.vector(Role::LnKB, l));
+    for i in 0..x.n {
+        let (cos, sin) = (&x.cos[i * half..(i + 1) * half], &x.sin[i * half..(i + 1) * half]);
+        for q in x.q[i * qd..(i + 1) * qd].chunks_exact_mut(dk) {
+            layer_norm_inplace(q, lnq_w, lnq_b);
+            rope_apply(q, cos, sin);
+        }
+        for k in x.k[i * qd..(i + 1) * qd].chunks_exact_mut(dk) {
+            layer_norm_inplace(k, lnk_w, lnk_b);
+            rope_apply(k, cos, sin);
+        }
     }
 
     // 6. merge gate m_h = 1 + elu(key_weighting a)
     if cfg.has(flags::MERGE_GATE_KEYS) || cfg.has(flags::MERGE_GATE_VALUES) {
-        kernels::matvec(&model.matrix(Role::MergeGate, l), s.a, s.mg, s.act);
-        for m in s.mg.iter_mut() {
+        exec.matmul(&model.matrix(Role::MergeGate, l), x.a, x.mg, x.act);
+        for m in x.mg.iter_mut() {
             *m = 1.0 + elu(*m);
         }
     } else {
-        s.mg.fill(1.0);
+        x.mg.fill(1.0);
     }
 
-    // 7. per head: state update, window push, attention over state + window
+    // 7. token by token, per head: state update, window push, attention over state + window
     let temps = |h: usize| {
         if cfg.has(flags::HEAD_TEMPS) {
             (model.vector(Role::FrontTemp, l).get(h), model.vector(Role::StateTemp, l).get(h))
@@ -314,36 +404,48 @@ fn attention(model: &Model<'_>, l: usize, st: &mut LayerState<'_>, s: &mut Scrat
         }
     };
     let ln_sk = (model.vector(Role::LnSkW, l), model.vector(Role::LnSkB, l));
-    for h in 0..h_n {
-        let mut hs = HeadState { st, h, cfg, state_len: plan.state_len, ln_sk };
-        let (k, v) = (&s.k[h * dk..(h + 1) * dk], &s.v[h * dv..(h + 1) * dv]);
-        if let Some(slot) = plan.initial {
-            hs.initial_append(slot, k, v, s.mg[h], plan.gate_initial, &mut s.fold.pk[..dk]);
+    let mut c = at;
+    for i in 0..x.n {
+        let plan = Plan::new(cfg, st_len, c, phase);
+        for h in 0..h_n {
+            let mut hs = HeadState { st, h, cfg, state_len: plan.state_len, ln_sk };
+            let k = &x.k[i * qd + h * dk..i * qd + (h + 1) * dk];
+            let v = &x.v[i * vd + h * dv..i * vd + (h + 1) * dv];
+            let m = x.mg[i * h_n + h];
+            if let Some(slot) = plan.initial {
+                hs.initial_append(slot, k, v, m, plan.gate_initial, &mut s.fold.pk[..dk]);
+            }
+            if let Some(b) = plan.fold_begin {
+                hs.fold(b, plan.slots_before, plan.slots_after, &mut s.fold);
+            }
+            hs.push_window(plan.t, k, v, m);
+            let q = &x.q[i * qd + h * dk..i * qd + (h + 1) * dk];
+            let out = &mut x.att[i * vd + h * dv..i * vd + (h + 1) * dv];
+            hs.attend(q, &plan, plan.slots_after, temps(h), s.scores, out);
         }
-        if let Some(b) = plan.fold_begin {
-            hs.fold(b, plan.slots_before, plan.slots_after, &mut s.fold);
-        }
-        hs.push_window(plan.t, k, v, s.mg[h]);
-        let q = &s.q[h * dk..(h + 1) * dk];
-        hs.attend(q, plan, plan.slots_after, temps(h), s.scores, &mut s.att[h * dv..(h + 1) * dv]);
+        c = plan.next();
     }
 
     // Attn = c_proj(concat o_h)
-    kernels::matvec(&model.matrix(Role::Wo, l), s.att, s.a, s.act);
+    exec.matmul(&model.matrix(Role::Wo, l), x.att, x.a, x.act);
 }
 
-/// `s.a <- MLP(s.a)` for layer `l`: `c_proj(relu(c_fc m)^2)`, `m` token-shifted towards
+/// `x.a <- MLP(x.a)` for layer `l`: `c_proj(relu(c_fc m)^2)`, `m` token-shifted towards
 /// the previous token's LN_mlp output (zero at t = 0).
-fn mlp(model: &Model<'_>, l: usize, st: &mut LayerState<'_>, s: &mut Scratch<'_>) {
+fn mlp(model: &Model<'_>, l: usize, st: &mut LayerState<'_>, x: &mut Acts<'_>, exec: &dyn Exec) {
+    let d = model.config().d_model as usize;
     if model.config().has(flags::TOKENSHIFT_FFN) {
-        token_shift(s.a, st.prev_m, model.vector(Role::ShiftFfn, l), false);
+        let mix = model.vector(Role::ShiftFfn, l);
+        for row in x.a.chunks_exact_mut(d) {
+            token_shift(row, st.prev_m, mix, false);
+        }
     }
-    kernels::matvec(&model.matrix(Role::WUp, l), s.a, s.ff, s.act);
-    for h in s.ff.iter_mut() {
+    exec.matmul(&model.matrix(Role::WUp, l), x.a, x.ff, x.act);
+    for h in x.ff.iter_mut() {
         let r = h.max(0.0);
         *h = r * r;
     }
-    kernels::matvec(&model.matrix(Role::WDown, l), s.ff, s.a, s.act);
+    exec.matmul(&model.matrix(Role::WDown, l), x.ff, x.a, x.act);
 }
 
 /// `cur += mix * (prev - cur)`, then `prev <- cur` as it was (pre-shift). With `first`,

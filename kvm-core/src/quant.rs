@@ -1,9 +1,11 @@
 //! Weight storage formats: the dtype tag of the file format and the quant block layouts.
 //!
 //! Every block type is defined once here, with size asserts, and used by the kernels,
-//! the exporter and the tests alike.
+//! the exporter and the tests alike; so are the reference quantizers that fill them.
 
 use half::{bf16, f16};
+
+use crate::error::{Error, Result};
 
 /// Storage type of a tensor in a model file (the byte value is the on-disk tag).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -93,7 +95,7 @@ impl DType {
     /// Bytes of one row of `cols` weights, or `None` if `cols` is not a whole number of
     /// blocks (or overflows).
     pub const fn row_bytes(self, cols: usize) -> Option<usize> {
-        if cols % self.block_len() != 0 {
+        if !cols.is_multiple_of(self.block_len()) {
             return None;
         }
         (cols / self.block_len()).checked_mul(self.block_bytes())
@@ -118,24 +120,170 @@ pub fn round_bf16(x: f32) -> f32 {
     bf16::from_f32(x).to_f32()
 }
 
-/// Encodes one row of f32 weights as `dtype` (`dst.len() == dtype.row_bytes(src.len())`).
-pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) {
+/// Quantizes `src` (`[dst.len() * QK]`) to q8_0 exactly as ggml's reference
+/// (`d = amax / 127`, `q = round(x / d)`, ties away from zero), so files agree bit for bit
+/// with ggml-quantized ones.
+pub fn quantize_row_q8_0(src: &[f32], dst: &mut [BlockQ8_0]) {
+    debug_assert_eq!(src.len(), dst.len() * QK);
+    for (b, xs) in dst.iter_mut().zip(src.chunks_exact(QK)) {
+        let amax = xs.iter().fold(0.0f32, |m, &x| m.max(x.abs()));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        b.d = f16::from_f32(d).to_bits().to_le_bytes();
+        for (q, &x) in b.qs.iter_mut().zip(xs) {
+            *q = libm::roundf(x * id) as i8;
+        }
+    }
+}
+
+/// Quantizes `src` (`[dst.len() * QK]`) to q4_0 exactly as ggml's reference: the value of
+/// largest magnitude maps to -8 (`d = max / -8`), the rest to `min(15, x / d + 8.5)`
+/// truncated, which spends the asymmetric extra level on the largest weight.
+pub fn quantize_row_q4_0(src: &[f32], dst: &mut [BlockQ4_0]) {
+    debug_assert_eq!(src.len(), dst.len() * QK);
+    for (b, xs) in dst.iter_mut().zip(src.chunks_exact(QK)) {
+        let (mut amax, mut max) = (0.0f32, 0.0f32);
+        for &x in xs {
+            if amax < x.abs() {
+                amax = x.abs();
+                max = x;
+            }
+        }
+        let d = max / -8.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        b.d = f16::from_f32(d).to_bits().to_le_bytes();
+        let nibble = |x: f32| ((x * id + 8.5) as i8).min(15) as u8;
+        for (i, q) in b.qs.iter_mut().enumerate() {
+            *q = nibble(xs[i]) | nibble(xs[i + QK / 2]) << 4;
+        }
+    }
+}
+
+/// Encodes `src` as little-endian f16 (round to nearest even); `dst.len() == 2 * src.len()`.
+pub fn encode_row_f16(src: &[f32], dst: &mut [u8]) {
+    debug_assert_eq!(dst.len(), 2 * src.len());
+    for (o, &x) in dst.chunks_exact_mut(2).zip(src) {
+        o.copy_from_slice(&f16::from_f32(x).to_bits().to_le_bytes());
+    }
+}
+
+/// Encodes `src` as little-endian bf16 (round to nearest even); `dst.len() == 2 * src.len()`.
+pub fn encode_row_bf16(src: &[f32], dst: &mut [u8]) {
+    debug_assert_eq!(dst.len(), 2 * src.len());
+    for (o, &x) in dst.chunks_exact_mut(2).zip(src) {
+        o.copy_from_slice(&bf16::from_f32(x).to_bits().to_le_bytes());
+    }
+}
+
+/// Encodes one row of `src.len()` weights as `dtype` into `dst` (the exporter's entry
+/// point; the kernels read back exactly these bytes).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] if `src.len()` is not a whole number of blocks of `dtype` or
+/// `dst.len()` is not `dtype.row_bytes(src.len())`.
+pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
+    if dtype.row_bytes(src.len()) != Some(dst.len()) {
+        return Err(Error::InvalidArgument);
+    }
     match dtype {
         DType::F32 => {
-            for (d, &x) in dst.chunks_exact_mut(4).zip(src) {
-                d.copy_from_slice(&x.to_le_bytes());
+            for (o, &x) in dst.chunks_exact_mut(4).zip(src) {
+                o.copy_from_slice(&x.to_le_bytes());
             }
         }
-        DType::F16 => {
-            for (d, &x) in dst.chunks_exact_mut(2).zip(src) {
-                d.copy_from_slice(&f16::from_f32(x).to_bits().to_le_bytes());
+        DType::F16 => encode_row_f16(src, dst),
+        DType::BF16 => encode_row_bf16(src, dst),
+        DType::Q8_0 => quantize_row_q8_0(src, bytemuck::cast_slice_mut(dst)),
+        DType::Q4_0 => quantize_row_q4_0(src, bytemuck::cast_slice_mut(dst)),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::scalar::dequant_row;
+    use crate::kernels::tests::values;
+
+    /// Encodes then decodes `src` as `dtype`.
+    fn round_trip(dtype: DType, src: &[f32]) -> [f32; 1024] {
+        let mut bytes = [0u8; 4096];
+        let nbytes = dtype.row_bytes(src.len()).unwrap();
+        quantize_row(dtype, src, &mut bytes[..nbytes]).unwrap();
+        let mut out = [0.0; 1024];
+        dequant_row(dtype, &bytes[..nbytes], &mut out[..src.len()]);
+        out
+    }
+
+    #[test]
+    fn floats_round_trip_within_their_precision() {
+        let x = values(1023, 1);
+        assert_eq!(&round_trip(DType::F32, &x)[..1023], &x[..]);
+        for (dtype, rel) in [(DType::F16, 1.0 / 2048.0), (DType::BF16, 1.0 / 256.0)] {
+            let y = round_trip(dtype, &x);
+            for (a, b) in x.iter().zip(&y) {
+                assert!((a - b).abs() <= rel * a.abs(), "{dtype:?}: {a} -> {b}");
             }
         }
-        DType::BF16 => {
-            for (d, &x) in dst.chunks_exact_mut(2).zip(src) {
-                d.copy_from_slice(&bf16::from_f32(x).to_bits().to_le_bytes());
+    }
+
+    #[test]
+    fn q8_0_round_trip_error_is_half_a_step() {
+        let x = values(1024, 2);
+        let y = round_trip(DType::Q8_0, &x);
+        for (xs, ys) in x.chunks(QK).zip(y.chunks(QK)) {
+            let d = xs.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0;
+            // Half a step, plus the f16 rounding of d spread over up to 127 steps.
+            let bound = d * (0.5 + 127.0 / 2048.0);
+            for (a, b) in xs.iter().zip(ys) {
+                assert!((a - b).abs() <= bound, "{a} -> {b} (d {d})");
             }
         }
-        DType::Q8_0 | DType::Q4_0 => unimplemented!("quantizers land with the kernels branch"),
+    }
+
+    #[test]
+    fn q4_0_round_trip_error_is_one_step() {
+        let x = values(1024, 3);
+        let y = round_trip(DType::Q4_0, &x);
+        let (mut sq_err, mut uniform) = (0.0, 0.0);
+        for (xs, ys) in x.chunks(QK).zip(y.chunks(QK)) {
+            let d = xs.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 8.0;
+            for (a, b) in xs.iter().zip(ys) {
+                // Values near +8d round down to level 7: up to one full step.
+                assert!((a - b).abs() <= d * (1.0 + 8.0 / 2048.0), "{a} -> {b} (d {d})");
+                sq_err += (a - b) * (a - b);
+            }
+            uniform += QK as f32 * d * d / 12.0;
+        }
+        // Everywhere but at the clamped top level the error is plain rounding: its mean
+        // square is that of a uniform error over one step, d^2 / 12.
+        assert!(sq_err < 1.25 * uniform, "squared error {sq_err}, uniform rounding {uniform}");
+    }
+
+    #[test]
+    fn quantizers_match_ggml_on_hand_values() {
+        let mut x = [0.0f32; QK];
+        x[0] = -2.0;
+        x[1] = 1.0;
+        x[2] = 0.5;
+        x[3] = 2.0;
+        let mut q8 = [BlockQ8_0 { d: [0; 2], qs: [0; QK] }];
+        quantize_row_q8_0(&x, &mut q8);
+        assert_eq!(f16_le(q8[0].d), f16::from_f32(2.0 / 127.0).to_f32());
+        assert_eq!(&q8[0].qs[..5], &[-127, 64, 32, 127, 0]);
+        let mut q4 = [BlockQ4_0 { d: [0; 2], qs: [0; QK / 2] }];
+        quantize_row_q4_0(&x, &mut q4);
+        // d = -2 / -8 = 0.25: -2 -> 0, 1 -> 12, 0.5 -> 10, 2 -> min(15, 16) = 15, 0 -> 8.
+        assert_eq!(f16_le(q4[0].d), 0.25);
+        assert_eq!(&q4[0].qs[..5], &[0x80, 0x8c, 0x8a, 0x8f, 0x88]);
+    }
+
+    #[test]
+    fn quantize_row_rejects_mismatched_lengths() {
+        let x = [0.0f32; 64];
+        let mut buf = [0u8; 256];
+        assert_eq!(quantize_row(DType::Q8_0, &x[..33], &mut buf[..68]), Err(Error::InvalidArgument));
+        assert_eq!(quantize_row(DType::Q8_0, &x, &mut buf[..67]), Err(Error::InvalidArgument));
+        assert_eq!(quantize_row(DType::F16, &x[..3], &mut buf[..6]), Ok(()));
     }
 }

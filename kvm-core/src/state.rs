@@ -25,7 +25,8 @@ use crate::config::{flags, Config, StateBudget};
 use crate::error::{Error, Result};
 use crate::kernels;
 use crate::math::{dot, layer_norm_inplace, norm};
-use crate::model::{self, Model, Tap, Vector};
+use crate::model::Exec;
+use crate::model::{self, Logits, Model, Serial, Tap, Vector};
 use crate::quant::round_bf16;
 
 /// Required alignment of the arena's first byte.
@@ -40,7 +41,7 @@ const STAMP: u32 = 0x534D_564B;
 
 #[inline]
 const fn pad(n: usize) -> usize {
-    (n + UNIT - 1) / UNIT * UNIT
+    n.div_ceil(UNIT) * UNIT
 }
 
 /// Sizes of one session's arena for a config and a state capacity.
@@ -54,11 +55,16 @@ pub struct Layout {
     scratch_len: usize,
     n_layers: usize,
     layer_sizes: [usize; LAYER_PARTS],
-    scratch_sizes: [usize; SCRATCH_PARTS],
+    step_sizes: [usize; STEP_PARTS],
+    /// Widths of the per-token activation rows.
+    row_widths: [usize; ROW_PARTS],
+    /// The widest input a matrix kernel sees.
+    widest_input: usize,
 }
 
 const LAYER_PARTS: usize = 12;
-const SCRATCH_PARTS: usize = 21;
+const STEP_PARTS: usize = 7;
+const ROW_PARTS: usize = 13;
 
 impl Layout {
     /// The layout of a session of `cfg` holding at most `state_len` slots.
@@ -91,42 +97,55 @@ impl Layout {
             cfg.v_dim(),
             d,
         ];
-        let widest_input = d.max(cfg.d_vgate as usize).max(cfg.v_dim()).max(cfg.d_ff as usize);
-        let scratch_sizes = [
-            d,                                                  // x: residual stream
-            d,                                                  // a: block input / output
-            cfg.q_dim(),                                        // q
-            cfg.q_dim(),                                        // k
-            cfg.v_dim(),                                        // v
-            cfg.v_dim(),                                        // v_first
-            cfg.d_vgate as usize,                               // value-gate LoRA hidden
-            cfg.v_dim(),                                        // value gate
-            h,                                                  // merge gates
-            cfg.v_dim(),                                        // attention output
-            cfg.d_ff as usize,                                  // MLP hidden
-            cfg.vocab_len as usize,                             // logits
-            s.checked_add(w).ok_or(too_big)?,                   // attention scores
-            cfg.rope_dim as usize / 2,                          // cos
-            cfg.rope_dim as usize / 2,                          // sin
-            mul(c, dk)?,                                        // prepared overflow keys
-            c,                                                  // novelty scores
-            c,                                                  // novelty order / merge targets (u32)
-            mul(s, dk)?,                                        // merged key deltas
-            mul(s, dv)?,                                        // merged value deltas
-            kernels::act_scratch_len(widest_input).div_ceil(4), // kernel scratch
+        let step_sizes = [
+            cfg.vocab_len as usize,           // logits of the last token
+            s.checked_add(w).ok_or(too_big)?, // attention scores
+            mul(c, dk)?,                      // prepared overflow keys
+            c,                                // novelty scores
+            c,                                // appended flags (u32)
+            mul(s, dk)?,                      // merged key deltas
+            mul(s, dv)?,                      // merged value deltas
         ];
+        let row_widths = [
+            d,                         // x: residual stream
+            d,                         // a: block input / output
+            cfg.q_dim(),               // q
+            cfg.q_dim(),               // k
+            cfg.v_dim(),               // v
+            cfg.v_dim(),               // v_first
+            cfg.d_vgate as usize,      // value-gate LoRA hidden
+            cfg.v_dim(),               // value gate
+            h,                         // merge gates
+            cfg.v_dim(),               // attention output
+            cfg.d_ff as usize,         // MLP hidden
+            cfg.rope_dim as usize / 2, // RoPE cos
+            cfg.rope_dim as usize / 2, // RoPE sin
+        ];
+        let widest_input = d.max(cfg.d_vgate as usize).max(cfg.v_dim()).max(cfg.d_ff as usize);
         let sum = |sizes: &[usize]| sizes.iter().try_fold(0usize, |acc, &n| acc.checked_add(pad(n)));
         let layer_len = sum(&layer_sizes).ok_or(too_big)?;
-        let scratch_len = sum(&scratch_sizes).ok_or(too_big)?;
+        let step_len = sum(&step_sizes).ok_or(too_big)?;
         let n_layers = cfg.n_layers as usize;
-        let total = mul(layer_len, n_layers)?.checked_add(scratch_len + COUNTERS).ok_or(too_big)?;
+        let mut lay = Layout {
+            state_len,
+            layer_len,
+            scratch_len: 0,
+            n_layers,
+            layer_sizes,
+            step_sizes,
+            row_widths,
+            widest_input,
+        };
+        lay.scratch_len = step_len.checked_add(lay.acts_len(1).ok_or(too_big)?).ok_or(too_big)?;
+        let total = mul(layer_len, n_layers)?.checked_add(lay.scratch_len + COUNTERS).ok_or(too_big)?;
         mul(total, 4)?;
-        Ok(Layout { state_len, layer_len, scratch_len, n_layers, layer_sizes, scratch_sizes })
+        Ok(lay)
     }
 
-    /// Offset of the logits within the scratch region.
-    fn logits_offset(&self) -> usize {
-        self.scratch_sizes[..11].iter().map(|&n| pad(n)).sum()
+    /// f32s of the activations of `n` tokens processed together (see [`Acts`]).
+    pub fn acts_len(&self, n: usize) -> Option<usize> {
+        let rows = self.row_widths.iter().try_fold(0usize, |acc, &w| acc.checked_add(pad(w.checked_mul(n)?)))?;
+        rows.checked_add(pad(kernels::matmul_scratch_len(self.widest_input, n).div_ceil(4)))
     }
 
     /// f32s of the persistent part (counters + every layer's state).
@@ -198,25 +217,13 @@ impl<'s> LayerState<'s> {
     }
 }
 
-/// One step's scratch, carved from the arena.
+/// Scratch of one step that does not grow with the number of tokens.
 pub(crate) struct Scratch<'s> {
-    pub x: &'s mut [f32],
-    pub a: &'s mut [f32],
-    pub q: &'s mut [f32],
-    pub k: &'s mut [f32],
-    pub v: &'s mut [f32],
-    pub v_first: &'s mut [f32],
-    pub vg_lo: &'s mut [f32],
-    pub vg: &'s mut [f32],
-    pub mg: &'s mut [f32],
-    pub att: &'s mut [f32],
-    pub ff: &'s mut [f32],
+    /// `[vocab_len]`
     pub logits: &'s mut [f32],
+    /// `[state_len + window_len]`
     pub scores: &'s mut [f32],
-    pub cos: &'s mut [f32],
-    pub sin: &'s mut [f32],
     pub fold: FoldScratch<'s>,
-    pub act: &'s mut [u8],
 }
 
 /// Scratch of one fold.
@@ -225,8 +232,7 @@ pub(crate) struct FoldScratch<'s> {
     pub pk: &'s mut [f32],
     /// `[chunk_len]` novelty scores.
     pub novelty: &'s mut [f32],
-    /// `[chunk_len]` token order by novelty, then each token's merge target
-    /// (`u32::MAX` = appended).
+    /// `[chunk_len]` 1 where the token is appended, 0 where merged.
     pub index: &'s mut [u32],
     /// `[state_len, d_qk]` summed merged keys.
     pub dsk: &'s mut [f32],
@@ -236,8 +242,56 @@ pub(crate) struct FoldScratch<'s> {
 
 impl<'s> Scratch<'s> {
     fn carve(mut buf: &'s mut [f32], lay: &Layout) -> Self {
-        let z = &lay.scratch_sizes;
+        let z = &lay.step_sizes;
         Scratch {
+            logits: take(&mut buf, z[0]),
+            scores: take(&mut buf, z[1]),
+            fold: FoldScratch {
+                pk: take(&mut buf, z[2]),
+                novelty: take(&mut buf, z[3]),
+                index: bytemuck::cast_slice_mut(take(&mut buf, z[4])),
+                dsk: take(&mut buf, z[5]),
+                dsv: take(&mut buf, z[6]),
+            },
+        }
+    }
+}
+
+/// Activations of `n` tokens processed together, one row per token.
+pub(crate) struct Acts<'s> {
+    pub n: usize,
+    /// `[n, d_model]` residual stream.
+    pub x: &'s mut [f32],
+    /// `[n, d_model]` block input, then block output.
+    pub a: &'s mut [f32],
+    /// `[n, n_heads * d_qk]`
+    pub q: &'s mut [f32],
+    pub k: &'s mut [f32],
+    /// `[n, n_heads * d_v]`
+    pub v: &'s mut [f32],
+    pub v_first: &'s mut [f32],
+    /// `[n, d_vgate]`
+    pub vg_lo: &'s mut [f32],
+    /// `[n, n_heads * d_v]`
+    pub vg: &'s mut [f32],
+    /// `[n, n_heads]`
+    pub mg: &'s mut [f32],
+    /// `[n, n_heads * d_v]`
+    pub att: &'s mut [f32],
+    /// `[n, d_ff]`
+    pub ff: &'s mut [f32],
+    /// `[n, rope_dim / 2]` bf16-rounded RoPE tables of each token's position.
+    pub cos: &'s mut [f32],
+    pub sin: &'s mut [f32],
+    /// Kernel scratch (quantized activations).
+    pub act: &'s mut [u8],
+}
+
+impl<'s> Acts<'s> {
+    pub(crate) fn carve(mut buf: &'s mut [f32], lay: &Layout, n: usize) -> Self {
+        let z = lay.row_widths.map(|w| w * n);
+        Acts {
+            n,
             x: take(&mut buf, z[0]),
             a: take(&mut buf, z[1]),
             q: take(&mut buf, z[2]),
@@ -249,18 +303,9 @@ impl<'s> Scratch<'s> {
             mg: take(&mut buf, z[8]),
             att: take(&mut buf, z[9]),
             ff: take(&mut buf, z[10]),
-            logits: take(&mut buf, z[11]),
-            scores: take(&mut buf, z[12]),
-            cos: take(&mut buf, z[13]),
-            sin: take(&mut buf, z[14]),
-            fold: FoldScratch {
-                pk: take(&mut buf, z[15]),
-                novelty: take(&mut buf, z[16]),
-                index: bytemuck::cast_slice_mut(take(&mut buf, z[17])),
-                dsk: take(&mut buf, z[18]),
-                dsv: take(&mut buf, z[19]),
-            },
-            act: bytemuck::cast_slice_mut(take(&mut buf, z[20])),
+            cos: take(&mut buf, z[11]),
+            sin: take(&mut buf, z[12]),
+            act: bytemuck::cast_slice_mut(take(&mut buf, kernels::matmul_scratch_len(lay.widest_input, n).div_ceil(4))),
         }
     }
 }
@@ -345,6 +390,13 @@ impl Plan {
             plan.slots_after = at.slots + (target - at.slots).min(c);
         }
         plan
+    }
+}
+
+impl Plan {
+    /// The counters after this step.
+    pub(crate) fn next(&self) -> Counters {
+        Counters { pos: self.t + 1, slots: self.slots_after, coverage: self.coverage_after }
     }
 }
 
@@ -484,11 +536,10 @@ impl HeadState<'_, '_> {
                     .map(|s| dot(pk, &self.st.nk[self.slot(s) * dk..(self.slot(s) + 1) * dk]))
                     .fold(f32::NEG_INFINITY, f32::max);
             }
-            for i in 0..c {
-                let below = (0..c)
-                    .filter(|&j| fs.novelty[j] < fs.novelty[i] || (fs.novelty[j] == fs.novelty[i] && j < i))
-                    .count();
-                appended[i] = (below < n_append) as u32;
+            let novelty = &fs.novelty[..c];
+            for (i, (flag, &mine)) in appended.iter_mut().zip(novelty).enumerate() {
+                let below = novelty.iter().enumerate().filter(|&(j, &x)| x < mine || (x == mine && j < i)).count();
+                *flag = (below < n_append) as u32;
             }
         }
 
@@ -581,13 +632,14 @@ impl HeadState<'_, '_> {
         let n_state = if plan.read_state { slots } else { 0 };
         let n_window = plan.t + 1 - plan.window_begin;
         let scores = &mut scores[..n_state + n_window];
-        for s in 0..n_state {
+        let (state_scores, window_scores) = scores.split_at_mut(n_state);
+        for (s, score) in state_scores.iter_mut().enumerate() {
             let si = self.slot(s);
-            scores[s] = dot(q, &self.st.nk[si * dk..(si + 1) * dk]) * state_temp * scale;
+            *score = dot(q, &self.st.nk[si * dk..(si + 1) * dk]) * state_temp * scale;
         }
-        for j in 0..n_window {
+        for (j, score) in window_scores.iter_mut().enumerate() {
             let ri = self.ring(plan.window_begin + j);
-            scores[n_state + j] = dot(q, &self.st.wk[ri * dk..(ri + 1) * dk]) * front_temp * scale;
+            *score = dot(q, &self.st.wk[ri * dk..(ri + 1) * dk]) * front_temp * scale;
         }
         let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut sum = 0.0;
@@ -596,13 +648,14 @@ impl HeadState<'_, '_> {
             sum += *x;
         }
         out.fill(0.0);
-        for s in 0..n_state {
+        let (state_scores, window_scores) = scores.split_at(n_state);
+        for (s, &p) in state_scores.iter().enumerate() {
             let si = self.slot(s);
-            crate::math::axpy(out, scores[s] / sum, &self.st.nv[si * dv..(si + 1) * dv]);
+            crate::math::axpy(out, p / sum, &self.st.nv[si * dv..(si + 1) * dv]);
         }
-        for j in 0..n_window {
+        for (j, &p) in window_scores.iter().enumerate() {
             let ri = self.ring(plan.window_begin + j);
-            crate::math::axpy(out, scores[n_state + j] / sum, &self.st.wv[ri * dv..(ri + 1) * dv]);
+            crate::math::axpy(out, p / sum, &self.st.wv[ri * dv..(ri + 1) * dv]);
         }
     }
 
@@ -758,19 +811,77 @@ impl<'m, 'a> Session<'m, 'a> {
         want_logits: bool,
         tap: &mut dyn FnMut(Tap, &[f32]),
     ) -> Result<()> {
+        let logits = if want_logits { Logits::Last } else { Logits::None };
+        self.run(&[token], phase, None, logits, &Serial, tap)
+    }
+
+    /// Feeds `tokens` as one batch: every matrix product runs over all of them at once,
+    /// so each weight is read once per batch instead of once per token, while the state
+    /// is updated token by token exactly as [`Session::step`] would. `batch` is scratch
+    /// of at least [`Layout::acts_len`]`(tokens.len())` f32s; `exec` runs the products
+    /// (the std runtime passes a thread pool).
+    ///
+    /// # Errors
+    /// [`Error::BufferTooSmall`] for a short `batch` or `Logits::All` buffer;
+    /// [`Error::InvalidArgument`] for no tokens; as [`Session::step`]. Nothing is
+    /// consumed on error.
+    pub fn step_batch(
+        &mut self,
+        tokens: &[u32],
+        phase: Phase,
+        batch: &mut [f32],
+        exec: &dyn Exec,
+        logits: Logits<'_>,
+    ) -> Result<()> {
+        self.run(tokens, phase, Some(batch), logits, exec, &mut |_, _| {})
+    }
+
+    fn run(
+        &mut self,
+        tokens: &[u32],
+        phase: Phase,
+        batch: Option<&mut [f32]>,
+        logits: Logits<'_>,
+        exec: &dyn Exec,
+        tap: &mut dyn FnMut(Tap, &[f32]),
+    ) -> Result<()> {
         let vocab_len = self.model.config().vocab_len;
-        if token >= vocab_len {
+        if tokens.is_empty() {
+            return Err(Error::InvalidArgument);
+        }
+        if let Some(&token) = tokens.iter().find(|&&t| t >= vocab_len) {
             return Err(Error::TokenOutOfRange { token, vocab_len });
         }
+        if let Logits::All(out) = &logits {
+            let needed = tokens.len() * vocab_len as usize;
+            if out.len() < needed {
+                return Err(Error::BufferTooSmall { needed });
+            }
+        }
         let at = self.counters();
-        if at.pos >= u32::MAX as usize {
+        if at.pos.checked_add(tokens.len()).is_none_or(|end| end > u32::MAX as usize) {
             return Err(Error::InvalidArgument);
         }
         let lay = self.layout;
         let (head, rest) = self.arena.split_at_mut(COUNTERS);
         let (layers, scratch) = rest.split_at_mut(lay.state_floats() - COUNTERS);
-        let mut s = Scratch::carve(scratch, &lay);
-        let next = model::forward(&self.model, &lay, layers, &mut s, at, token, phase, want_logits, tap);
+        let step_len = lay.step_sizes.iter().map(|&n| pad(n)).sum();
+        let (step, arena_acts) = scratch.split_at_mut(step_len);
+        let mut s = Scratch::carve(step, &lay);
+        let mut acts = match batch {
+            None => Acts::carve(arena_acts, &lay, tokens.len().min(1)),
+            Some(buf) => {
+                let needed = lay.acts_len(tokens.len()).unwrap_or(usize::MAX);
+                if buf.len() < needed {
+                    return Err(Error::BufferTooSmall { needed });
+                }
+                Acts::carve(buf, &lay, tokens.len())
+            }
+        };
+        if acts.n != tokens.len() {
+            return Err(Error::BufferTooSmall { needed: lay.acts_len(tokens.len()).unwrap_or(usize::MAX) });
+        }
+        let next = model::forward(&self.model, &lay, layers, &mut s, &mut acts, at, tokens, phase, logits, exec, tap);
         let c: &mut [u32] = bytemuck::cast_slice_mut(head);
         c[counter::POS] = next.pos as u32;
         c[counter::SLOTS] = next.slots as u32;
@@ -780,7 +891,7 @@ impl<'m, 'a> Session<'m, 'a> {
 
     /// The logits of the last step run with `want_logits`, `[vocab_len]`.
     pub fn logits(&self) -> &[f32] {
-        let start = self.layout.state_floats() + self.layout.logits_offset();
+        let start = self.layout.state_floats();
         &self.arena[start..start + self.model.config().vocab_len as usize]
     }
 
@@ -790,6 +901,15 @@ impl<'m, 'a> Session<'m, 'a> {
     /// As [`Session::step`].
     pub fn decode(&mut self, token: u32) -> Result<&[f32]> {
         self.step(token, Phase::Decode, true)?;
+        Ok(self.logits())
+    }
+
+    /// [`Session::decode`] with the matrix products run by `exec` (a thread pool).
+    ///
+    /// # Errors
+    /// As [`Session::step`].
+    pub fn decode_with(&mut self, token: u32, exec: &dyn Exec) -> Result<&[f32]> {
+        self.run(&[token], Phase::Decode, None, Logits::Last, exec, &mut |_, _| {})?;
         Ok(self.logits())
     }
 

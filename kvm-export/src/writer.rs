@@ -49,7 +49,7 @@ pub fn encode(dtype: DType, cols: usize, src: &[f32]) -> Result<Vec<u8>> {
     let rows = src.len() / cols.max(1);
     let mut out = vec![0u8; rows * row_bytes];
     for (s, d) in src.chunks_exact(cols).zip(out.chunks_exact_mut(row_bytes)) {
-        kvm_core::quant::quantize_row(dtype, s, d);
+        kvm_core::quant::quantize_row(dtype, s, d).map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     Ok(out)
 }

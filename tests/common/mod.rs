@@ -1,4 +1,5 @@
 //! Helpers shared by the integration tests: golden-case loading and model conversion.
+#![allow(dead_code)] // each test binary uses a different subset
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -62,9 +63,11 @@ pub fn read_safetensors(path: &Path) -> HashMap<String, Tensor> {
 /// Converts checkpoint `dir` to a temporary model file with `dtype` matrices; returns
 /// its bytes.
 pub fn convert_to_bytes(dir: &Path, dtype: DType) -> Vec<u8> {
+    static UNIQUE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let out = std::env::temp_dir().join(format!(
-        "kvm-test-{}-{}-{}.kvm",
+        "kvm-test-{}-{}-{}-{}.kvm",
         std::process::id(),
+        UNIQUE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         dir.file_name().unwrap().to_string_lossy(),
         dtype.name()
     ));

@@ -1,13 +1,31 @@
-//! Matrix x vector kernels over every weight format, in tiers.
+//! Matrix x vector and matrix x matrix kernels over every weight format, in tiers.
 //!
-//! [`scalar`] is the oracle; SIMD tiers plug over it. The tier in use is chosen at compile
-//! time from `target_feature`, and may be switched at run time by a caller that has checked
-//! the CPU ([`force_tier`]; the std runtime does so after feature detection).
+//! [`scalar`] is the oracle; SIMD tiers (`x86_64::{avx2, avx512}`, `aarch64::neon`) plug
+//! over it. Every tier supplies the same few pieces (`Kernels`): for each dtype a *tile*
+//! kernel, the dot products of `R` weight rows with `T` activation vectors, plus an
+//! activation quantizer and a row decoder. One driver (`run`) walks every matrix in such
+//! tiles, so the SIMD code holds only arithmetic and every tier shares the same loops.
+//!
+//! Integer formats (q8_0, q4_0) first quantize the activation to q8 blocks in the caller's
+//! `act` scratch (ggml's `vec_dot_q8_0_q8_0` approach): the dot products are then exact
+//! integer sums scaled once per block, in every tier alike, scalar included.
+//!
+//! The tier in use starts as the best one the compile-time target features allow and may be
+//! switched at run time ([`tier::force_tier`]; with `std`, `init_from_env`).
 
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
 pub mod scalar;
+pub mod tier;
+#[cfg(target_arch = "x86_64")]
+mod x86_64;
+
+#[cfg(feature = "std")]
+pub use tier::{detect, init_from_env, TierError};
+pub use tier::{force_tier, tier, Tier};
 
 use crate::error::{Error, Result};
-use crate::quant::DType;
+use crate::quant::{DType, QK};
 
 /// A row-major weight matrix `[rows, cols]` borrowed from the model blob.
 #[derive(Debug, Clone, Copy)]
@@ -47,20 +65,543 @@ impl<'a> Matrix<'a> {
     }
 }
 
-/// Bytes of activation scratch [`matvec`] needs for an input of `cols` values.
+/// Bytes of activation scratch [`matvec`] needs for an input of `cols` values: one token's
+/// q8 activation, `cols` i8 values then one little-endian f32 scale per block of [`QK`]
+/// (float weights use none of it).
 pub const fn act_scratch_len(cols: usize) -> usize {
-    scalar::act_scratch_len(cols)
+    cols / QK * (QK + 4)
+}
+
+/// Tokens [`matmul`] quantizes at a time when given [`matmul_scratch_len`] bytes: enough
+/// that one pass over the weights feeds the arithmetic rather than waiting on memory.
+pub const MATMUL_TOKENS: usize = 16;
+
+/// Bytes of activation scratch [`matmul`] needs to read integer-format weights once per
+/// [`MATMUL_TOKENS`] tokens of an `[n, cols]` input. Any multiple of
+/// [`act_scratch_len`] down to one token also works, streaming the weights more often.
+pub const fn matmul_scratch_len(cols: usize, n: usize) -> usize {
+    let tokens = if n < MATMUL_TOKENS { n } else { MATMUL_TOKENS };
+    act_scratch_len(cols) * tokens
 }
 
 /// `y[r] = sum_c w[r, c] * x[c]` for every row. `x.len() == w.cols`,
 /// `y.len() == w.rows`, `act.len() >= act_scratch_len(w.cols)`.
 #[inline]
 pub fn matvec(w: &Matrix<'_>, x: &[f32], y: &mut [f32], act: &mut [u8]) {
-    scalar::matvec(w, x, y, act)
+    debug_assert_eq!(x.len(), w.cols);
+    // SAFETY: the active tier's CPU features are present (the invariant of `tier`).
+    unsafe { (table(tier()).matvec)(w, x, y, act) }
+}
+
+/// `ys[t, r] = sum_c w[r, c] * xs[t, c]` for `n = xs.len() / w.cols` tokens at once
+/// (`xs: [n, cols]`, `ys: [n, rows]`): each weight row is read once per group of tokens
+/// instead of once per token, which is what makes chunked prefill cheaper than `n` calls
+/// of [`matvec`]. For integer formats `act.len()` sets the group:
+/// `act.len() / act_scratch_len(cols)` tokens ([`matmul_scratch_len`]), at least one.
+#[inline]
+pub fn matmul(w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]) {
+    // SAFETY: as in `matvec`.
+    unsafe { (table(tier()).matmul)(w, xs, ys, act) }
 }
 
 /// Decodes row `row` of `w` into `out` (`out.len() == w.cols`).
 #[inline]
 pub fn dequant_row(w: &Matrix<'_>, row: usize, out: &mut [f32]) {
-    scalar::dequant_row(w, row, out)
+    debug_assert_eq!(out.len(), w.cols);
+    let rb = w.row_bytes();
+    let bytes = &w.data[row * rb..(row + 1) * rb];
+    // SAFETY: as in `matvec`.
+    unsafe { (table(tier()).dequant_row)(w.dtype, bytes, out) }
+}
+
+/// One tier's kernel for one weight dtype.
+pub(crate) trait Kernel {
+    /// What activations are made of: `f32` for float weights, q8 bytes (the
+    /// [`act_scratch_len`] layout) for integer ones.
+    type Act;
+
+    /// Returns `out[r][t] = w[r] . a[t]` for `R` weight rows and `T` activation vectors
+    /// of `cols` values each.
+    ///
+    /// # Safety
+    /// The CPU supports the kernel's tier; every `w[r]` holds `dtype.row_bytes(cols)`
+    /// bytes and every `a[t]` one whole activation (`cols` floats, or
+    /// `act_scratch_len(cols)` bytes).
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[Self::Act]; T], cols: usize) -> [[f32; T]; R];
+}
+
+/// Everything a tier supplies; [`run`] turns it into `matvec`/`matmul`.
+pub(crate) trait Kernels {
+    type F32: Kernel<Act = f32>;
+    type F16: Kernel<Act = f32>;
+    type BF16: Kernel<Act = f32>;
+    type Q8_0: Kernel<Act = u8>;
+    type Q4_0: Kernel<Act = u8>;
+
+    /// Quantizes `x` (`[cols]`, `cols % QK == 0`) into `out` (`[act_scratch_len(cols)]`),
+    /// producing exactly the bytes of [`scalar::quantize_act`], so that every tier's integer
+    /// sums agree with the reference.
+    ///
+    /// # Safety
+    /// The CPU supports the tier.
+    unsafe fn quantize_act(x: &[f32], out: &mut [u8]);
+
+    /// Decodes one row of `dtype` (`row.len() == dtype.row_bytes(out.len())`).
+    ///
+    /// # Safety
+    /// The CPU supports the tier.
+    unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]);
+}
+
+/// A float dtype as a type, so that one kernel can be generic over the three.
+pub(crate) trait FloatType {
+    const DTYPE: DType;
+}
+
+/// [`DType::F32`] as a type.
+pub(crate) struct F32;
+/// [`DType::F16`] as a type.
+pub(crate) struct F16;
+/// [`DType::BF16`] as a type.
+pub(crate) struct BF16;
+
+impl FloatType for F32 {
+    const DTYPE: DType = DType::F32;
+}
+impl FloatType for F16 {
+    const DTYPE: DType = DType::F16;
+}
+impl FloatType for BF16 {
+    const DTYPE: DType = DType::BF16;
+}
+
+/// A tier's entry points, picked once per call by [`table`] (tract's kernel table).
+struct Table {
+    matvec: unsafe fn(&Matrix<'_>, &[f32], &mut [f32], &mut [u8]),
+    matmul: unsafe fn(&Matrix<'_>, &[f32], &mut [f32], &mut [u8]),
+    dequant_row: unsafe fn(DType, &[u8], &mut [f32]),
+}
+
+/// The table of `tier`; a tier of another architecture gets the scalar one.
+fn table(tier: Tier) -> &'static Table {
+    // Tile shapes: matvec takes several rows per tile so each activation load serves
+    // them all; matmul also takes several tokens so each weight decode does.
+    static SCALAR: Table = Table {
+        matvec: run::<scalar::Scalar, 1, 1>,
+        matmul: run::<scalar::Scalar, 1, 1>,
+        dequant_row: scalar::Scalar::dequant_row,
+    };
+    #[cfg(target_arch = "x86_64")]
+    static AVX2: Table = Table {
+        matvec: run::<x86_64::avx2::Avx2, 4, 1>,
+        matmul: run::<x86_64::avx2::Avx2, 2, 4>,
+        dequant_row: x86_64::avx2::Avx2::dequant_row,
+    };
+    #[cfg(target_arch = "x86_64")]
+    static AVX512: Table = Table {
+        matvec: run::<x86_64::avx512::Avx512, 4, 1>,
+        matmul: run::<x86_64::avx512::Avx512, 4, 4>,
+        dequant_row: x86_64::avx512::Avx512::dequant_row,
+    };
+    #[cfg(target_arch = "aarch64")]
+    static NEON: Table = Table {
+        matvec: run::<aarch64::neon::Neon, 4, 1>,
+        matmul: run::<aarch64::neon::Neon, 4, 4>,
+        dequant_row: aarch64::neon::Neon::dequant_row,
+    };
+    #[cfg(target_arch = "aarch64")]
+    static NEON_DOT: Table = Table {
+        matvec: run::<aarch64::neon::NeonDot, 4, 1>,
+        matmul: run::<aarch64::neon::NeonDot, 4, 4>,
+        dequant_row: aarch64::neon::NeonDot::dequant_row,
+    };
+    match tier {
+        #[cfg(target_arch = "x86_64")]
+        Tier::Avx2 => &AVX2,
+        #[cfg(target_arch = "x86_64")]
+        Tier::Avx512 => &AVX512,
+        #[cfg(target_arch = "aarch64")]
+        Tier::Neon => &NEON,
+        #[cfg(target_arch = "aarch64")]
+        Tier::NeonDot => &NEON_DOT,
+        _ => &SCALAR,
+    }
+}
+
+/// `ys[t, r] = w[r] . xs[t]` for every row and each of the `n = xs.len() / cols` tokens
+/// (`xs: [n, cols]`, `ys: [n, rows]`), with tier `K` in `R x T` tiles. Shapes that do not
+/// fit are `debug_assert`ed; in release they shrink the work and never read out of bounds.
+///
+/// # Safety
+/// The CPU supports `K`'s tier.
+unsafe fn run<K: Kernels, const R: usize, const T: usize>(w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]) {
+    let cols = w.cols;
+    let rb = w.dtype.row_bytes(cols).unwrap_or(0);
+    if rb == 0 {
+        debug_assert!(cols == 0, "cols {cols} is not a whole number of {:?} blocks", w.dtype);
+        ys.fill(0.0);
+        return;
+    }
+    debug_assert_eq!(w.data.len(), w.rows * rb);
+    debug_assert_eq!(xs.len() % cols, 0);
+    let n = xs.len() / cols;
+    debug_assert_eq!(ys.len(), n * w.rows);
+    let data = &w.data[..w.rows.min(w.data.len() / rb) * rb];
+    let ld = w.rows;
+    // SAFETY (all arms): the caller guarantees the tier.
+    unsafe {
+        match w.dtype {
+            DType::F32 => tiles::<K::F32, R, T>(data, rb, cols, xs, cols, ys, ld),
+            DType::F16 => tiles::<K::F16, R, T>(data, rb, cols, xs, cols, ys, ld),
+            DType::BF16 => tiles::<K::BF16, R, T>(data, rb, cols, xs, cols, ys, ld),
+            DType::Q8_0 => quantized::<K, K::Q8_0, R, T>(data, rb, cols, xs, ys, ld, act),
+            DType::Q4_0 => quantized::<K, K::Q4_0, R, T>(data, rb, cols, xs, ys, ld, act),
+        }
+    }
+}
+
+/// [`run`] for an integer format: quantizes as many tokens as `act` holds, then streams the
+/// weights once over that group; `ys` is `[n, ld]`.
+///
+/// # Safety
+/// The CPU supports `K`'s tier.
+unsafe fn quantized<K: Kernels, Q: Kernel<Act = u8>, const R: usize, const T: usize>(
+    w: &[u8],
+    rb: usize,
+    cols: usize,
+    xs: &[f32],
+    ys: &mut [f32],
+    ld: usize,
+    act: &mut [u8],
+) {
+    let per = act_scratch_len(cols);
+    let group = act.len() / per;
+    debug_assert!(group > 0, "act scratch holds {} bytes, needs {per}", act.len());
+    if group == 0 {
+        return;
+    }
+    for (xg, yg) in xs.chunks(group * cols).zip(ys.chunks_mut(group * ld)) {
+        let a = &mut act[..xg.len() / cols * per];
+        for (x, a) in xg.chunks_exact(cols).zip(a.chunks_exact_mut(per)) {
+            // SAFETY: the caller guarantees the tier.
+            unsafe { K::quantize_act(x, a) };
+        }
+        // SAFETY: the caller guarantees the tier.
+        unsafe { tiles::<Q, R, T>(w, rb, cols, a, per, yg, ld) };
+    }
+}
+
+/// Walks `w` (`[rows, rb]`) x `a` (`[n, stride]`) in `R x T` tiles, then single rows and
+/// single tokens for the remainders: `ys[t * ld + r] = w[r] . a[t]`.
+///
+/// # Safety
+/// The CPU supports `K`'s tier; `rb == dtype.row_bytes(cols)` and `stride` is the length
+/// of one activation.
+unsafe fn tiles<K: Kernel, const R: usize, const T: usize>(
+    w: &[u8],
+    rb: usize,
+    cols: usize,
+    a: &[K::Act],
+    stride: usize,
+    ys: &mut [f32],
+    ld: usize,
+) {
+    let n = (a.len() / stride).min(ys.len() / ld.max(1));
+    let mut blocks = w.chunks_exact(R * rb);
+    let mut r0 = 0;
+    for wr in &mut blocks {
+        let wr: [&[u8]; R] = core::array::from_fn(|i| &wr[i * rb..(i + 1) * rb]);
+        // SAFETY: forwarded; each row is `rb` bytes.
+        unsafe { token_tiles::<K, R, T>(wr, r0, cols, a, stride, n, ys, ld) };
+        r0 += R;
+    }
+    for wr in blocks.remainder().chunks_exact(rb) {
+        // SAFETY: as above.
+        unsafe { token_tiles::<K, 1, T>([wr], r0, cols, a, stride, n, ys, ld) };
+        r0 += 1;
+    }
+}
+
+/// The token loop of [`tiles`] for the `R` rows starting at row `r0`.
+///
+/// # Safety
+/// As [`tiles`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn token_tiles<K: Kernel, const R: usize, const T: usize>(
+    wr: [&[u8]; R],
+    r0: usize,
+    cols: usize,
+    a: &[K::Act],
+    stride: usize,
+    n: usize,
+    ys: &mut [f32],
+    ld: usize,
+) {
+    let act = |t: usize| &a[t * stride..(t + 1) * stride];
+    let mut t0 = 0;
+    while t0 + T <= n {
+        // SAFETY: forwarded; each activation is `stride` elements.
+        let out = unsafe { K::tile::<R, T>(wr, core::array::from_fn(|j| act(t0 + j)), cols) };
+        store(&out, ys, ld, r0, t0);
+        t0 += T;
+    }
+    while t0 < n {
+        // SAFETY: as above.
+        let out = unsafe { K::tile::<R, 1>(wr, [act(t0)], cols) };
+        store(&out, ys, ld, r0, t0);
+        t0 += 1;
+    }
+}
+
+/// Writes an `R x T` tile into `ys` (`[n, ld]`) at row `r0`, token `t0`.
+#[inline]
+fn store<const R: usize, const T: usize>(out: &[[f32; T]; R], ys: &mut [f32], ld: usize, r0: usize, t0: usize) {
+    for (i, row) in out.iter().enumerate() {
+        for (j, &v) in row.iter().enumerate() {
+            ys[(t0 + j) * ld + r0 + i] = v;
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    extern crate std;
+
+    use std::vec;
+    use std::vec::Vec;
+
+    use super::*;
+    use crate::quant::quantize_row;
+
+    /// Deterministic values in `[-1, 1)` (xorshift32) with a larger outlier every 37th, as
+    /// real weights and activations have.
+    pub(crate) fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+        (0..n)
+            .map(|i| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                let u = (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0;
+                if i % 37 == 5 {
+                    8.0 * u
+                } else {
+                    u
+                }
+            })
+            .collect()
+    }
+
+    /// A `[rows, cols]` matrix of `dtype` filled with [`values`].
+    fn encode(dtype: DType, rows: usize, cols: usize, seed: u32) -> Vec<u8> {
+        let rb = dtype.row_bytes(cols).unwrap();
+        let mut bytes = vec![0u8; rows * rb];
+        for (r, row) in bytes.chunks_exact_mut(rb).enumerate() {
+            quantize_row(dtype, &values(cols, seed + r as u32), row).unwrap();
+        }
+        bytes
+    }
+
+    const DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0];
+    const ROWS: [usize; 7] = [1, 2, 3, 4, 5, 7, 9];
+    const TOKENS: [usize; 7] = [1, 2, 3, 4, 5, 7, 17];
+
+    /// Columns to test: odd lengths for floats (SIMD body plus scalar tail), 32 k for blocks.
+    fn cols_of(dtype: DType) -> &'static [usize] {
+        match dtype.block_len() {
+            1 => &[1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 127, 255, 1023],
+            _ => &[32, 96, 224, 256, 416, 1024],
+        }
+    }
+
+    /// The scalar tier's `ys` (`[n, rows]`) for `xs` (`[n, cols]`), pair by pair.
+    fn reference(w: &Matrix<'_>, xs: &[f32]) -> Vec<f32> {
+        let rb = w.row_bytes();
+        let mut act = vec![0u8; act_scratch_len(w.cols)];
+        let mut ys = Vec::new();
+        for x in xs.chunks_exact(w.cols) {
+            if w.dtype.block_len() == QK {
+                scalar::quantize_act(x, &mut act);
+            }
+            for row in w.data.chunks_exact(rb) {
+                ys.push(match w.dtype {
+                    DType::Q8_0 => scalar::dot_q8_0(row, &act, w.cols),
+                    DType::Q4_0 => scalar::dot_q4_0(row, &act, w.cols),
+                    float => scalar::dot_row(float, row, x),
+                });
+            }
+        }
+        ys
+    }
+
+    /// `sum_c |w[r, c] x[c]|` for every token and row: the scale of a dot product's
+    /// rounding error.
+    fn magnitudes(w: &Matrix<'_>, xs: &[f32]) -> Vec<f32> {
+        let mut row = vec![0.0; w.cols];
+        let mut out = Vec::new();
+        for x in xs.chunks_exact(w.cols) {
+            for r in 0..w.rows {
+                scalar::dequant_row(w.dtype, &w.data[r * w.row_bytes()..][..w.row_bytes()], &mut row);
+                out.push(row.iter().zip(x).map(|(a, b)| (a * b).abs()).sum());
+            }
+        }
+        out
+    }
+
+    /// Tiers differ from the reference only in summation order (and FMA's single rounding):
+    /// a few ulps of the magnitude for every dtype, integer sums being exact.
+    const BUDGET: f32 = 1e-5;
+
+    fn assert_close(got: &[f32], want: &[f32], mag: &[f32], what: &dyn core::fmt::Display) {
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (i, ((g, w), m)) in got.iter().zip(want).zip(mag).enumerate() {
+            assert!((g - w).abs() <= BUDGET * m + f32::MIN_POSITIVE, "{what}: [{i}] {g} vs {w} (magnitude {m})");
+        }
+    }
+
+    /// `matvec`, `matmul` (with scratch for 1, 3 and all tokens) and `dequant_row` through
+    /// the public dispatch, against the scalar reference, for every dtype and shape.
+    fn suite(t: Tier) {
+        for dtype in DTYPES {
+            for &cols in cols_of(dtype) {
+                for rows in ROWS {
+                    let bytes = encode(dtype, rows, cols, (rows * cols) as u32);
+                    let w = Matrix::new(dtype, rows, cols, &bytes).unwrap();
+                    let x = values(cols, 7);
+                    let mut y = vec![f32::NAN; rows];
+                    let mut act = vec![0u8; act_scratch_len(cols)];
+                    matvec(&w, &x, &mut y, &mut act);
+                    let what = format_args!("{t} matvec {dtype:?} [{rows}, {cols}]");
+                    assert_close(&y, &reference(&w, &x), &magnitudes(&w, &x), &what);
+                    let mut out = vec![f32::NAN; cols];
+                    dequant_row(&w, rows - 1, &mut out);
+                    let mut want = vec![0.0; cols];
+                    scalar::dequant_row(dtype, &bytes[(rows - 1) * w.row_bytes()..], &mut want);
+                    assert_eq!(out, want, "{t} dequant_row {dtype:?} [{rows}, {cols}]");
+                }
+                let rows = 5;
+                let bytes = encode(dtype, rows, cols, cols as u32);
+                let w = Matrix::new(dtype, rows, cols, &bytes).unwrap();
+                for n in TOKENS {
+                    let xs = values(n * cols, n as u32);
+                    let (want, mag) = (reference(&w, &xs), magnitudes(&w, &xs));
+                    for group in [1, 3, n] {
+                        let mut ys = vec![f32::NAN; n * rows];
+                        let mut act = vec![0u8; act_scratch_len(cols) * group];
+                        matmul(&w, &xs, &mut ys, &mut act);
+                        let what =
+                            format_args!("{t} matmul {dtype:?} [{rows}, {cols}] x {n} tokens, {group} at a time");
+                        assert_close(&ys, &want, &mag, &what);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A tier's activation quantizer.
+    type QuantizeAct = unsafe fn(&[f32], &mut [u8]);
+
+    /// The activation quantizer of a compiled SIMD tier.
+    fn act_quantizer(t: Tier) -> Option<QuantizeAct> {
+        match t {
+            #[cfg(target_arch = "x86_64")]
+            Tier::Avx2 => Some(<x86_64::avx2::Avx2 as Kernels>::quantize_act),
+            #[cfg(target_arch = "x86_64")]
+            Tier::Avx512 => Some(<x86_64::avx512::Avx512 as Kernels>::quantize_act),
+            #[cfg(target_arch = "aarch64")]
+            Tier::Neon => Some(<aarch64::neon::Neon as Kernels>::quantize_act),
+            #[cfg(target_arch = "aarch64")]
+            Tier::NeonDot => Some(<aarch64::neon::NeonDot as Kernels>::quantize_act),
+            _ => None,
+        }
+    }
+
+    fn supported_tiers() -> impl Iterator<Item = Tier> {
+        Tier::ALL.into_iter().filter(|&t| tier::supported(t))
+    }
+
+    #[test]
+    fn every_supported_tier_matches_scalar() {
+        let before = tier();
+        for t in supported_tiers() {
+            // SAFETY: the CPU supports `t`.
+            unsafe { force_tier(t) };
+            assert_eq!(tier(), t);
+            suite(t);
+        }
+        // SAFETY: it was active before.
+        unsafe { force_tier(before) };
+    }
+
+    #[test]
+    fn simd_activation_quantizers_match_scalar_bytes() {
+        let mut x = values(32 * 37, 11);
+        // A zero block, a tiny one and exact ties (x * 127 / amax = k + 0.5).
+        x[32..64].fill(0.0);
+        x[64..96].fill(1e-35);
+        for (i, v) in x[96..128].iter_mut().enumerate() {
+            *v = (i as f32 - 16.0) + 0.5;
+        }
+        x[127] = 127.0;
+        let mut want = vec![0u8; act_scratch_len(x.len())];
+        scalar::quantize_act(&x, &mut want);
+        assert_eq!(&want[96..99], &[(-16i8) as u8, (-14i8) as u8, (-14i8) as u8], "ties go to even");
+        for t in supported_tiers() {
+            let Some(quantize) = act_quantizer(t) else {
+                continue;
+            };
+            let mut got = vec![0xAAu8; want.len()];
+            // SAFETY: the CPU supports `t`.
+            unsafe { quantize(&x, &mut got) };
+            assert_eq!(got, want, "{t}");
+        }
+    }
+
+    #[test]
+    fn q8_activation_error_is_half_a_step() {
+        let cols = 1024;
+        let x = values(cols, 5);
+        let mut act = vec![0u8; act_scratch_len(cols)];
+        scalar::quantize_act(&x, &mut act);
+        for dtype in [DType::Q8_0, DType::Q4_0] {
+            let bytes = encode(dtype, 4, cols, 9);
+            let w = Matrix::new(dtype, 4, cols, &bytes).unwrap();
+            let rb = w.row_bytes();
+            let mut row = vec![0.0; cols];
+            for (r, (want, mag)) in reference(&w, &x).iter().zip(magnitudes(&w, &x)).enumerate() {
+                let bytes = &bytes[r * rb..][..rb];
+                scalar::dequant_row(dtype, bytes, &mut row);
+                // Each activation moves by at most half its block's step d_a.
+                let bound: f32 = row
+                    .chunks_exact(QK)
+                    .zip(x.chunks_exact(QK))
+                    .map(|(w, x)| {
+                        let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                        w.iter().map(|v| v.abs()).sum::<f32>() * amax / 127.0 * 0.5
+                    })
+                    .sum();
+                let exact = scalar::dot_row(dtype, bytes, &x);
+                let err = (want - exact).abs();
+                assert!(err <= bound * 1.001 + BUDGET * mag, "{dtype:?} row {r}: {want} vs {exact}, bound {bound}");
+                // Rounding errors largely cancel: far below the worst case.
+                assert!(err <= 0.2 * bound, "{dtype:?} row {r}: error {err}, worst case {bound}");
+            }
+        }
+    }
+
+    #[test]
+    fn scratch_lengths() {
+        assert_eq!(act_scratch_len(768), 768 + 24 * 4);
+        assert_eq!(matmul_scratch_len(768, 3), 3 * act_scratch_len(768));
+        assert_eq!(matmul_scratch_len(768, 1000), MATMUL_TOKENS * act_scratch_len(768));
+    }
+
+    #[test]
+    fn compiled_tier_is_supported() {
+        assert!(tier::supported(tier::COMPILED));
+        for t in Tier::ALL {
+            assert_eq!(Tier::from_name(t.name()), Some(t));
+        }
+        assert_eq!(Tier::from_name("sse"), None);
+    }
 }

@@ -1,23 +1,16 @@
-//! The scalar tier: the reference every other tier is tested against.
+//! The scalar tier: the reference every other tier is tested against, and the kernels of
+//! targets without SIMD (Cortex-M, RISC-V).
+//!
+//! [`dot_row`] is the exact oracle (f32 products of the decoded weights); the integer
+//! formats run [`dot_q8_0`]/[`dot_q4_0`] against a q8-quantized activation
+//! ([`quantize_act`]), which is what every SIMD tier reproduces.
 
-use super::Matrix;
+use core::marker::PhantomData;
+
+use super::{FloatType, Kernel, Kernels, BF16, F16, F32};
 use crate::quant::{bf16_le, f16_le, BlockQ4_0, BlockQ8_0, DType, QK};
 
-/// Scalar kernels need no activation scratch.
-pub const fn act_scratch_len(_cols: usize) -> usize {
-    0
-}
-
-/// Reference `y = w x`.
-pub fn matvec(w: &Matrix<'_>, x: &[f32], y: &mut [f32], _act: &mut [u8]) {
-    let rb = w.row_bytes();
-    for (r, out) in y.iter_mut().enumerate().take(w.rows) {
-        let row = &w.data[r * rb..(r + 1) * rb];
-        *out = dot_row(w.dtype, row, x);
-    }
-}
-
-/// Reference dot product of one encoded row with `x`.
+/// Exact dot product of one encoded row with `x` (f32 products, summed in order).
 pub fn dot_row(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
     match dtype {
         DType::F32 => row.chunks_exact(4).zip(x).map(|(b, &v)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * v).sum(),
@@ -52,28 +45,108 @@ pub fn dot_row(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
     }
 }
 
-/// Reference row decode.
-pub fn dequant_row(w: &Matrix<'_>, row: usize, out: &mut [f32]) {
-    let rb = w.row_bytes();
-    let bytes = &w.data[row * rb..(row + 1) * rb];
-    match w.dtype {
+/// Below this block magnitude an activation block quantizes to zero: its reciprocal scale
+/// would overflow, and its products are far below f32 resolution of any real sum.
+pub const ACT_TINY: f32 = 1e-30;
+
+/// Scale and reciprocal scale of an activation block whose largest magnitude is `amax`
+/// (every tier computes them with exactly these operations).
+#[inline]
+pub fn act_scale(amax: f32) -> (f32, f32) {
+    if amax < ACT_TINY {
+        (0.0, 0.0)
+    } else {
+        (amax / 127.0, 127.0 / amax)
+    }
+}
+
+/// Rounds to the nearest integer, ties to even, for `|v| <= 2^22`: adding 1.5 * 2^23 pushes
+/// the fraction out of the mantissa. SIMD conversions round the same way, which a
+/// `round` (ties away) would not.
+#[inline]
+fn round_even(v: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    (v + MAGIC) - MAGIC
+}
+
+/// Quantizes one activation `x` (`[cols]`, `cols % QK == 0`) into `out`
+/// (`[act_scratch_len(cols)]`): `cols` i8 values in `[-127, 127]`, then one little-endian
+/// f32 scale per block (`x ~ d * q`, `d = amax / 127`). Finite inputs only.
+///
+/// The scale stays f32 (ggml stores f16) since it never leaves the scratch.
+pub fn quantize_act(x: &[f32], out: &mut [u8]) {
+    let (qs, ds) = out.split_at_mut(x.len());
+    for ((xs, q), d) in x.chunks_exact(QK).zip(qs.chunks_exact_mut(QK)).zip(ds.chunks_exact_mut(4)) {
+        let amax = xs.iter().fold(0.0f32, |m, &v| m.max(v.abs()));
+        let (scale, inv) = act_scale(amax);
+        d.copy_from_slice(&scale.to_le_bytes());
+        for (q, &v) in q.iter_mut().zip(xs) {
+            *q = round_even(v * inv) as i8 as u8;
+        }
+    }
+}
+
+/// Splits a q8 activation of `cols` values into its values and its scale bytes.
+#[inline]
+fn act_parts(act: &[u8], cols: usize) -> (&[i8], &[u8]) {
+    let (qs, ds) = act.split_at(cols);
+    (bytemuck::cast_slice(qs), ds)
+}
+
+/// Reference q8_0 row . q8 activation: exact integer block sums, each scaled by
+/// `d_w * d_a`, summed in order.
+pub fn dot_q8_0(row: &[u8], act: &[u8], cols: usize) -> f32 {
+    let blocks: &[BlockQ8_0] = bytemuck::cast_slice(row);
+    let (qs, ds) = act_parts(act, cols);
+    blocks
+        .iter()
+        .zip(qs.chunks_exact(QK).zip(ds.chunks_exact(4)))
+        .map(|(b, (q, d))| {
+            let s: i32 = b.qs.iter().zip(q).map(|(&w, &a)| w as i32 * a as i32).sum();
+            f16_le(b.d) * f32::from_le_bytes([d[0], d[1], d[2], d[3]]) * s as f32
+        })
+        .sum()
+}
+
+/// Reference q4_0 row . q8 activation, as [`dot_q8_0`].
+pub fn dot_q4_0(row: &[u8], act: &[u8], cols: usize) -> f32 {
+    let blocks: &[BlockQ4_0] = bytemuck::cast_slice(row);
+    let (qs, ds) = act_parts(act, cols);
+    blocks
+        .iter()
+        .zip(qs.chunks_exact(QK).zip(ds.chunks_exact(4)))
+        .map(|(b, (q, d))| {
+            let (lo, hi) = q.split_at(QK / 2);
+            let s: i32 =
+                b.qs.iter()
+                    .zip(lo.iter().zip(hi))
+                    .map(|(&w, (&a0, &a1))| ((w & 15) as i32 - 8) * a0 as i32 + ((w >> 4) as i32 - 8) * a1 as i32)
+                    .sum();
+            f16_le(b.d) * f32::from_le_bytes([d[0], d[1], d[2], d[3]]) * s as f32
+        })
+        .sum()
+}
+
+/// Reference row decode: `out[c] = w[c]` for one row of `dtype`.
+pub fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
+    match dtype {
         DType::F32 => {
-            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+            for (o, b) in out.iter_mut().zip(row.chunks_exact(4)) {
                 *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
             }
         }
         DType::F16 => {
-            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+            for (o, b) in out.iter_mut().zip(row.chunks_exact(2)) {
                 *o = f16_le([b[0], b[1]]);
             }
         }
         DType::BF16 => {
-            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+            for (o, b) in out.iter_mut().zip(row.chunks_exact(2)) {
                 *o = bf16_le([b[0], b[1]]);
             }
         }
         DType::Q8_0 => {
-            let blocks: &[BlockQ8_0] = bytemuck::cast_slice(bytes);
+            let blocks: &[BlockQ8_0] = bytemuck::cast_slice(row);
             for (b, o) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
                 let d = f16_le(b.d);
                 for (o, &q) in o.iter_mut().zip(&b.qs) {
@@ -82,7 +155,7 @@ pub fn dequant_row(w: &Matrix<'_>, row: usize, out: &mut [f32]) {
             }
         }
         DType::Q4_0 => {
-            let blocks: &[BlockQ4_0] = bytemuck::cast_slice(bytes);
+            let blocks: &[BlockQ4_0] = bytemuck::cast_slice(row);
             for (b, o) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
                 let d = f16_le(b.d);
                 for (i, &q) in b.qs.iter().enumerate() {
@@ -91,5 +164,68 @@ pub fn dequant_row(w: &Matrix<'_>, row: usize, out: &mut [f32]) {
                 }
             }
         }
+    }
+}
+
+/// The scalar tier.
+#[derive(Debug)]
+pub(crate) struct Scalar;
+
+/// `out[r][t] = dot(w[r], a[t])`, one pair at a time.
+#[inline]
+fn tile_with<A, const R: usize, const T: usize>(
+    w: [&[u8]; R],
+    a: [&[A]; T],
+    dot: impl Fn(&[u8], &[A]) -> f32,
+) -> [[f32; T]; R] {
+    core::array::from_fn(|r| core::array::from_fn(|t| dot(w[r], a[t])))
+}
+
+/// Scalar kernel of the float dtype `D`.
+pub(crate) struct Float<D>(PhantomData<D>);
+
+impl<D: FloatType> Kernel for Float<D> {
+    type Act = f32;
+
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], _cols: usize) -> [[f32; T]; R] {
+        tile_with(w, a, |w, x| dot_row(D::DTYPE, w, x))
+    }
+}
+
+/// Scalar q8_0 kernel.
+pub(crate) struct Q8_0;
+
+impl Kernel for Q8_0 {
+    type Act = u8;
+
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[u8]; T], cols: usize) -> [[f32; T]; R] {
+        tile_with(w, a, |w, a| dot_q8_0(w, a, cols))
+    }
+}
+
+/// Scalar q4_0 kernel.
+pub(crate) struct Q4_0;
+
+impl Kernel for Q4_0 {
+    type Act = u8;
+
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[u8]; T], cols: usize) -> [[f32; T]; R] {
+        tile_with(w, a, |w, a| dot_q4_0(w, a, cols))
+    }
+}
+
+impl Kernels for Scalar {
+    type F32 = Float<F32>;
+    type F16 = Float<F16>;
+    type BF16 = Float<BF16>;
+    type Q8_0 = Q8_0;
+    type Q4_0 = Q4_0;
+
+    unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
+        quantize_act(x, out)
+    }
+
+    unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
+        dequant_row(dtype, row, out)
     }
 }

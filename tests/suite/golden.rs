@@ -1,10 +1,8 @@
 //! Every golden case: the f32 conversion reproduces the reference's logits (prefill,
 //! decode and full forward), hidden states and final state to 1e-3.
 
-mod common;
-
-use common::*;
-use kvm_core::model::Tap;
+use crate::common::*;
+use kvm_core::model::{Logits, Serial, Tap};
 use kvm_core::quant::DType;
 use kvm_core::state::Phase;
 use kvm_core::{Model, Session};
@@ -63,6 +61,24 @@ fn check_case(name: &str) {
         assert!(d <= TOL, "{name}: prefill/decode logits at t={t} differ by {d}");
     }
     eprintln!("{name}: prefill+decode max abs logit error {worst:.2e}");
+
+    // The prompt in batches (matrix products over several tokens at once), in
+    // several batch sizes, then decode: same logits.
+    for batch_len in [1, 5, p, ids.len()] {
+        let mut arena = Arena::new(model.arena_len());
+        let mut session = Session::new(model, arena.bytes()).unwrap();
+        let mut got = vec![0f32; ids.len() * cfg.vocab_len as usize];
+        for (chunk, out) in ids.chunks(batch_len.max(1)).zip(got.chunks_mut(batch_len.max(1) * cfg.vocab_len as usize))
+        {
+            let start = session.pos();
+            let phase = if start < p { Phase::Prefill } else { Phase::Decode };
+            let mut batch = vec![0f32; session.layout().acts_len(chunk.len()).unwrap()];
+            session.step_batch(chunk, phase, &mut batch, &Serial, Logits::All(out)).unwrap();
+        }
+        let want: Vec<f32> = if batch_len >= ids.len() { g["logits_full"].f32.clone() } else { expected.concat() };
+        let d = max_abs_diff(&got, &want);
+        assert!(d <= TOL, "{name}: batches of {batch_len}: logits differ by {d}");
+    }
 
     // The whole sequence as one prompt.
     let mut arena = Arena::new(model.arena_len());

@@ -1,0 +1,405 @@
+//! The NEON tiers: Advanced SIMD (every aarch64 CPU) and, with the `dotprod` extension
+//! (Cortex-A55/A76 and later, Apple M1, Neoverse N1), `sdot` for the integer formats.
+//!
+//! Float weights widen 8 at a time to two f32x4 and meet the activation in FMAs; f16
+//! widens with `fcvtl`, written as inline assembly because the f16 vector intrinsics need a
+//! newer compiler than the crate's MSRV. Integer formats take `i8 x i8` products of a whole
+//! block: `smull` + `smlal2` pairs (at most 2 * 128 * 127, which fits i16) widened into
+//! i32 lanes, or four `sdot`-accumulated byte quads per lane. The two tiers share
+//! everything but that one step.
+
+use core::arch::aarch64::*;
+use core::arch::asm;
+use core::marker::PhantomData;
+
+use crate::kernels::{scalar, FloatType, Kernel, Kernels, BF16, F16, F32};
+use crate::quant::{DType, QK};
+
+/// The NEON tier.
+pub(crate) struct Neon;
+/// The NEON + dotprod tier.
+pub(crate) struct NeonDot;
+
+impl Kernels for Neon {
+    type F32 = Float<F32>;
+    type F16 = Float<F16>;
+    type BF16 = Float<BF16>;
+    type Q8_0 = Quant<Q8, Mull>;
+    type Q4_0 = Quant<Q4, Mull>;
+
+    unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
+        // SAFETY: the caller guarantees NEON.
+        unsafe { quantize_act(x, out) }
+    }
+
+    unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
+        // SAFETY: the caller guarantees NEON.
+        unsafe { dequant_row(dtype, row, out) }
+    }
+}
+
+impl Kernels for NeonDot {
+    type F32 = Float<F32>;
+    type F16 = Float<F16>;
+    type BF16 = Float<BF16>;
+    type Q8_0 = Quant<Q8, SDot>;
+    type Q4_0 = Quant<Q4, SDot>;
+
+    unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
+        // SAFETY: the caller guarantees NEON.
+        unsafe { quantize_act(x, out) }
+    }
+
+    unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
+        // SAFETY: the caller guarantees NEON.
+        unsafe { dequant_row(dtype, row, out) }
+    }
+}
+
+/// Widens 4 f16 (the low half of `h`, or the high half with `HIGH`) to f32 (`fcvtl`,
+/// `fcvtl2`; exact).
+#[inline]
+#[target_feature(enable = "neon")]
+fn f16_to_f32<const HIGH: bool>(h: uint16x8_t) -> float32x4_t {
+    let f: float32x4_t;
+    // SAFETY: a register-only conversion present in every AArch64 Advanced SIMD unit.
+    unsafe {
+        if HIGH {
+            asm!("fcvtl2 {f:v}.4s, {h:v}.8h", h = in(vreg) h, f = lateout(vreg) f, options(pure, nomem, nostack));
+        } else {
+            asm!("fcvtl {f:v}.4s, {h:v}.4h", h = in(vreg) h, f = lateout(vreg) f, options(pure, nomem, nostack));
+        }
+    }
+    f
+}
+
+/// A float dtype whose 8 consecutive weights widen to two f32x4.
+pub(super) trait Widen8: FloatType {
+    /// # Safety
+    /// `p` points at 8 readable weights.
+    unsafe fn load8(p: *const u8) -> [float32x4_t; 2];
+}
+
+impl Widen8 for F32 {
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn load8(p: *const u8) -> [float32x4_t; 2] {
+        // SAFETY: 32 readable bytes; byte loads need no alignment.
+        unsafe { [vreinterpretq_f32_u8(vld1q_u8(p)), vreinterpretq_f32_u8(vld1q_u8(p.add(16)))] }
+    }
+}
+
+impl Widen8 for F16 {
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn load8(p: *const u8) -> [float32x4_t; 2] {
+        // SAFETY: 16 readable bytes.
+        let h = vreinterpretq_u16_u8(unsafe { vld1q_u8(p) });
+        [f16_to_f32::<false>(h), f16_to_f32::<true>(h)]
+    }
+}
+
+impl Widen8 for BF16 {
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn load8(p: *const u8) -> [float32x4_t; 2] {
+        // SAFETY: 16 readable bytes. bf16 is the top half of an f32.
+        let h = vreinterpretq_u16_u8(unsafe { vld1q_u8(p) });
+        [vreinterpretq_f32_u32(vshll_n_u16::<16>(vget_low_u16(h))), vreinterpretq_f32_u32(vshll_high_n_u16::<16>(h))]
+    }
+}
+
+/// Float kernel: `R x T` accumulators of 4 lanes fed 8 columns a step, the `cols % 8`
+/// tail in scalar.
+pub(crate) struct Float<W>(PhantomData<W>);
+
+impl<W: Widen8> Kernel for Float<W> {
+    type Act = f32;
+
+    #[target_feature(enable = "neon")]
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], cols: usize) -> [[f32; T]; R] {
+        let es = W::DTYPE.block_bytes();
+        let body = cols - cols % 8;
+        let mut acc = [[vdupq_n_f32(0.0); T]; R];
+        let mut c = 0;
+        while c < body {
+            let mut x = [[vdupq_n_f32(0.0); 2]; T];
+            for t in 0..T {
+                // SAFETY: `a[t]` holds `cols > c + 7` floats.
+                x[t] = unsafe { [vld1q_f32(a[t].as_ptr().add(c)), vld1q_f32(a[t].as_ptr().add(c + 4))] };
+            }
+            for r in 0..R {
+                // SAFETY: `w[r]` holds `cols` weights of `es` bytes.
+                let [w0, w1] = unsafe { W::load8(w[r].as_ptr().add(c * es)) };
+                for t in 0..T {
+                    acc[r][t] = vfmaq_f32(vfmaq_f32(acc[r][t], w0, x[t][0]), w1, x[t][1]);
+                }
+            }
+            c += 8;
+        }
+        let mut out = [[0.0; T]; R];
+        for r in 0..R {
+            for t in 0..T {
+                out[r][t] = vaddvq_f32(acc[r][t]) + scalar::dot_row(W::DTYPE, &w[r][body * es..], &a[t][body..]);
+            }
+        }
+        out
+    }
+}
+
+/// An integer format whose blocks widen to 32 signed bytes, with an f16 scale first.
+pub(super) trait Blocks32 {
+    const DTYPE: DType;
+
+    /// The 32 weights of the block at `p`, as i8.
+    ///
+    /// # Safety
+    /// `p` points at one whole block.
+    unsafe fn load32(p: *const u8) -> [int8x16_t; 2];
+}
+
+/// q8_0 blocks.
+pub(crate) struct Q8;
+/// q4_0 blocks.
+pub(crate) struct Q4;
+
+impl Blocks32 for Q8 {
+    const DTYPE: DType = DType::Q8_0;
+
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn load32(p: *const u8) -> [int8x16_t; 2] {
+        // SAFETY: a block is the 2 scale bytes then 32 weights.
+        unsafe { [vld1q_s8(p.add(2).cast()), vld1q_s8(p.add(18).cast())] }
+    }
+}
+
+impl Blocks32 for Q4 {
+    const DTYPE: DType = DType::Q4_0;
+
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn load32(p: *const u8) -> [int8x16_t; 2] {
+        // SAFETY: a block is the 2 scale bytes then 16 bytes of nibbles.
+        let q = unsafe { vld1q_u8(p.add(2)) };
+        let eight = vdupq_n_s8(8);
+        [
+            vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(15))), eight),
+            vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8::<4>(q)), eight),
+        ]
+    }
+}
+
+/// The f16 scale at the start of the block at `p`.
+///
+/// # Safety
+/// `p` points at 2 readable bytes.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn scale(p: *const u8) -> f32 {
+    // SAFETY: 2 readable bytes.
+    let bits = u16::from_le_bytes(unsafe { p.cast::<[u8; 2]>().read() });
+    vgetq_lane_f32::<0>(f16_to_f32::<false>(vdupq_n_u16(bits)))
+}
+
+/// The exact i32 dot product of a weight block and an activation block, as 4 lanes.
+pub(crate) trait Dot32 {
+    /// # Safety
+    /// The tier's features are present; callers inline it into a function that enables
+    /// them.
+    unsafe fn dot32(w: [int8x16_t; 2], a: [int8x16_t; 2]) -> int32x4_t;
+}
+
+/// Widening multiplies (plain NEON).
+pub(crate) struct Mull;
+/// `sdot` (the `dotprod` extension).
+pub(crate) struct SDot;
+
+impl Dot32 for Mull {
+    #[inline(always)]
+    unsafe fn dot32(w: [int8x16_t; 2], a: [int8x16_t; 2]) -> int32x4_t {
+        // SAFETY: NEON is present.
+        unsafe {
+            let p0 = vmlal_high_s8(vmull_s8(vget_low_s8(w[0]), vget_low_s8(a[0])), w[0], a[0]);
+            let p1 = vmlal_high_s8(vmull_s8(vget_low_s8(w[1]), vget_low_s8(a[1])), w[1], a[1]);
+            vpadalq_s16(vpaddlq_s16(p0), p1)
+        }
+    }
+}
+
+impl Dot32 for SDot {
+    #[inline(always)]
+    unsafe fn dot32(w: [int8x16_t; 2], a: [int8x16_t; 2]) -> int32x4_t {
+        let mut acc: int32x4_t;
+        // SAFETY: register-only; the caller enables `dotprod` (without it this does not
+        // assemble, so it cannot be miscompiled into a plain-NEON function).
+        unsafe {
+            asm!(
+                "movi {acc:v}.4s, #0",
+                "sdot {acc:v}.4s, {w0:v}.16b, {a0:v}.16b",
+                "sdot {acc:v}.4s, {w1:v}.16b, {a1:v}.16b",
+                acc = out(vreg) acc,
+                w0 = in(vreg) w[0],
+                a0 = in(vreg) a[0],
+                w1 = in(vreg) w[1],
+                a1 = in(vreg) a[1],
+                options(pure, nomem, nostack),
+            );
+        }
+        acc
+    }
+}
+
+/// Integer kernel: per block, exact i32 sums of 4 lanes scaled by `d_w * d_a` into f32
+/// accumulators.
+pub(crate) struct Quant<B, D>(PhantomData<(B, D)>);
+
+impl<B: Blocks32> Kernel for Quant<B, Mull> {
+    type Act = u8;
+
+    #[target_feature(enable = "neon")]
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[u8]; T], cols: usize) -> [[f32; T]; R] {
+        // SAFETY: forwarded; NEON is enabled here.
+        unsafe { quant_tile::<B, Mull, R, T>(w, a, cols) }
+    }
+}
+
+impl<B: Blocks32> Kernel for Quant<B, SDot> {
+    type Act = u8;
+
+    #[target_feature(enable = "neon,dotprod")]
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[u8]; T], cols: usize) -> [[f32; T]; R] {
+        // SAFETY: forwarded; NEON and dotprod are enabled here.
+        unsafe { quant_tile::<B, SDot, R, T>(w, a, cols) }
+    }
+}
+
+/// The body of both integer tiles, inlined into each so that `D::dot32` compiles with its
+/// tier's features.
+///
+/// # Safety
+/// As [`Kernel::tile`], with `D`'s features enabled in the caller.
+#[inline(always)]
+unsafe fn quant_tile<B: Blocks32, D: Dot32, const R: usize, const T: usize>(
+    w: [&[u8]; R],
+    a: [&[u8]; T],
+    cols: usize,
+) -> [[f32; T]; R] {
+    let bb = B::DTYPE.block_bytes();
+    // SAFETY: NEON is present; every load stays inside a whole block or activation.
+    unsafe {
+        let mut acc = [[vdupq_n_f32(0.0); T]; R];
+        for b in 0..cols / QK {
+            let mut av = [[vdupq_n_s8(0); 2]; T];
+            let mut ad = [0.0f32; T];
+            for t in 0..T {
+                let p = a[t].as_ptr().add(b * QK).cast::<i8>();
+                av[t] = [vld1q_s8(p), vld1q_s8(p.add(16))];
+                ad[t] = f32::from_le_bytes(a[t].as_ptr().add(cols + 4 * b).cast::<[u8; 4]>().read());
+            }
+            for r in 0..R {
+                let p = w[r].as_ptr().add(b * bb);
+                let (wv, dw) = (B::load32(p), scale(p));
+                for t in 0..T {
+                    let s = vcvtq_f32_s32(D::dot32(wv, av[t]));
+                    acc[r][t] = vfmaq_n_f32(acc[r][t], s, dw * ad[t]);
+                }
+            }
+        }
+        let mut out = [[0.0; T]; R];
+        for r in 0..R {
+            for t in 0..T {
+                out[r][t] = vaddvq_f32(acc[r][t]);
+            }
+        }
+        out
+    }
+}
+
+/// [`scalar::quantize_act`] 32 values at a time, with the same operations per value
+/// (`fcvtns` rounds to nearest even), hence the same bytes.
+///
+/// # Safety
+/// NEON is present.
+#[target_feature(enable = "neon")]
+unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
+    let cols = x.len();
+    debug_assert_eq!(out.len(), crate::kernels::act_scratch_len(cols));
+    for (b, xs) in x.chunks_exact(QK).enumerate() {
+        // SAFETY: `xs` holds 32 floats.
+        let v: [float32x4_t; 8] = core::array::from_fn(|i| unsafe { vld1q_f32(xs.as_ptr().add(4 * i)) });
+        let m = v.iter().fold(vdupq_n_f32(0.0), |m, &v| vmaxq_f32(m, vabsq_f32(v)));
+        let (d, inv) = scalar::act_scale(vmaxvq_f32(m));
+        let q: [int32x4_t; 8] = core::array::from_fn(|i| vcvtnq_s32_f32(vmulq_n_f32(v[i], inv)));
+        let q16: [int16x8_t; 4] =
+            core::array::from_fn(|i| vcombine_s16(vqmovn_s32(q[2 * i]), vqmovn_s32(q[2 * i + 1])));
+        let q8 =
+            [vcombine_s8(vqmovn_s16(q16[0]), vqmovn_s16(q16[1])), vcombine_s8(vqmovn_s16(q16[2]), vqmovn_s16(q16[3]))];
+        // SAFETY: `out` holds `cols` values then `cols / QK` scales.
+        unsafe {
+            let p = out.as_mut_ptr().add(b * QK).cast::<i8>();
+            vst1q_s8(p, q8[0]);
+            vst1q_s8(p.add(16), q8[1]);
+            out.as_mut_ptr().add(cols + 4 * b).cast::<[u8; 4]>().write(d.to_le_bytes());
+        }
+    }
+}
+
+/// Row decode: floats widen 8 at a time (tail in scalar), blocks 32 at a time.
+///
+/// # Safety
+/// NEON is present.
+#[target_feature(enable = "neon")]
+unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
+    debug_assert_eq!(dtype.row_bytes(out.len()), Some(row.len()));
+    // SAFETY (all arms): `row` holds `out.len()` weights of `dtype`.
+    unsafe {
+        match dtype {
+            DType::F32 => widen_row::<F32>(row, out),
+            DType::F16 => widen_row::<F16>(row, out),
+            DType::BF16 => widen_row::<BF16>(row, out),
+            DType::Q8_0 => blocks_row::<Q8>(row, out),
+            DType::Q4_0 => blocks_row::<Q4>(row, out),
+        }
+    }
+}
+
+/// # Safety
+/// NEON is present; `row` holds `out.len()` weights.
+#[target_feature(enable = "neon")]
+unsafe fn widen_row<W: Widen8>(row: &[u8], out: &mut [f32]) {
+    let es = W::DTYPE.block_bytes();
+    let body = out.len() - out.len() % 8;
+    for (c, o) in out[..body].chunks_exact_mut(8).enumerate() {
+        // SAFETY: 8 weights at `8 * c`; `o` holds 8 floats.
+        unsafe {
+            let [v0, v1] = W::load8(row.as_ptr().add(8 * c * es));
+            vst1q_f32(o.as_mut_ptr(), v0);
+            vst1q_f32(o.as_mut_ptr().add(4), v1);
+        }
+    }
+    scalar::dequant_row(W::DTYPE, &row[body * es..], &mut out[body..]);
+}
+
+/// # Safety
+/// NEON is present; `row` holds `out.len() / QK` blocks.
+#[target_feature(enable = "neon")]
+unsafe fn blocks_row<B: Blocks32>(row: &[u8], out: &mut [f32]) {
+    let bb = B::DTYPE.block_bytes();
+    for (b, o) in out.chunks_exact_mut(QK).enumerate() {
+        // SAFETY: block `b` exists; `o` holds 32 floats.
+        unsafe {
+            let p = row.as_ptr().add(b * bb);
+            let (q, d) = (B::load32(p), scale(p));
+            for (i, &h) in q.iter().enumerate() {
+                let q16 = [vmovl_s8(vget_low_s8(h)), vmovl_high_s8(h)];
+                for (j, &v) in q16.iter().enumerate() {
+                    let f = [vcvtq_f32_s32(vmovl_s16(vget_low_s16(v))), vcvtq_f32_s32(vmovl_high_s16(v))];
+                    let o = o.as_mut_ptr().add(16 * i + 8 * j);
+                    vst1q_f32(o, vmulq_n_f32(f[0], d));
+                    vst1q_f32(o.add(4), vmulq_n_f32(f[1], d));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The AVX-512 tier: the AVX2 tier plus AVX-512 F/BW/VL and VNNI (Ice Lake, Sapphire
+//! Rapids, Zen 4).
+//!
+//! Floats use 16-lane vectors. Integer formats keep the AVX2 tier's 32-byte blocks but let
+//! VNNI's `vpdpbusd` do `maddubs` + `madd` in one instruction, without the 16-bit
+//! saturation. Activation quantization and row decoding are the AVX2 ones.
+
+use core::arch::x86_64::*;
+use core::marker::PhantomData;
+
+use super::avx2::{self, act_scale, scale, Blocks32, Q4, Q8};
+use crate::kernels::{scalar, FloatType, Kernel, Kernels, BF16, F16, F32};
+use crate::quant::{DType, QK};
+
+/// The AVX-512 tier.
+pub(crate) struct Avx512;
+
+impl Kernels for Avx512 {
+    type F32 = Float<F32>;
+    type F16 = Float<F16>;
+    type BF16 = Float<BF16>;
+    type Q8_0 = Quant<Q8>;
+    type Q4_0 = Quant<Q4>;
+
+    unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
+        // SAFETY: this tier includes the AVX2 one.
+        unsafe { avx2::quantize_act(x, out) }
+    }
+
+    unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
+        // SAFETY: this tier includes the AVX2 one.
+        unsafe { avx2::dequant_row(dtype, row, out) }
+    }
+}
+
+/// A float dtype whose 16 consecutive weights widen to one vector.
+pub(super) trait Widen16: FloatType {
+    /// # Safety
+    /// The tier's features are present; `p` points at 16 readable weights.
+    unsafe fn load16(p: *const u8) -> __m512;
+}
+
+impl Widen16 for F32 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn load16(p: *const u8) -> __m512 {
+        // SAFETY: 64 readable bytes; `loadu` needs no alignment.
+        unsafe { _mm512_loadu_ps(p.cast()) }
+    }
+}
+
+impl Widen16 for F16 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn load16(p: *const u8) -> __m512 {
+        // SAFETY: 32 readable bytes.
+        _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p.cast()) })
+    }
+}
+
+impl Widen16 for BF16 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn load16(p: *const u8) -> __m512 {
+        // SAFETY: 32 readable bytes. bf16 is the top half of an f32.
+        let h = unsafe { _mm256_loadu_si256(p.cast()) };
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
+    }
+}
+
+/// Float kernel: `R x T` accumulators of 16 lanes, the `cols % 16` tail in scalar.
+pub(crate) struct Float<W>(PhantomData<W>);
+
+impl<W: Widen16> Kernel for Float<W> {
+    type Act = f32;
+
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], cols: usize) -> [[f32; T]; R] {
+        let es = W::DTYPE.block_bytes();
+        let body = cols - cols % 16;
+        let mut acc = [[_mm512_setzero_ps(); T]; R];
+        let mut c = 0;
+        while c < body {
+            let mut x = [_mm512_setzero_ps(); T];
+            for t in 0..T {
+                // SAFETY: `a[t]` holds `cols > c + 15` floats.
+                x[t] = unsafe { _mm512_loadu_ps(a[t].as_ptr().add(c)) };
+            }
+            for r in 0..R {
+                // SAFETY: `w[r]` holds `cols` weights of `es` bytes.
+                let wv = unsafe { W::load16(w[r].as_ptr().add(c * es)) };
+                for t in 0..T {
+                    acc[r][t] = _mm512_fmadd_ps(wv, x[t], acc[r][t]);
+                }
+            }
+            c += 16;
+        }
+        let mut out = [[0.0; T]; R];
+        for r in 0..R {
+            for t in 0..T {
+                out[r][t] =
+                    _mm512_reduce_add_ps(acc[r][t]) + scalar::dot_row(W::DTYPE, &w[r][body * es..], &a[t][body..]);
+            }
+        }
+        out
+    }
+}
+
+/// Integer kernel: the AVX2 sign trick with one `vpdpbusd` per block pair.
+pub(crate) struct Quant<B>(PhantomData<B>);
+
+impl<B: Blocks32> Kernel for Quant<B> {
+    type Act = u8;
+
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[u8]; T], cols: usize) -> [[f32; T]; R] {
+        let bb = B::DTYPE.block_bytes();
+        let mut acc = [[_mm256_setzero_ps(); T]; R];
+        for b in 0..cols / QK {
+            let mut av = [_mm256_setzero_si256(); T];
+            let mut ad = [0.0f32; T];
+            for t in 0..T {
+                // SAFETY: `a[t]` is a whole activation of `cols` values.
+                unsafe {
+                    av[t] = _mm256_loadu_si256(a[t].as_ptr().add(b * QK).cast());
+                    ad[t] = act_scale(a[t], cols, b);
+                }
+            }
+            for r in 0..R {
+                // SAFETY: `w[r]` holds `cols / QK` blocks.
+                let (wv, dw) = unsafe {
+                    let p = w[r].as_ptr().add(b * bb);
+                    (B::load32(p), scale(p))
+                };
+                let uw = _mm256_sign_epi8(wv, wv);
+                for t in 0..T {
+                    let s32 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), uw, _mm256_sign_epi8(av[t], wv));
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * ad[t]), _mm256_cvtepi32_ps(s32), acc[r][t]);
+                }
+            }
+        }
+        let mut out = [[0.0; T]; R];
+        for r in 0..R {
+            for t in 0..T {
+                out[r][t] = avx2::hsum(acc[r][t]);
+            }
+        }
+        out
+    }
+}
