@@ -42,4 +42,7 @@ if [ "$got" != "$want" ]; then
 fi
 echo "C example (valgrind clean) = kvm generate: $want"
 
+step "firmware in QEMU: Rust on Cortex-M4F (an386) and Cortex-M33 (an505), C on an386, all equal to the host"
+bash scripts/mcu-check.sh
+
 step "all checks passed"
