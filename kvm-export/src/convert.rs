@@ -50,6 +50,43 @@ impl Policy {
     }
 }
 
+/// The model config of checkpoint `dir`, without converting anything.
+///
+/// # Errors
+/// As [`convert`] for a missing or invalid `config.json` or `model.safetensors`.
+pub fn read_config(dir: &Path) -> Result<Config> {
+    let json = read_config_json(dir)?;
+    let mmap = map_checkpoint(dir)?;
+    config_of(dir, &json, &parse_checkpoint(dir, &mmap)?)
+}
+
+fn read_config_json(dir: &Path) -> Result<serde_json::Value> {
+    let config_path = dir.join("config.json");
+    let config_text =
+        std::fs::read_to_string(&config_path).with_context(|| format!("reading {}", config_path.display()))?;
+    serde_json::from_str(&config_text).with_context(|| format!("parsing {}", config_path.display()))
+}
+
+fn map_checkpoint(dir: &Path) -> Result<memmap2::Mmap> {
+    let st_path = dir.join("model.safetensors");
+    let file = File::open(&st_path).with_context(|| format!("opening {}", st_path.display()))?;
+    // SAFETY: the map is read-only and the file is not modified while we convert.
+    unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("mapping {}", st_path.display()))
+}
+
+fn parse_checkpoint<'m>(dir: &Path, mmap: &'m [u8]) -> Result<SafeTensors<'m>> {
+    SafeTensors::deserialize(mmap).with_context(|| format!("parsing {}", dir.join("model.safetensors").display()))
+}
+
+/// `config.json` of `dir` (parsed as `config_json`), with the value-gate rank the
+/// checkpoint's tensors imply.
+fn config_of(dir: &Path, config_json: &serde_json::Value, st: &SafeTensors<'_>) -> Result<Config> {
+    let config_path = dir.join("config.json");
+    let vgate = format!("transformer.h.0.attn.{}", "v_gate1.weight");
+    let d_vgate = st.tensor(&vgate).map(|t| t.shape().first().copied().unwrap_or(0) as u32).unwrap_or(0);
+    crate::hf_config::parse(config_json, d_vgate).with_context(|| format!("in {}", config_path.display()))
+}
+
 /// Converts `dir` into `out`.
 pub fn convert(
     dir: &Path,
@@ -58,22 +95,11 @@ pub fn convert(
     tokenizer: &TokenizerSource,
     on_tensor: &mut dyn FnMut(&TensorReport),
 ) -> Result<(Config, WriteReport)> {
-    let config_path = dir.join("config.json");
-    let config_text =
-        std::fs::read_to_string(&config_path).with_context(|| format!("reading {}", config_path.display()))?;
-    let config_json: serde_json::Value =
-        serde_json::from_str(&config_text).with_context(|| format!("parsing {}", config_path.display()))?;
-
+    let json = read_config_json(dir)?;
+    let mmap = map_checkpoint(dir)?;
+    let st = parse_checkpoint(dir, &mmap)?;
     let st_path = dir.join("model.safetensors");
-    let file = File::open(&st_path).with_context(|| format!("opening {}", st_path.display()))?;
-    // SAFETY: the map is read-only and the file is not modified while we convert.
-    let mmap = unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("mapping {}", st_path.display()))?;
-    let st = SafeTensors::deserialize(&mmap).with_context(|| format!("parsing {}", st_path.display()))?;
-
-    let vgate = format!("transformer.h.0.attn.{}", "v_gate1.weight");
-    let d_vgate = st.tensor(&vgate).map(|t| t.shape().first().copied().unwrap_or(0) as u32).unwrap_or(0);
-    let cfg =
-        crate::hf_config::parse(&config_json, d_vgate).with_context(|| format!("in {}", config_path.display()))?;
+    let cfg = config_of(dir, &json, &st)?;
 
     // Every tensor the file holds must be one the config explains.
     let expected: BTreeSet<String> = format::canonical_tensors(&cfg).map(|(r, l)| hf_name(r, l)).collect();

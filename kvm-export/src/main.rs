@@ -1,13 +1,19 @@
-//! `kvm-export`: converts checkpoints into kvm model files.
+//! `kvm-export`: converts checkpoints into kvm model files, or makes random-weight ones.
 
-use std::path::PathBuf;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use clap::{Parser, Subcommand};
-use kvm_core::format::Role;
+use indicatif::{ProgressBar, ProgressStyle};
+use kvm_core::config::Config;
+use kvm_core::format::{canonical_tensors, Role};
 use kvm_core::quant::DType;
 use kvm_export::convert::{convert, Policy, TokenizerSource};
+use kvm_export::synth::{synth, Preset};
+use kvm_export::writer::{error_table, peak_rss_bytes, TensorReport, WriteReport};
 
 #[derive(Parser)]
 #[command(name = "kvm-export", version, about = "Convert KVM checkpoints into kvm model files")]
@@ -38,6 +44,27 @@ enum Cmd {
         #[arg(short, long)]
         quiet: bool,
     },
+    /// Write a model with random weights and the shapes of a preset (for benchmarks).
+    Synth {
+        /// paper-120m, paper-350m or tiny.
+        #[arg(long)]
+        preset: String,
+        /// Output model file.
+        #[arg(short, long)]
+        out: PathBuf,
+        /// Storage type of weight matrices: f32, f16, bf16, q8_0, q4_0.
+        #[arg(long, default_value = "f32")]
+        dtype: String,
+        /// Per-tensor override, ROLE=DTYPE, as for `convert`; repeatable.
+        #[arg(long = "tensor-dtype", value_name = "ROLE=DTYPE")]
+        overrides: Vec<String>,
+        /// The random seed: the same seed gives the same file.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Print nothing but errors.
+        #[arg(short, long)]
+        quiet: bool,
+    },
 }
 
 fn parse_dtype(s: &str) -> Result<DType> {
@@ -61,51 +88,96 @@ fn parse_role(s: &str) -> Result<Role> {
     })
 }
 
+fn parse_policy(dtype: &str, overrides: &[String]) -> Result<Policy> {
+    let overrides = overrides
+        .iter()
+        .map(|o| {
+            let (r, d) = o.split_once('=').ok_or_else(|| anyhow!("--tensor-dtype wants ROLE=DTYPE, got `{o}`"))?;
+            Ok((parse_role(r)?, parse_dtype(d)?))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Policy { dtype: parse_dtype(dtype)?, overrides })
+}
+
+/// A bar over the tensors of `cfg`, drawn on stderr only when it is a terminal and the
+/// user did not ask for quiet.
+fn tensor_bar(n_tensors: usize, quiet: bool) -> ProgressBar {
+    if quiet || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(n_tensors as u64);
+    let style = ProgressStyle::with_template("{bar:40} {pos}/{len} tensors {elapsed_precise} (eta {eta}) {wide_msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// Runs `write` (which reports each tensor as it is stored) under a progress bar, then
+/// prints the error table and the memory summary.
+fn write_with_progress(
+    out: &Path,
+    quiet: bool,
+    n_tensors: usize,
+    write: impl FnOnce(&mut dyn FnMut(&TensorReport)) -> Result<WriteReport>,
+) -> Result<()> {
+    let bar = tensor_bar(n_tensors, quiet);
+    let mut on_tensor = |r: &TensorReport| {
+        bar.set_message(format!("{} ({})", r.name, r.dtype.name()));
+        bar.inc(1);
+    };
+    let report = write(&mut on_tensor);
+    bar.finish_and_clear();
+    let report = report?;
+    if !quiet {
+        eprint!("{}", error_table(&report.tensors));
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let rss = peak_rss_bytes().map_or_else(|| "unknown".to_string(), |b| format!("{:.1} MiB", mib(b)));
+        eprintln!(
+            "wrote {} ({:.1} MiB, {} tensors, session arena {:.2} MiB); peak memory {rss} (VmHWM, mapped input \
+             pages included), largest tensor in flight {:.1} MiB",
+            out.display(),
+            mib(report.file_len),
+            report.tensors.len(),
+            mib(report.arena_len),
+            mib(report.peak_tensor_bytes)
+        );
+    }
+    Ok(())
+}
+
 fn run() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::Convert { dir, out, dtype, overrides, tokenizer, quiet } => {
-            let overrides = overrides
-                .iter()
-                .map(|o| {
-                    let (r, d) =
-                        o.split_once('=').ok_or_else(|| anyhow!("--tensor-dtype wants ROLE=DTYPE, got `{o}`"))?;
-                    Ok((parse_role(r)?, parse_dtype(d)?))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let policy = Policy { dtype: parse_dtype(&dtype)?, overrides };
+            let policy = parse_policy(&dtype, &overrides)?;
             let tokenizer = match tokenizer.as_deref() {
                 None => TokenizerSource::Auto,
                 Some("bytes") => TokenizerSource::Bytes,
                 Some(p) => TokenizerSource::Json(PathBuf::from(p)),
             };
-            let mut on_tensor = |r: &kvm_export::writer::TensorReport| {
-                if !quiet {
-                    eprintln!(
-                        "  {:<44} {:>5} [{:>6}, {:>6}] rmse {:.3e} max {:.3e}",
-                        r.name,
-                        r.dtype.name(),
-                        r.rows,
-                        r.cols,
-                        r.rmse,
-                        r.max_abs
-                    );
-                }
-            };
-            let (_, report) = convert(&dir, &out, &policy, &tokenizer, &mut on_tensor)
-                .with_context(|| format!("converting {}", dir.display()))?;
-            if !quiet {
-                eprintln!(
-                    "wrote {} ({} bytes, {} tensors, arena {} bytes, peak tensor memory {} bytes)",
-                    out.display(),
-                    report.file_len,
-                    report.tensors.len(),
-                    report.arena_len,
-                    report.peak_tensor_bytes
-                );
-            }
-            Ok(())
+            // The bar's length needs the config; a broken one is reported by `convert` itself.
+            let n_tensors = kvm_export::convert::read_config(&dir).map_or(0, |cfg| count(&cfg));
+            write_with_progress(&out, quiet, n_tensors, |on_tensor| {
+                let (_, report) = convert(&dir, &out, &policy, &tokenizer, on_tensor)
+                    .with_context(|| format!("converting {}", dir.display()))?;
+                Ok(report)
+            })
+        }
+        Cmd::Synth { preset, out, dtype, overrides, seed, quiet } => {
+            let names = Preset::ALL.map(Preset::name).join(", ");
+            let preset =
+                Preset::from_name(&preset).ok_or_else(|| anyhow!("unknown preset `{preset}` (expected {names})"))?;
+            let policy = parse_policy(&dtype, &overrides)?;
+            let cfg = preset.config();
+            write_with_progress(&out, quiet, count(&cfg), |on_tensor| {
+                synth(&out, &cfg, &policy, seed, on_tensor).with_context(|| format!("writing {}", out.display()))
+            })
         }
     }
+}
+
+fn count(cfg: &Config) -> usize {
+    canonical_tensors(cfg).count()
 }
 
 fn main() -> ExitCode {

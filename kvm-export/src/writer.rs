@@ -25,6 +25,20 @@ pub struct TensorReport {
     /// Root-mean-square and worst absolute error of the stored weights vs the source.
     pub rmse: f64,
     pub max_abs: f64,
+    /// Root-mean-square of the source values, the scale `rmse` is relative to.
+    pub rms: f64,
+}
+
+impl TensorReport {
+    /// `rmse / rms`: comparable across tensors of different scales (0 for an all-zero
+    /// source).
+    pub fn rel_rmse(&self) -> f64 {
+        if self.rms > 0.0 {
+            self.rmse / self.rms
+        } else {
+            0.0
+        }
+    }
 }
 
 /// What the whole file became.
@@ -98,12 +112,13 @@ pub fn write_model(
         let dtype = if role.is_matrix() { dtype_for(role, rows, cols) } else { DType::F32 };
         let data = encode(dtype, cols as usize, &src).with_context(|| format!("tensor {name}"))?;
         let (rmse, max_abs) = error_stats(dtype, rows as usize, cols as usize, &data, &src)?;
+        let rms = (src.iter().map(|&x| x as f64 * x as f64).sum::<f64>() / src.len().max(1) as f64).sqrt();
         let pad = align(offset + data.len() as u64) - (offset + data.len() as u64);
         w.write_all(&data)?;
         w.write_all(&vec![0u8; pad as usize])?;
         entries.push(TensorEntry { role, layer, dtype, rows, cols, offset, len: data.len() as u64, crc: crc32(&data) });
         peak = peak.max((src.len() * 4 + data.len()) as u64);
-        let report = TensorReport { name, dtype, rows, cols, bytes: data.len() as u64, rmse, max_abs };
+        let report = TensorReport { name, dtype, rows, cols, bytes: data.len() as u64, rmse, max_abs, rms };
         on_tensor(&report);
         reports.push(report);
         offset += data.len() as u64 + pad;
@@ -152,4 +167,71 @@ fn error_stats(dtype: DType, rows: usize, cols: usize, data: &[u8], src: &[f32])
         }
     }
     Ok(((sq / (rows * cols).max(1) as f64).sqrt(), max))
+}
+
+/// The quantization error of every lossy tensor, one line each, worst (highest relative
+/// RMSE) first, then one line counting the tensors stored exactly.
+pub fn error_table(tensors: &[TensorReport]) -> String {
+    use std::fmt::Write as _;
+    let mut lossy: Vec<&TensorReport> = tensors.iter().filter(|t| t.max_abs > 0.0).collect();
+    lossy.sort_by(|a, b| b.rel_rmse().total_cmp(&a.rel_rmse()).then_with(|| b.max_abs.total_cmp(&a.max_abs)));
+    let mut out = String::new();
+    if !lossy.is_empty() {
+        let _ = writeln!(
+            out,
+            "{:<44} {:>5} {:>15} {:>10} {:>10} {:>10}",
+            "tensor (worst first)", "dtype", "shape", "rmse", "rel rmse", "max abs"
+        );
+    }
+    for t in &lossy {
+        let shape = format!("[{}, {}]", t.rows, t.cols);
+        let _ = writeln!(
+            out,
+            "{:<44} {:>5} {:>15} {:>10.3e} {:>10.3e} {:>10.3e}",
+            t.name,
+            t.dtype.name(),
+            shape,
+            t.rmse,
+            t.rel_rmse(),
+            t.max_abs
+        );
+    }
+    let _ = writeln!(out, "{} of {} tensors stored exactly", tensors.len() - lossy.len(), tensors.len());
+    out
+}
+
+/// Peak resident memory of this process so far (`VmHWM`), if the OS reports it.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim();
+    kb.parse::<u64>().ok().map(|kb| kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(name: &str, rmse: f64, rms: f64, max_abs: f64) -> TensorReport {
+        TensorReport { name: name.into(), dtype: DType::Q8_0, rows: 2, cols: 32, bytes: 68, rmse, max_abs, rms }
+    }
+
+    #[test]
+    fn table_is_worst_first_and_counts_exact_tensors() {
+        let t = error_table(&[
+            report("small", 1e-3, 1.0, 2e-3),
+            report("exact", 0.0, 1.0, 0.0),
+            report("worst", 1e-3, 0.01, 3e-3),
+            report("middle", 1e-2, 1.0, 4e-2),
+        ]);
+        let order: Vec<&str> = t.lines().skip(1).filter_map(|l| l.split_whitespace().next()).collect();
+        assert_eq!(order, ["worst", "middle", "small", "1"], "{t}");
+        assert!(t.ends_with("1 of 4 tensors stored exactly\n"), "{t}");
+    }
+
+    #[test]
+    fn peak_rss_is_reported_on_linux() {
+        if cfg!(target_os = "linux") {
+            assert!(peak_rss_bytes().unwrap() > 1 << 20);
+        }
+    }
 }

@@ -3,6 +3,7 @@
 //! Every error prints one line on stderr and exits non-zero; no subcommand panics on bad
 //! input (a panic hook turns an internal bug into one line too).
 
+mod bench;
 mod generate;
 mod info;
 mod logits;
@@ -37,6 +38,8 @@ enum Cmd {
     Generate(generate::Args),
     /// Print the token ids of a text.
     Tokenize(tokenize::Args),
+    /// Measure prefill and decode speed, memory and bandwidth use.
+    Bench(bench::Args),
 }
 
 /// Name of the matrix kernel tier in use.
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
         Cmd::Perplexity(args) => perplexity::run(&args),
         Cmd::Generate(args) => generate::run(&args),
         Cmd::Tokenize(args) => tokenize::run(&args),
+        Cmd::Bench(args) => bench::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

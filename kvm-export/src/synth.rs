@@ -1,0 +1,280 @@
+//! Random-weight models with the paper's shapes, for measuring speed and memory without a
+//! trained checkpoint.
+//!
+//! Weights come from a seeded PRNG, one stream per tensor (seeded by the model seed, the
+//! tensor's role and its layer), so a file is a pure function of `(preset, dtype, seed)`
+//! and each tensor is generated only when [`write_model`] asks for it: peak memory is
+//! about one tensor. Scales keep activations in a sensible range through a deep stack:
+//! matrices `N(0, 1/sqrt(cols))`, layer-norm weights near 1, biases near 0, token-shift
+//! mixes uniform in `[0, 1]`, head temperatures near 1.
+
+use std::path::Path;
+
+use anyhow::Result;
+use kvm_core::config::{flags, Config, StateBudget};
+use kvm_core::format::{Role, TokenizerKind};
+
+use crate::convert::Policy;
+use crate::writer::{write_model, TensorReport, WriteReport};
+
+/// A named model shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    /// The paper's 120M model: 12 layers, `d_model` 768, 6 heads of 128.
+    Paper120m,
+    /// The paper's 350M model: 24 layers, `d_model` 1024, 8 heads of 128.
+    Paper350m,
+    /// A model small enough for unit tests (2 layers, `d_model` 64, byte vocabulary)
+    /// that still folds its state every 16 tokens.
+    Tiny,
+}
+
+impl Preset {
+    /// Every preset.
+    pub const ALL: [Preset; 3] = [Preset::Paper120m, Preset::Paper350m, Preset::Tiny];
+
+    /// The command-line name (`paper-120m`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Preset::Paper120m => "paper-120m",
+            Preset::Paper350m => "paper-350m",
+            Preset::Tiny => "tiny",
+        }
+    }
+
+    /// Parses a [`Preset::name`].
+    pub fn from_name(s: &str) -> Option<Preset> {
+        Preset::ALL.into_iter().find(|p| p.name() == s)
+    }
+
+    /// The preset's configuration.
+    pub fn config(self) -> Config {
+        match self {
+            Preset::Paper120m => paper(12, 768, 6),
+            Preset::Paper350m => paper(24, 1024, 8),
+            Preset::Tiny => Config {
+                vocab_len: 256,
+                n_layers: 2,
+                n_heads: 2,
+                d_model: 64,
+                d_qk: 32,
+                d_v: 32,
+                d_ff: 256,
+                d_vgate: 32,
+                rope_dim: 16,
+                chunk_len: 16,
+                state_min_len: 16,
+                ..paper(2, 64, 2)
+            },
+        }
+    }
+}
+
+/// The value-gate LoRA rank the reference picks for width `d`:
+/// `max(32, int(round((1.3 * d**0.5) / 32) * 32))`.
+pub fn vgate_rank(d_model: u32) -> u32 {
+    // Python's round() is round-half-even; `round_ties_even` matches it.
+    let r = ((1.3 * (d_model as f64).sqrt()) / 32.0).round_ties_even() * 32.0;
+    (r as u32).max(32)
+}
+
+/// The paper's layout at a given depth and width: heads of 128, 50304 tokens, chunks of
+/// 256, a window of two chunks, a fixed state of 256 slots, one sink, RoPE on 64 dims,
+/// token shift on attention and MLP, value residual, every KVM gate, MLP expansion 4.
+fn paper(n_layers: u32, d_model: u32, n_heads: u32) -> Config {
+    Config {
+        vocab_len: 50304,
+        n_layers,
+        n_heads,
+        d_model,
+        d_qk: 128,
+        d_v: 128,
+        d_ff: 4 * d_model / 32 * 32,
+        d_vgate: vgate_rank(d_model),
+        rope_dim: 64,
+        rope_theta: 10000.0,
+        chunk_len: 256,
+        window_chunks: 2,
+        max_state_chunks: 1,
+        budget: StateBudget::Fixed,
+        state_min_len: 256,
+        state_round_down: 1,
+        sink_len: 1,
+        logit_softcap: 0.0,
+        residual_scale: 1.0,
+        flags: flags::ALL,
+    }
+}
+
+/// SplitMix64: tiny, fast, and every seed (zero included) gives a full-period stream.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A stream seeded with `seed`.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)` with 24 random bits (every value an exact f32).
+    pub fn uniform(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 * (1.0 / (1u64 << 24) as f32)
+    }
+
+    /// Two independent standard normals (Box-Muller).
+    fn normal_pair(&mut self) -> (f32, f32) {
+        // 1 - u lies in (0, 1], so the log is finite.
+        let u = 1.0 - (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
+        let v = (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
+        let r = (-2.0 * u.ln()).sqrt();
+        let (s, c) = (std::f64::consts::TAU * v).sin_cos();
+        ((r * c) as f32, (r * s) as f32)
+    }
+
+    /// Fills `out` with `N(mean, std^2)` samples.
+    pub fn fill_normal(&mut self, out: &mut [f32], mean: f32, std: f32) {
+        for pair in out.chunks_mut(2) {
+            let (a, b) = self.normal_pair();
+            pair[0] = mean + std * a;
+            if let Some(x) = pair.get_mut(1) {
+                *x = mean + std * b;
+            }
+        }
+    }
+}
+
+/// The seed of tensor `(role, layer)`'s own stream.
+fn tensor_seed(seed: u64, role: Role, layer: u16) -> u64 {
+    let mut r = Rng::new(seed ^ ((role as u64) << 32) ^ ((layer as u64) << 48));
+    r.next_u64()
+}
+
+/// The random values of tensor `(role, layer)`, `[rows, cols]` row-major.
+pub fn tensor(seed: u64, role: Role, layer: u16, rows: u32, cols: u32) -> Vec<f32> {
+    let mut rng = Rng::new(tensor_seed(seed, role, layer));
+    let mut v = vec![0f32; rows as usize * cols as usize];
+    match role {
+        _ if role.is_matrix() => rng.fill_normal(&mut v, 0.0, 1.0 / (cols as f32).sqrt()),
+        Role::LnEmbW
+        | Role::LnHeadW
+        | Role::LnAttnW
+        | Role::LnMlpW
+        | Role::LnQW
+        | Role::LnKW
+        | Role::LnSkW
+        | Role::FrontTemp
+        | Role::StateTemp => rng.fill_normal(&mut v, 1.0, 0.05),
+        Role::ShiftQ | Role::ShiftK | Role::ShiftV | Role::ShiftFfn => v.iter_mut().for_each(|x| *x = rng.uniform()),
+        // Biases, and the value gate's bias (sigmoid(0) = 1/2: half first-layer value).
+        _ => rng.fill_normal(&mut v, 0.0, 0.02),
+    }
+    v
+}
+
+/// Writes a random-weight model of `cfg` to `out`, matrices stored as `policy` says,
+/// with the byte-level tokenizer (ids past 255 decode to nothing).
+///
+/// # Errors
+/// An invalid `cfg`, or I/O errors.
+pub fn synth(
+    out: &Path,
+    cfg: &Config,
+    policy: &Policy,
+    seed: u64,
+    on_tensor: &mut dyn FnMut(&TensorReport),
+) -> Result<WriteReport> {
+    let mut source = |role: Role, layer: u16, rows: u32, cols: u32| Ok(tensor(seed, role, layer, rows, cols));
+    let dtype_for = |role: Role, _rows: u32, cols: u32| policy.dtype_for(role, cols);
+    write_model(out, cfg, (TokenizerKind::Bytes, &[]), &dtype_for, &mut source, on_tensor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvm_core::quant::DType;
+    use kvm_core::{Model, Session};
+
+    fn tmp(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("kvm-synth-{}-{name}", std::process::id()))
+    }
+
+    fn write(name: &str, preset: Preset, dtype: DType, seed: u64) -> Vec<u8> {
+        let path = tmp(name);
+        let policy = Policy { dtype, overrides: vec![] };
+        synth(&path, &preset.config(), &policy, seed, &mut |_| {}).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).ok();
+        bytes
+    }
+
+    /// Greedy continuation of a fixed prompt, as token ids.
+    fn greedy(blob: &[u8], n: usize) -> Vec<u32> {
+        let model = Model::from_bytes(blob).unwrap();
+        #[repr(C, align(64))]
+        struct Block([u8; 64]);
+        let mut buf: Vec<Block> = (0..model.arena_len().div_ceil(64)).map(|_| Block([0; 64])).collect();
+        // SAFETY: `Block` is plain bytes; the slice covers the allocation.
+        let arena = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), buf.len() * 64) };
+        let mut s = Session::new(model, &mut arena[..model.arena_len()]).unwrap();
+        let mut logits = s.prefill(b"In the beginning".map(u32::from).as_slice()).unwrap().to_vec();
+        let mut out = Vec::new();
+        for _ in 0..n {
+            assert!(logits.iter().all(|x| x.is_finite()));
+            let next = (0..logits.len()).max_by(|&a, &b| logits[a].total_cmp(&logits[b])).unwrap() as u32;
+            out.push(next);
+            logits = s.decode(next).unwrap().to_vec();
+        }
+        out
+    }
+
+    #[test]
+    fn paper_shapes() {
+        let c = Preset::Paper120m.config();
+        assert_eq!((c.n_layers, c.d_model, c.n_heads, c.d_qk, c.d_v), (12, 768, 6, 128, 128));
+        assert_eq!((c.d_ff, c.d_vgate, c.natural_state_len(), c.window_len()), (3072, 32, 256, 512));
+        c.validate().unwrap();
+        let c = Preset::Paper350m.config();
+        assert_eq!((c.n_layers, c.d_model, c.n_heads, c.d_ff, c.d_vgate), (24, 1024, 8, 4096, 32));
+        c.validate().unwrap();
+        Preset::Tiny.config().validate().unwrap();
+        assert_eq!((vgate_rank(768), vgate_rank(2048), vgate_rank(4096)), (32, 64, 96));
+        for p in Preset::ALL {
+            assert_eq!(Preset::from_name(p.name()), Some(p));
+        }
+    }
+
+    #[test]
+    fn normals_have_the_asked_moments() {
+        let mut v = vec![0f32; 100_001];
+        Rng::new(7).fill_normal(&mut v, 0.5, 2.0);
+        let mean = v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64;
+        let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / v.len() as f64;
+        assert!((mean - 0.5).abs() < 0.03, "{mean}");
+        assert!((var.sqrt() - 2.0).abs() < 0.03, "{var}");
+    }
+
+    #[test]
+    fn tiny_is_deterministic_loads_and_decodes() {
+        let a = write("a.kvm", Preset::Tiny, DType::Q8_0, 1);
+        let b = write("b.kvm", Preset::Tiny, DType::Q8_0, 1);
+        let c = write("c.kvm", Preset::Tiny, DType::Q8_0, 2);
+        assert_eq!(a, b, "same seed, same file");
+        assert_ne!(a, c, "another seed, another file");
+        // 40 tokens: past the window (32), so the state folds.
+        let (ga, gc) = (greedy(&a, 40), greedy(&c, 40));
+        assert_eq!(ga, greedy(&b, 40));
+        assert_ne!(ga, gc);
+        for dtype in [DType::F32, DType::F16, DType::Q4_0] {
+            greedy(&write(&format!("d-{}.kvm", dtype.name()), Preset::Tiny, dtype, 1), 40);
+        }
+    }
+}

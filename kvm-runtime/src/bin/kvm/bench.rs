@@ -1,0 +1,410 @@
+//! `kvm bench`: prefill and decode speed, the bytes each decoded token reads, this
+//! machine's memory bandwidth measured in the same run, and (with `--checkpoints`) a
+//! long run showing that per-token latency and memory stay flat.
+//!
+//! Tokens are a fixed pseudo-random stream (prompt) and greedy picks (decode): the
+//! arithmetic of a step does not depend on which token it is, so no text is needed and
+//! any model file, random-weight ones included, can be measured.
+
+use std::cell::Cell;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use kvm_core::format::Role;
+use kvm_core::kernels::Matrix;
+use kvm_core::model::Exec;
+use kvm_core::state::Phase;
+use kvm_core::{Model, Session};
+use kvm_export::synth::Rng;
+use kvm_runtime::arena::Arena;
+use kvm_runtime::file::ModelFile;
+use kvm_runtime::pool::{default_threads, Pool};
+use kvm_runtime::prefill::prefill;
+use serde_json::{json, Value};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long)]
+    model: PathBuf,
+    /// Prompt tokens fed by chunked prefill before decoding.
+    #[arg(long, default_value_t = 512)]
+    prompt_len: usize,
+    /// Tokens decoded one at a time after the prompt (with --checkpoints: the length of
+    /// the long run).
+    #[arg(long, default_value_t = 128)]
+    gen: usize,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Repeat the prefill + decode measurement this many times (fresh session each) and
+    /// report the medians.
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+    /// Print one JSON object instead of a report.
+    #[arg(long)]
+    json: bool,
+    /// Long-run mode: context positions (comma-separated, at most --gen) at which to
+    /// report per-token latency and resident memory.
+    #[arg(long, value_delimiter = ',')]
+    checkpoints: Vec<usize>,
+    /// Long run: decode steps averaged at each checkpoint, rounded up to whole chunks so
+    /// every window holds as many state folds (default: 4 chunks, at least 256 steps).
+    #[arg(long)]
+    window: Option<usize>,
+    /// Long run: reach each checkpoint's window by chunked prefill instead of decoding
+    /// every token (much faster for big models; the state evolves the same way).
+    #[arg(long)]
+    fast_forward: bool,
+    /// MiB read to measure memory bandwidth (0 skips it); keep it well above the L3.
+    #[arg(long, default_value_t = 1024)]
+    bw_mib: usize,
+    /// Seed of the prompt's token stream.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+pub fn run(a: &Args) -> Result<()> {
+    let file = ModelFile::open(&a.model)?;
+    let model = file.model()?;
+    let pool = Pool::new(a.threads.unwrap_or_else(default_threads))?;
+    // Fault every page of the mapping in now, so no timed step pays for first touches.
+    std::hint::black_box(file.bytes().iter().step_by(4096).fold(0u8, |s, &b| s ^ b));
+    let mut report = describe(&a.model, &model, &pool);
+    if a.checkpoints.is_empty() {
+        speed(a, &model, &pool, &mut report)?;
+    } else {
+        long_run(a, &model, &pool, &mut report)?;
+    }
+    // Read before the bandwidth buffer raises it.
+    report["peak_rss_bytes"] = json!(status_bytes("VmHWM:"));
+    if a.bw_mib > 0 {
+        bandwidth(a.bw_mib, pool.threads(), &mut report);
+    }
+    if a.json {
+        println!("{report}");
+    } else {
+        print_report(&report);
+    }
+    Ok(())
+}
+
+/// The model, the machine and the bytes one decode step reads.
+fn describe(path: &std::path::Path, model: &Model<'_>, pool: &Pool) -> Value {
+    let cfg = model.config();
+    let mut weight_bytes = 0u64;
+    let mut params = 0u64;
+    for e in model.tensors() {
+        params += e.rows as u64 * e.cols as u64;
+        // A step reads one embedding row and every other tensor whole.
+        weight_bytes += if e.role == Role::TokEmbed { e.len / e.rows.max(1) as u64 } else { e.len };
+    }
+    let dtype = model.matrix(Role::Wq, 0).dtype.name();
+    // Attention reads every state slot and the window's keys and values, in f32, for each
+    // head of each layer. Steady state: the state is full and the window holds
+    // `window_len - chunk_len + r` tokens, r = 1..=chunk_len, so on average this many.
+    let (c, w) = (cfg.chunk_len as f64, cfg.window_len() as f64);
+    let per_pos = (cfg.n_layers * cfg.n_heads * (cfg.d_qk + cfg.d_v)) as f64 * 4.0;
+    let state_bytes = per_pos * (cfg.natural_state_len() as f64 + w - c + (c + 1.0) / 2.0);
+    json!({
+        "model": path.display().to_string(),
+        "dtype": dtype,
+        "params": params,
+        "file_bytes": model.blob().len(),
+        "arena_bytes": model.arena_len(),
+        "threads": pool.threads(),
+        "kernel_tier": crate::kernel_tier(),
+        "weight_bytes_per_token": weight_bytes,
+        "state_bytes_per_token": state_bytes.round() as u64,
+    })
+}
+
+/// A fresh session in its own arena.
+struct Run<'m> {
+    arena: Arena,
+    model: Model<'m>,
+}
+
+impl<'m> Run<'m> {
+    fn new(model: Model<'m>) -> Self {
+        Run { arena: Arena::new(model.arena_len()), model }
+    }
+
+    fn session(&mut self) -> Result<Session<'m, '_>> {
+        Ok(Session::new(self.model, self.arena.bytes_mut())?)
+    }
+}
+
+/// An [`Exec`] that runs products on the pool and adds up the time they take, so the
+/// rest of a step (attention, state updates, norms) can be told apart.
+struct Timed<'p> {
+    pool: &'p Pool,
+    matmul: Cell<Duration>,
+    /// Time in the output head alone (`[vocab_len, d_model]`).
+    head: Cell<Duration>,
+    vocab_len: usize,
+}
+
+impl Exec for Timed<'_> {
+    fn matmul(&self, w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]) {
+        let t = Instant::now();
+        self.pool.matmul(w, xs, ys, act);
+        let dt = t.elapsed();
+        self.matmul.set(self.matmul.get() + dt);
+        if w.rows == self.vocab_len {
+            self.head.set(self.head.get() + dt);
+        }
+    }
+}
+
+/// Index of the largest logit.
+fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in logits.iter().enumerate() {
+        if x > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// A reproducible stream of `n` token ids below `vocab_len`.
+fn token_stream(seed: u64, n: usize, vocab_len: u32) -> Vec<u32> {
+    let mut rng = Rng::new(seed);
+    (0..n).map(|_| (rng.next_u64() % vocab_len as u64) as u32).collect()
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Prefill `--prompt-len` tokens, then decode `--gen`, `--runs` times.
+fn speed(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Result<()> {
+    if a.prompt_len == 0 || a.gen == 0 {
+        bail!("--prompt-len and --gen must be at least 1");
+    }
+    let vocab_len = model.config().vocab_len;
+    let prompt = token_stream(a.seed, a.prompt_len, vocab_len);
+    let (mut prefill_tok_s, mut decode_tok_s, mut matmul_frac, mut head_frac) = (vec![], vec![], vec![], vec![]);
+    let mut run = Run::new(*model);
+    for _ in 0..a.runs.max(1) {
+        let mut session = run.session()?;
+        let t0 = Instant::now();
+        prefill(&mut session, &prompt, Phase::Prefill, pool, false).context("prefill")?;
+        prefill_tok_s.push(a.prompt_len as f64 / t0.elapsed().as_secs_f64());
+
+        let timed = Timed { pool, matmul: Cell::default(), head: Cell::default(), vocab_len: vocab_len as usize };
+        let mut next = argmax(session.logits());
+        let t1 = Instant::now();
+        for _ in 0..a.gen {
+            next = argmax(session.decode_with(next, &timed)?);
+        }
+        let secs = t1.elapsed().as_secs_f64();
+        decode_tok_s.push(a.gen as f64 / secs);
+        matmul_frac.push(timed.matmul.get().as_secs_f64() / secs);
+        head_frac.push(timed.head.get().as_secs_f64() / secs);
+    }
+    let runs = json!({"prefill_tok_s": prefill_tok_s, "decode_tok_s": decode_tok_s});
+    let decode = median(&mut decode_tok_s);
+    report["prompt_len"] = json!(a.prompt_len);
+    report["gen"] = json!(a.gen);
+    report["prefill_tok_s"] = json!(median(&mut prefill_tok_s));
+    report["decode_tok_s"] = json!(decode);
+    report["decode_ms_per_tok"] = json!(1e3 / decode);
+    report["decode_matmul_fraction"] = json!(median(&mut matmul_frac));
+    report["decode_head_fraction"] = json!(median(&mut head_frac));
+    report["runs"] = runs;
+    Ok(())
+}
+
+/// Decodes to the largest checkpoint, timing a window of steps that ends at each one.
+fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Result<()> {
+    let mut checkpoints = a.checkpoints.clone();
+    checkpoints.sort_unstable();
+    checkpoints.dedup();
+    let last = *checkpoints.last().unwrap_or(&0);
+    if last > a.gen {
+        bail!("checkpoint {last} is past --gen {}", a.gen);
+    }
+    let chunk = model.config().chunk_len as usize;
+    let window = a.window.unwrap_or(256.max(4 * chunk)).div_ceil(chunk).max(1) * chunk;
+    let mut run = Run::new(*model);
+    let mut session = run.session()?;
+    let mut stream = Rng::new(a.seed);
+    let vocab_len = model.config().vocab_len;
+    let mut next = 0u32;
+    let mut rows = Vec::new();
+    let started = Instant::now();
+    for &cp in &checkpoints {
+        let begin = cp.saturating_sub(window);
+        // Get to the window's start.
+        if a.fast_forward && session.pos() + 1 < begin {
+            let ff = token_stream(stream.next_u64(), begin - 1 - session.pos(), vocab_len);
+            prefill(&mut session, &ff, Phase::Prefill, pool, false).context("fast-forward")?;
+            next = argmax(session.logits());
+        }
+        while session.pos() < begin {
+            next = argmax(session.decode_with(next, pool)?);
+        }
+        let steps = cp - session.pos();
+        let t = Instant::now();
+        while session.pos() < cp {
+            next = argmax(session.decode_with(next, pool)?);
+        }
+        let ms = t.elapsed().as_secs_f64() * 1e3 / steps.max(1) as f64;
+        let row = json!({
+            "pos": cp,
+            "window": steps,
+            "ms_per_tok": ms,
+            "rss_bytes": status_bytes("VmRSS:"),
+            "peak_rss_bytes": status_bytes("VmHWM:"),
+            "state_slots": session.state_slots(),
+        });
+        if std::io::stderr().is_terminal() {
+            eprintln!("reached {cp} tokens after {:.0} s", started.elapsed().as_secs_f64());
+        }
+        rows.push(row);
+    }
+    let spread = |key: &str| {
+        let v: Vec<f64> = rows.iter().filter_map(|r| r[key].as_f64()).collect();
+        let (lo, hi) = v.iter().fold((f64::INFINITY, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        if lo > 0.0 {
+            hi / lo - 1.0
+        } else {
+            0.0
+        }
+    };
+    report["latency_spread"] = json!(spread("ms_per_tok"));
+    report["rss_spread"] = json!(spread("rss_bytes"));
+    report["checkpoints"] = Value::Array(rows);
+    report["fast_forward"] = json!(a.fast_forward);
+    report["long_run_secs"] = json!(started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Adds up `words` (8 independent lanes, so the loop streams at load bandwidth).
+fn sum_words(words: &[u64]) -> u64 {
+    let mut acc = [0u64; 8];
+    for c in words.chunks_exact(8) {
+        for (a, &w) in acc.iter_mut().zip(c) {
+            *a = a.wrapping_add(w);
+        }
+    }
+    acc.iter().fold(0, |s, &x| s.wrapping_add(x))
+}
+
+/// GB/s of reading `buf` once, split over `threads` threads; the median of `passes`.
+fn read_bandwidth(buf: &[u64], threads: usize, passes: usize) -> f64 {
+    let part = buf.len().div_ceil(threads);
+    let mut rates: Vec<f64> = (0..passes)
+        .map(|_| {
+            let t = Instant::now();
+            let sum = std::thread::scope(|s| {
+                let handles: Vec<_> = buf.chunks(part).map(|c| s.spawn(move || sum_words(c))).collect();
+                handles.into_iter().map(|h| h.join().unwrap_or(0)).fold(0u64, u64::wrapping_add)
+            });
+            std::hint::black_box(sum);
+            (buf.len() * 8) as f64 / t.elapsed().as_secs_f64() / 1e9
+        })
+        .collect();
+    median(&mut rates)
+}
+
+/// Measures read bandwidth from DRAM with one thread and with the run's threads, and
+/// what fraction of it decoding used.
+fn bandwidth(mib: usize, threads: usize, report: &mut Value) {
+    let words = mib << 17;
+    // Distinct values, so every page is really backed (not the shared zero page).
+    let buf: Vec<u64> = (0..words as u64).collect();
+    let one = read_bandwidth(&buf, 1, 5);
+    let many = if threads > 1 { read_bandwidth(&buf, threads, 5) } else { one };
+    report["mem_bw_1t_gb_s"] = json!(one);
+    report["mem_bw_gb_s"] = json!(many);
+    if let (Some(tok_s), Some(w), Some(s)) = (
+        report["decode_tok_s"].as_f64(),
+        report["weight_bytes_per_token"].as_f64(),
+        report["state_bytes_per_token"].as_f64(),
+    ) {
+        report["bw_fraction"] = json!(w * tok_s / 1e9 / many);
+        report["bw_fraction_with_state"] = json!((w + s) * tok_s / 1e9 / many);
+    }
+}
+
+/// A `/proc/self/status` size field (`VmRSS:`) in bytes; 0 where there is none.
+fn status_bytes(key: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn print_report(r: &Value) {
+    let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+    let mib = |k: &str| f(k) / (1u64 << 20) as f64;
+    let s = |k: &str| r[k].as_str().unwrap_or("?").to_string();
+    println!(
+        "model          {} ({}, {:.1} M params, {:.1} MiB)",
+        s("model"),
+        s("dtype"),
+        f("params") / 1e6,
+        mib("file_bytes")
+    );
+    println!("threads        {}, {} kernels", r["threads"], s("kernel_tier"));
+    println!(
+        "bytes/token    {:.1} MiB weights + {:.1} MiB attention state",
+        mib("weight_bytes_per_token"),
+        mib("state_bytes_per_token")
+    );
+    if r.get("decode_tok_s").is_some() {
+        println!("prefill        {:.1} tok/s ({} tokens)", f("prefill_tok_s"), r["prompt_len"]);
+        println!(
+            "decode         {:.2} tok/s ({:.2} ms/token; {:.0}% in matrix products, {:.0}% in the output head)",
+            f("decode_tok_s"),
+            f("decode_ms_per_tok"),
+            100.0 * f("decode_matmul_fraction"),
+            100.0 * f("decode_head_fraction")
+        );
+    }
+    if let Some(rows) = r["checkpoints"].as_array() {
+        println!("{:>10} {:>8} {:>12} {:>12}", "position", "window", "ms/token", "rss MiB");
+        for row in rows {
+            let g = |k: &str| row[k].as_f64().unwrap_or(f64::NAN);
+            println!(
+                "{:>10} {:>8} {:>12.4} {:>12.2}",
+                row["pos"],
+                row["window"],
+                g("ms_per_tok"),
+                g("rss_bytes") / (1u64 << 20) as f64
+            );
+        }
+        println!(
+            "spread         latency {:.1}%, rss {:.1}% (max/min - 1)",
+            100.0 * f("latency_spread"),
+            100.0 * f("rss_spread")
+        );
+    }
+    println!("peak memory    {:.1} MiB (VmHWM)", mib("peak_rss_bytes"));
+    if r.get("mem_bw_gb_s").is_some() {
+        println!(
+            "memory read    {:.2} GB/s one thread, {:.2} GB/s {} threads",
+            f("mem_bw_1t_gb_s"),
+            f("mem_bw_gb_s"),
+            r["threads"]
+        );
+    }
+    if r.get("bw_fraction").is_some() {
+        println!(
+            "bandwidth use  {:.0}% (weights), {:.0}% (weights + attention state)",
+            100.0 * f("bw_fraction"),
+            100.0 * f("bw_fraction_with_state")
+        );
+    }
+}

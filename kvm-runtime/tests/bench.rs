@@ -1,0 +1,82 @@
+//! `kvm bench` on a random-weight tiny model: the JSON report carries the keys that
+//! later tooling parses, and the long-run mode reports every checkpoint.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use kvm_core::quant::DType;
+use kvm_export::convert::Policy;
+use kvm_export::synth::{synth, Preset};
+
+fn tiny_model(name: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("kvm-bench-test-{}-{name}.kvm", std::process::id()));
+    synth(&path, &Preset::Tiny.config(), &Policy { dtype: DType::Q8_0, overrides: vec![] }, 5, &mut |_| {}).unwrap();
+    path
+}
+
+fn bench_json(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_kvm")).arg("bench").args(args).arg("--json").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 1, "one JSON object on one line: {text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn json_report_has_the_agreed_keys() {
+    let model = tiny_model("keys");
+    let r = bench_json(&[
+        "--model",
+        model.to_str().unwrap(),
+        "--prompt-len",
+        "40",
+        "--gen",
+        "8",
+        "--threads",
+        "2",
+        "--bw-mib",
+        "8",
+    ]);
+    for key in ["prefill_tok_s", "decode_tok_s", "mem_bw_gb_s", "bw_fraction"] {
+        assert!(r[key].as_f64().is_some_and(|x| x > 0.0), "{key} in {r}");
+    }
+    for key in ["weight_bytes_per_token", "peak_rss_bytes"] {
+        assert!(r[key].as_u64().is_some_and(|x| x > 0), "{key} in {r}");
+    }
+    assert!(kvm_core::kernels::Tier::from_name(r["kernel_tier"].as_str().unwrap()).is_some(), "{r}");
+    // Every tensor but the embedding, plus one embedding row.
+    let file = kvm_runtime::file::ModelFile::open(&model).unwrap();
+    let m = file.model().unwrap();
+    let all: u64 = m.tensors().map(|e| e.len).sum();
+    let embed = m.tensors().find(|e| e.role == kvm_core::format::Role::TokEmbed).unwrap();
+    assert_eq!(r["weight_bytes_per_token"].as_u64().unwrap(), all - embed.len + embed.len / embed.rows as u64);
+    drop(file);
+    std::fs::remove_file(&model).ok();
+}
+
+#[test]
+fn long_run_reports_each_checkpoint() {
+    let model = tiny_model("long");
+    let r = bench_json(&[
+        "--model",
+        model.to_str().unwrap(),
+        "--gen",
+        "300",
+        "--checkpoints",
+        "100,300",
+        "--window",
+        "32",
+        "--threads",
+        "1",
+        "--bw-mib",
+        "0",
+    ]);
+    std::fs::remove_file(&model).ok();
+    let rows = r["checkpoints"].as_array().unwrap();
+    assert_eq!(rows.iter().map(|c| c["pos"].as_u64().unwrap()).collect::<Vec<_>>(), [100, 300]);
+    for c in rows {
+        assert_eq!(c["window"], 32);
+        assert!(c["ms_per_tok"].as_f64().unwrap() > 0.0 && c["rss_bytes"].as_u64().unwrap() > 0);
+    }
+    assert!(r["rss_spread"].as_f64().unwrap() < 0.05, "{r}");
+}
