@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::format::{self, Header, Role, TensorEntry, ENTRY_LEN, HEADER_LEN, N_GLOBAL_ROLES};
 use crate::kernels::{self, Matrix};
 use crate::math::{elu, layer_norm, layer_norm_inplace, rope_apply, rope_tables, sigmoid};
-use crate::state::{Acts, Counters, HeadState, LayerState, Layout, Phase, Plan, Scratch};
+use crate::state::{Acts, Counters, HeadReader, HeadState, LayerState, Layout, Phase, Plan, Scratch};
 use crate::tokenizer::Tokenizer;
 
 /// Per-layer roles in canonical order.
@@ -218,6 +218,22 @@ pub trait Exec {
     /// `ys[t] = w xs[t]` for every token `t`: `xs: [n, w.cols]`, `ys: [n, w.rows]`;
     /// `act` is kernel scratch of at least [`kernels::matmul_scratch_len`]`(w.cols, 1)`.
     fn matmul(&self, w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]);
+
+    /// Runs `f(h, out_h, scratch_h)` for every head `h`, where `out_h` and `scratch_h` are
+    /// the `h`-th `out_len`- and `scratch_len`-long pieces of `outs` and `scratch`; the
+    /// heads are independent, so an implementation may run them in parallel.
+    fn heads(
+        &self,
+        outs: &mut [f32],
+        out_len: usize,
+        scratch: &mut [f32],
+        scratch_len: usize,
+        f: &(dyn Fn(usize, &mut [f32], &mut [f32]) + Sync),
+    ) {
+        for (h, (out, s)) in outs.chunks_exact_mut(out_len).zip(scratch.chunks_exact_mut(scratch_len)).enumerate() {
+            f(h, out, s);
+        }
+    }
 }
 
 /// Every product on the calling thread.
@@ -425,10 +441,14 @@ fn attention(
                 hs.fold(b, plan.slots_before, plan.slots_after, &mut s.fold);
             }
             hs.push_window(plan.t, k, v, m);
-            let q = &x.q[i * qd + h * dk..i * qd + (h + 1) * dk];
-            let out = &mut x.att[i * vd + h * dv..i * vd + (h + 1) * dv];
-            hs.attend(q, &plan, plan.slots_after, temps(h), s.scores, out);
         }
+        let q = &x.q[i * qd..(i + 1) * qd];
+        let st: &LayerState<'_> = st;
+        let scores_len = s.scores.len() / h_n;
+        exec.heads(&mut x.att[i * vd..(i + 1) * vd], dv, s.scores, scores_len, &|h, out, scores| {
+            let reader = HeadReader { st, h, cfg, state_len: plan.state_len };
+            reader.attend(&q[h * dk..(h + 1) * dk], &plan, plan.slots_after, temps(h), scores, out);
+        });
         c = plan.next();
     }
 

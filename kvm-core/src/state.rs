@@ -98,13 +98,13 @@ impl Layout {
             d,
         ];
         let step_sizes = [
-            cfg.vocab_len as usize,           // logits of the last token
-            s.checked_add(w).ok_or(too_big)?, // attention scores
-            mul(c, dk)?,                      // prepared overflow keys
-            c,                                // novelty scores
-            c,                                // appended flags (u32)
-            mul(s, dk)?,                      // merged key deltas
-            mul(s, dv)?,                      // merged value deltas
+            cfg.vocab_len as usize,                    // logits of the last token
+            mul(h, s.checked_add(w).ok_or(too_big)?)?, // attention scores, per head
+            mul(c, dk)?,                               // prepared overflow keys
+            c,                                         // novelty scores
+            c,                                         // appended flags (u32)
+            mul(s, dk)?,                               // merged key deltas
+            mul(s, dv)?,                               // merged value deltas
         ];
         let row_widths = [
             d,                         // x: residual stream
@@ -438,11 +438,11 @@ impl HeadState<'_, '_> {
     }
     #[inline]
     fn slot(&self, s: usize) -> usize {
-        self.h * self.state_len + s
+        slot_index(self.h, self.state_len, s)
     }
     #[inline]
     fn ring(&self, j: usize) -> usize {
-        self.h * self.cfg.window_len() + j % self.cfg.window_len()
+        ring_index(self.cfg, self.h, j)
     }
 
     /// `pk = LN_s_k(k with dims [0, rope_dim) zeroed)`.
@@ -628,10 +628,42 @@ impl HeadState<'_, '_> {
         }
     }
 
+    /// Stores the new token's key, value and merge gate in the window ring.
+    pub fn push_window(&mut self, t: usize, k: &[f32], v: &[f32], m: f32) {
+        let (dk, dv) = (self.dk(), self.dv());
+        let ri = self.ring(t);
+        self.st.wk[ri * dk..(ri + 1) * dk].copy_from_slice(k);
+        self.st.wv[ri * dv..(ri + 1) * dv].copy_from_slice(v);
+        self.st.wm[ri] = m;
+    }
+}
+
+/// A head's read-only view of one layer's state: what attention needs, shareable across
+/// threads so heads can attend in parallel.
+pub(crate) struct HeadReader<'l, 's> {
+    pub st: &'l LayerState<'s>,
+    pub h: usize,
+    pub cfg: &'l Config,
+    pub state_len: usize,
+}
+
+/// Index of head `h`'s slot `s` in `[n_heads, state_len]` arrays.
+#[inline]
+fn slot_index(h: usize, state_len: usize, s: usize) -> usize {
+    h * state_len + s
+}
+
+/// Index of head `h`'s window entry for position `j` in `[n_heads, window_len]` rings.
+#[inline]
+fn ring_index(cfg: &Config, h: usize, j: usize) -> usize {
+    h * cfg.window_len() + j % cfg.window_len()
+}
+
+impl HeadReader<'_, '_> {
     /// Attention of one head's query `q` (post LN_q, post RoPE) over the state (when
     /// `read_state`) and window tokens `[window_begin, t]`; writes `out` (`d_v`).
     pub fn attend(&self, q: &[f32], plan: &Plan, slots: usize, temps: (f32, f32), scores: &mut [f32], out: &mut [f32]) {
-        let (dk, dv) = (self.dk(), self.dv());
+        let (dk, dv) = (self.cfg.d_qk as usize, self.cfg.d_v as usize);
         let scale = 1.0 / libm::sqrtf(dk as f32);
         let (front_temp, state_temp) = temps;
         let n_state = if plan.read_state { slots } else { 0 };
@@ -639,11 +671,11 @@ impl HeadState<'_, '_> {
         let scores = &mut scores[..n_state + n_window];
         let (state_scores, window_scores) = scores.split_at_mut(n_state);
         for (s, score) in state_scores.iter_mut().enumerate() {
-            let si = self.slot(s);
+            let si = slot_index(self.h, self.state_len, s);
             *score = dot(q, &self.st.nk[si * dk..(si + 1) * dk]) * state_temp * scale;
         }
         for (j, score) in window_scores.iter_mut().enumerate() {
-            let ri = self.ring(plan.window_begin + j);
+            let ri = ring_index(self.cfg, self.h, plan.window_begin + j);
             *score = dot(q, &self.st.wk[ri * dk..(ri + 1) * dk]) * front_temp * scale;
         }
         let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -655,22 +687,13 @@ impl HeadState<'_, '_> {
         out.fill(0.0);
         let (state_scores, window_scores) = scores.split_at(n_state);
         for (s, &p) in state_scores.iter().enumerate() {
-            let si = self.slot(s);
+            let si = slot_index(self.h, self.state_len, s);
             crate::math::axpy(out, p / sum, &self.st.nv[si * dv..(si + 1) * dv]);
         }
         for (j, &p) in window_scores.iter().enumerate() {
-            let ri = self.ring(plan.window_begin + j);
+            let ri = ring_index(self.cfg, self.h, plan.window_begin + j);
             crate::math::axpy(out, p / sum, &self.st.wv[ri * dv..(ri + 1) * dv]);
         }
-    }
-
-    /// Stores the new token's key, value and merge gate in the window ring.
-    pub fn push_window(&mut self, t: usize, k: &[f32], v: &[f32], m: f32) {
-        let (dk, dv) = (self.dk(), self.dv());
-        let ri = self.ring(t);
-        self.st.wk[ri * dk..(ri + 1) * dk].copy_from_slice(k);
-        self.st.wv[ri * dv..(ri + 1) * dv].copy_from_slice(v);
-        self.st.wm[ri] = m;
     }
 }
 
