@@ -212,6 +212,9 @@ pub enum Tap {
     Block(usize),
 }
 
+/// One head's work: `(head, out_h, scratch_h)`.
+pub type HeadFn<'f> = dyn Fn(usize, &mut [f32], &mut [f32]) + Sync + 'f;
+
 /// Runs the matrix products of a forward pass. [`Serial`] runs them on the calling
 /// thread; the std runtime plugs in a thread pool.
 pub trait Exec {
@@ -222,14 +225,7 @@ pub trait Exec {
     /// Runs `f(h, out_h, scratch_h)` for every head `h`, where `out_h` and `scratch_h` are
     /// the `h`-th `out_len`- and `scratch_len`-long pieces of `outs` and `scratch`; the
     /// heads are independent, so an implementation may run them in parallel.
-    fn heads(
-        &self,
-        outs: &mut [f32],
-        out_len: usize,
-        scratch: &mut [f32],
-        scratch_len: usize,
-        f: &(dyn Fn(usize, &mut [f32], &mut [f32]) + Sync),
-    ) {
+    fn heads(&self, outs: &mut [f32], out_len: usize, scratch: &mut [f32], scratch_len: usize, f: &HeadFn<'_>) {
         for (h, (out, s)) in outs.chunks_exact_mut(out_len).zip(scratch.chunks_exact_mut(scratch_len)).enumerate() {
             f(h, out, s);
         }

@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 
 use kvm_core::kernels::{self, Matrix};
-use kvm_core::model::{Exec, Serial};
+use kvm_core::model::{Exec, HeadFn, Serial};
 use rayon::prelude::*;
 
 /// Weights per worker below which splitting a product costs more than it saves.
@@ -45,14 +45,7 @@ pub fn default_threads() -> usize {
 }
 
 impl Exec for Pool {
-    fn heads(
-        &self,
-        outs: &mut [f32],
-        out_len: usize,
-        scratch: &mut [f32],
-        scratch_len: usize,
-        f: &(dyn Fn(usize, &mut [f32], &mut [f32]) + Sync),
-    ) {
+    fn heads(&self, outs: &mut [f32], out_len: usize, scratch: &mut [f32], scratch_len: usize, f: &HeadFn<'_>) {
         // A head reads about `scratch_len` keys and values of `out_len` floats each;
         // below a few thousand multiply-adds per head a thread hand-off costs more.
         let work = scratch_len * out_len;
