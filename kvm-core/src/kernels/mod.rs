@@ -578,8 +578,37 @@ pub(crate) mod tests {
             assert_eq!(tier(), t);
             suite(t);
         }
+        #[cfg(feature = "std")]
+        env_selects_tier();
         // SAFETY: it was active before.
         unsafe { force_tier(before) };
+    }
+
+    /// `KVM_KERNELS` through `init_from_env`; runs inside the one test that switches the
+    /// process-wide tier, so that no other test sees it change.
+    #[cfg(feature = "std")]
+    fn env_selects_tier() {
+        let set = |v: Option<&str>| match v {
+            Some(v) => std::env::set_var("KVM_KERNELS", v),
+            None => std::env::remove_var("KVM_KERNELS"),
+        };
+        set(Some("scalar"));
+        assert_eq!(init_from_env(), Ok(Tier::Scalar));
+        assert_eq!(tier(), Tier::Scalar);
+        set(Some("sse9"));
+        assert_eq!(init_from_env(), Err(TierError::UnknownName));
+        assert_eq!(
+            tier(),
+            Tier::Scalar,
+            "a refused value leaves the tier alone"
+        );
+        if let Some(missing) = Tier::ALL.into_iter().find(|&t| !tier::supported(t)) {
+            set(Some(missing.name()));
+            assert_eq!(init_from_env(), Err(TierError::Unsupported(missing)));
+        }
+        set(None);
+        assert_eq!(init_from_env(), Ok(detect()));
+        assert_eq!(tier(), detect());
     }
 
     #[test]
