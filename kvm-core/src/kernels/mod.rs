@@ -256,12 +256,13 @@ unsafe fn run<K: Kernels, const R: usize, const T: usize>(
 ) {
     let cols = w.cols;
     let rb = w.dtype.row_bytes(cols).unwrap_or(0);
-    if rb == 0 {
+    if rb == 0 || w.rows == 0 {
         debug_assert!(
-            cols == 0,
+            w.dtype.row_bytes(cols).is_some(),
             "cols {cols} is not a whole number of {:?} blocks",
             w.dtype
         );
+        // Empty sums (`cols == 0`) or nothing to write (`rows == 0`).
         ys.fill(0.0);
         return;
     }
@@ -675,6 +676,46 @@ pub(crate) mod tests {
                 );
             }
         }
+    }
+
+    /// Files may hold q8_0 weights of -128 (our quantizer never writes them): the sign
+    /// trick and the biased dots must keep them exact, against activations of +-127.
+    #[test]
+    fn extreme_q8_0_weights_stay_exact() {
+        let (rows, cols) = (5, 256);
+        let mut bytes = encode(DType::Q8_0, rows, cols, 3);
+        for (i, b) in bytes.iter_mut().enumerate() {
+            let in_block = i % 34;
+            if in_block >= 2 {
+                *b = [0x80, 0x7f, 0x80, 0x81][(i / 34 + in_block) % 4];
+            }
+        }
+        let w = Matrix::new(DType::Q8_0, rows, cols, &bytes).unwrap();
+        let x: Vec<f32> = (0..cols)
+            .map(|c| if c % 3 == 0 { -1.0 } else { 1.0 })
+            .collect();
+        let (want, mag) = (reference(&w, &x), magnitudes(&w, &x));
+        for t in supported_tiers() {
+            let mut y = vec![f32::NAN; rows];
+            let mut act = vec![0u8; act_scratch_len(cols)];
+            // SAFETY: the CPU supports `t`; the table is called directly, not installed.
+            unsafe { (table(t).matvec)(&w, &x, &mut y, &mut act) };
+            assert_close(&y, &want, &mag, &format_args!("{t} q8_0 extremes"));
+        }
+    }
+
+    #[test]
+    fn empty_shapes() {
+        for dtype in DTYPES {
+            let w = Matrix::new(dtype, 0, 64, &[]).unwrap();
+            let mut act = vec![0u8; act_scratch_len(64)];
+            matvec(&w, &values(64, 1), &mut [], &mut act);
+            matmul(&w, &values(128, 1), &mut [], &mut act);
+        }
+        let w = Matrix::new(DType::F32, 3, 0, &[]).unwrap();
+        let mut y = [f32::NAN; 3];
+        matvec(&w, &[], &mut y, &mut []);
+        assert_eq!(y, [0.0; 3]);
     }
 
     #[test]

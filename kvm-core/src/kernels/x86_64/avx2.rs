@@ -227,9 +227,9 @@ pub(super) unsafe fn scale(p: *const u8) -> f32 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn scales<const R: usize>(w: [&[u8]; R], off: usize) -> __m128 {
-    // SAFETY: 2 readable bytes per row.
     let bits = |r: usize| {
         if r < R {
+            // SAFETY: 2 readable bytes per row.
             i16::from_le_bytes(unsafe { w[r].as_ptr().add(off).cast::<[u8; 2]>().read() })
         } else {
             0
