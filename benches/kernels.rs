@@ -16,13 +16,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use kvm_core::kernels::{self, act_scratch_len, matmul_scratch_len, tier, Matrix, Tier};
 use kvm_core::quant::{quantize_row, DType};
 
-const DTYPES: [DType; 5] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q8_0,
-    DType::Q4_0,
-];
+const DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0];
 
 /// Deterministic values in `[-1, 1)` (xorshift32).
 fn values(n: usize, seed: u32) -> Vec<f32> {
@@ -51,10 +45,7 @@ struct Aligned {
 
 impl Aligned {
     fn zeroed(len: usize) -> Self {
-        Aligned {
-            lines: vec![Line([0; 64]); len.div_ceil(64)],
-            len,
-        }
+        Aligned { lines: vec![Line([0; 64]); len.div_ceil(64)], len }
     }
     fn bytes(&self) -> &[u8] {
         // SAFETY: `lines` holds at least `len` initialised bytes.
@@ -89,10 +80,7 @@ fn weights(dtype: DType, rows: usize, cols: usize) -> Aligned {
 }
 
 fn tiers() -> Vec<Tier> {
-    Tier::ALL
-        .into_iter()
-        .filter(|&t| tier::supported(t))
-        .collect()
+    Tier::ALL.into_iter().filter(|&t| tier::supported(t)).collect()
 }
 
 /// CPU time of the calling thread (`CLOCK_THREAD_CPUTIME_ID`), formatted as durations.
@@ -100,10 +88,7 @@ struct ThreadTime(WallTime);
 
 impl ThreadTime {
     fn now() -> Duration {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: `ts` is a valid out-pointer; this clock exists on every Linux.
         let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
         assert_eq!(rc, 0, "clock_gettime");

@@ -50,7 +50,11 @@ pub enum Section {
     Header,
     TensorTable,
     Tokenizer,
-    Tensor { index: u32 },
+    Tensor {
+        index: u32,
+    },
+    /// Padding between sections, which must be zero.
+    Padding,
 }
 
 /// A config field that failed validation.

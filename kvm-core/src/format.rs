@@ -198,9 +198,7 @@ impl Role {
             Role::VGate0 if on(f::VALUE_RESIDUAL) => (1, v),
             Role::VGate1 if on(f::VALUE_RESIDUAL) => (cfg.d_vgate, d),
             Role::VGate2 if on(f::VALUE_RESIDUAL) => (v, cfg.d_vgate),
-            Role::LnQW | Role::LnQB | Role::LnKW | Role::LnKB | Role::LnSkW | Role::LnSkB => {
-                (1, cfg.d_qk)
-            }
+            Role::LnQW | Role::LnQB | Role::LnKW | Role::LnKB | Role::LnSkW | Role::LnSkB => (1, cfg.d_qk),
             Role::MergeGate if on(f::MERGE_GATE_KEYS) || on(f::MERGE_GATE_VALUES) => (cfg.n_heads, d),
             Role::FrontTemp | Role::StateTemp if on(f::HEAD_TEMPS) => (1, cfg.n_heads),
             Role::Wo => (d, v),
@@ -602,8 +600,13 @@ pub fn validate_sections(blob: &[u8], h: &Header, check_data: bool) -> Result<()
     if expected != h.n_tensors as usize {
         return Err(Error::BadTensor { role: u16::MAX, layer: u16::MAX });
     }
-    let data_start = h.table_offset.saturating_add(h.table_len).max(h.tokenizer_offset.saturating_add(h.tokenizer_len));
-    let mut prev_end = data_start;
+    // Every byte of the file belongs to a checksummed section or is zero padding, so no
+    // flipped bit anywhere goes unnoticed.
+    let table_end = h.table_offset.saturating_add(h.table_len);
+    let tok_end = h.tokenizer_offset.saturating_add(h.tokenizer_len);
+    zero_gap(blob, HEADER_LEN as u64, h.table_offset)?;
+    zero_gap(blob, table_end, h.tokenizer_offset)?;
+    let mut prev_end = tok_end.max(table_end);
     for (i, ((role, layer), raw)) in canonical_tensors(cfg).zip(table.chunks_exact(ENTRY_LEN)).enumerate() {
         let e = TensorEntry::parse(raw)?;
         let bad = Error::BadTensor { role: role as u16, layer };
@@ -625,10 +628,23 @@ pub fn validate_sections(blob: &[u8], h: &Header, check_data: bool) -> Result<()
             return Err(Error::OutOfBounds);
         }
         let data = e.data(blob)?;
+        zero_gap(blob, prev_end, e.offset)?;
         prev_end = e.offset + e.len;
         if check_data && crc32(data) != e.crc {
             return Err(Error::Checksum { section: Section::Tensor { index: i as u32 } });
         }
+    }
+    zero_gap(blob, prev_end, blob.len() as u64)
+}
+
+/// Checks that padding `[from, to)` is all zero.
+fn zero_gap(blob: &[u8], from: u64, to: u64) -> Result<()> {
+    if from > to {
+        return Err(Error::OutOfBounds);
+    }
+    let gap = section(blob, from, to - from)?;
+    if gap.iter().any(|&b| b != 0) {
+        return Err(Error::Checksum { section: Section::Padding });
     }
     Ok(())
 }

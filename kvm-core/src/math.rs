@@ -1,1 +1,103 @@
-//! Small dense helpers of the forward pass (LayerNorm, activations, softmax, RoPE tables).
+//! Small dense helpers of the forward pass: LayerNorm, activations, dot products, RoPE.
+
+use crate::model::Vector;
+use crate::quant::round_bf16;
+
+/// LayerNorm epsilon of every norm in the model.
+pub const LN_EPS: f32 = 1e-5;
+
+/// `out = (x - mean) / sqrt(var + eps) * w + b` with the biased variance, as torch.
+pub fn layer_norm(x: &[f32], w: Vector<'_>, b: Vector<'_>, out: &mut [f32]) {
+    let n = x.len() as f32;
+    let mean = x.iter().sum::<f32>() / n;
+    let var = x.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    let inv = 1.0 / libm::sqrtf(var + LN_EPS);
+    for (i, (o, &v)) in out.iter_mut().zip(x).enumerate() {
+        *o = (v - mean) * inv * w.get(i) + b.get(i);
+    }
+}
+
+/// In-place [`layer_norm`].
+pub fn layer_norm_inplace(x: &mut [f32], w: Vector<'_>, b: Vector<'_>) {
+    let n = x.len() as f32;
+    let mean = x.iter().sum::<f32>() / n;
+    let var = x.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    let inv = 1.0 / libm::sqrtf(var + LN_EPS);
+    for (i, v) in x.iter_mut().enumerate() {
+        *v = (*v - mean) * inv * w.get(i) + b.get(i);
+    }
+}
+
+/// `a . b` with eight independent partial sums, which the compiler keeps in one vector
+/// register on every SIMD target (a single running sum would serialise on its latency).
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    const LANES: usize = 8;
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0f32; LANES];
+    let (ac, bc) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: f32 = ac.remainder().iter().zip(bc.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ac.zip(bc) {
+        for i in 0..LANES {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+#[inline]
+pub fn norm(a: &[f32]) -> f32 {
+    libm::sqrtf(dot(a, a))
+}
+
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + libm::expf(-x))
+}
+
+#[inline]
+pub fn elu(x: f32) -> f32 {
+    if x > 0.0 {
+        x
+    } else {
+        libm::expm1f(x)
+    }
+}
+
+/// `y += s * x`.
+#[inline]
+pub fn axpy(y: &mut [f32], s: f32, x: &[f32]) {
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y += s * x;
+    }
+}
+
+/// The RoPE exponents `e_j = f32(j / (R/2 - 1))` and frequencies
+/// `f_j = f32((1/theta) ^ e_j)` (spec §2.5): the reference's f32 `linspace` and power,
+/// reproduced bit for bit because a one-ulp slip flips bf16 table entries.
+#[inline]
+pub fn rope_freq(j: usize, half: usize, theta: f64) -> f32 {
+    let e = if half > 1 { (j as f64 / (half - 1) as f64) as f32 } else { 0.0 };
+    let base = (1.0 / theta) as f32;
+    libm::pow(base as f64, e as f64) as f32
+}
+
+/// Fills the bf16-rounded cos/sin tables of position `pos`: `cos.len() == sin.len() == R/2`.
+pub fn rope_tables(pos: usize, theta: f64, cos: &mut [f32], sin: &mut [f32]) {
+    let half = cos.len();
+    for j in 0..half {
+        let angle = pos as f32 * rope_freq(j, half, theta);
+        cos[j] = round_bf16(libm::cos(angle as f64) as f32);
+        sin[j] = round_bf16(libm::sin(angle as f64) as f32);
+    }
+}
+
+/// Rotates adjacent pairs `(2j, 2j+1)` of `x[..2 * cos.len()]` in place.
+pub fn rope_apply(x: &mut [f32], cos: &[f32], sin: &[f32]) {
+    for (j, (&c, &s)) in cos.iter().zip(sin).enumerate() {
+        let (a, b) = (x[2 * j], x[2 * j + 1]);
+        x[2 * j] = c * a + s * b;
+        x[2 * j + 1] = c * b - s * a;
+    }
+}

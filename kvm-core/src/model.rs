@@ -1,7 +1,466 @@
-//! The weights view and the forward pass.
+//! The weights view ([`Model`]) and the forward pass of one token (spec §2).
 
-/// A validated model borrowed from its blob.
+use crate::config::{flags, Config};
+use crate::error::{Error, Result};
+use crate::format::{self, Header, Role, TensorEntry, ENTRY_LEN, HEADER_LEN, N_GLOBAL_ROLES};
+use crate::kernels::{self, Matrix};
+use crate::math::{elu, layer_norm, layer_norm_inplace, rope_apply, rope_tables, sigmoid};
+use crate::state::{Acts, Counters, HeadState, LayerState, Layout, Phase, Plan, Scratch};
+use crate::tokenizer::Tokenizer;
+
+/// Per-layer roles in canonical order.
+const LAYER_ROLES: usize = 26;
+
+/// A validated model borrowed from its blob. Copying it copies a few words, not weights.
 #[derive(Debug, Clone, Copy)]
 pub struct Model<'a> {
-    pub blob: &'a [u8],
+    blob: &'a [u8],
+    header: Header,
+    /// Position of each per-layer role within a layer's run of table entries.
+    layer_slot: [u8; LAYER_ROLES],
+    /// Table entries per layer.
+    per_layer: usize,
+    tokenizer: Tokenizer<'a>,
+}
+
+/// An f32 vector tensor read in place (the blob may be unaligned).
+#[derive(Debug, Clone, Copy)]
+pub struct Vector<'a>(&'a [u8]);
+
+impl<'a> Vector<'a> {
+    /// Element `i`.
+    #[inline]
+    pub fn get(&self, i: usize) -> f32 {
+        let b = &self.0[i * 4..i * 4 + 4];
+        f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+    }
+
+    /// `[from, from + len)` as a vector of its own.
+    #[inline]
+    pub fn slice(&self, from: usize, len: usize) -> Vector<'a> {
+        Vector(&self.0[from * 4..(from + len) * 4])
+    }
+
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.0.len() / 4
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl<'a> Model<'a> {
+    /// Validates `blob` completely (header, config, tensor table, shapes, bounds,
+    /// alignment, every checksum, tokenizer, arena size) and borrows it.
+    ///
+    /// No input makes this panic or read out of bounds; a blob that passes is safe to
+    /// decode with.
+    ///
+    /// # Errors
+    /// The first problem found, as a format, config or checksum [`Error`].
+    pub fn from_bytes(blob: &'a [u8]) -> Result<Self> {
+        Self::load(blob, true)
+    }
+
+    /// As [`Model::from_bytes`] but skips the tensor-data checksums and the tokenizer's
+    /// ordering checks (bounds are still checked everywhere, so decoding stays memory
+    /// safe and panic-free): for trusted images in flash, where a CRC over every weight at
+    /// boot costs time.
+    ///
+    /// # Errors
+    /// As [`Model::from_bytes`], minus [`Error::Checksum`] of tensor data.
+    pub fn from_bytes_trusted(blob: &'a [u8]) -> Result<Self> {
+        Self::load(blob, false)
+    }
+
+    fn load(blob: &'a [u8], check_data: bool) -> Result<Self> {
+        let header = Header::parse(blob)?;
+        let cfg = &header.config;
+        cfg.validate()?;
+        let table_end = header.table_offset.checked_add(header.table_len).ok_or(Error::OutOfBounds)?;
+        if header.table_offset < HEADER_LEN as u64 || header.tokenizer_offset < table_end {
+            return Err(Error::OutOfBounds);
+        }
+        format::validate_sections(blob, &header, check_data)?;
+        let section = tokenizer_bytes(blob, &header);
+        let tokenizer = if check_data {
+            Tokenizer::from_section(header.tokenizer_kind, section, cfg.vocab_len)?
+        } else {
+            Tokenizer::from_section_trusted(header.tokenizer_kind, section, cfg.vocab_len)?
+        };
+        let layout = Layout::new(cfg, header.state_capacity as usize)?;
+        if layout.arena_len() as u64 != header.arena_len {
+            return Err(Error::BadConfig(crate::error::ConfigField::StateCapacity));
+        }
+        let mut layer_slot = [u8::MAX; LAYER_ROLES];
+        let mut per_layer = 0;
+        for (i, role) in Role::ALL[N_GLOBAL_ROLES..].iter().enumerate() {
+            if role.shape(cfg).is_some() {
+                layer_slot[i] = per_layer as u8;
+                per_layer += 1;
+            }
+        }
+        Ok(Model { blob, header, layer_slot, per_layer, tokenizer })
+    }
+
+    /// The model's hyper-parameters.
+    #[inline]
+    pub fn config(&self) -> &Config {
+        &self.header.config
+    }
+
+    /// The decoded file header.
+    #[inline]
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The blob the model borrows.
+    #[inline]
+    pub fn blob(&self) -> &'a [u8] {
+        self.blob
+    }
+
+    /// Exact arena bytes of a session at the file's default state capacity.
+    #[inline]
+    pub fn arena_len(&self) -> usize {
+        self.header.arena_len as usize
+    }
+
+    /// Exact arena bytes of a session holding at most `state_len` slots.
+    ///
+    /// # Errors
+    /// [`Error::BadConfig`] if `state_len` is outside `[chunk_len, natural_state_len]`.
+    pub fn arena_len_for(&self, state_len: usize) -> Result<usize> {
+        Ok(Layout::new(self.config(), state_len)?.arena_len())
+    }
+
+    /// The model's tokenizer (validated at load).
+    #[inline]
+    pub fn tokenizer(&self) -> Tokenizer<'a> {
+        self.tokenizer
+    }
+
+    /// The raw tokenizer section.
+    #[inline]
+    pub fn tokenizer_section(&self) -> &'a [u8] {
+        tokenizer_bytes(self.blob, &self.header)
+    }
+
+    /// Every tensor table entry, in file order.
+    pub fn tensors(&self) -> impl Iterator<Item = TensorEntry> + 'a {
+        let table = &self.blob[self.header.table_offset as usize..][..self.header.table_len as usize];
+        table.chunks_exact(ENTRY_LEN).filter_map(|e| TensorEntry::parse(e).ok())
+    }
+
+    /// The entry of `(role, layer)`; the role must exist under this config.
+    fn entry(&self, role: Role, layer: usize) -> TensorEntry {
+        let index = if role.is_layer() {
+            let pos = Role::ALL[N_GLOBAL_ROLES..].iter().position(|&r| r == role).unwrap_or(0);
+            N_GLOBAL_ROLES + layer * self.per_layer + self.layer_slot[pos] as usize
+        } else {
+            role as usize
+        };
+        let at = self.header.table_offset as usize + index * ENTRY_LEN;
+        // Validated at load: the entry exists and parses.
+        TensorEntry::parse(&self.blob[at..at + ENTRY_LEN]).unwrap_or(EMPTY)
+    }
+
+    fn data(&self, e: &TensorEntry) -> &'a [u8] {
+        &self.blob[e.offset as usize..(e.offset + e.len) as usize]
+    }
+
+    /// Weight matrix `(role, layer)`.
+    #[inline]
+    pub fn matrix(&self, role: Role, layer: usize) -> Matrix<'a> {
+        let e = self.entry(role, layer);
+        Matrix { dtype: e.dtype, rows: e.rows as usize, cols: e.cols as usize, data: self.data(&e) }
+    }
+
+    /// f32 vector `(role, layer)`.
+    #[inline]
+    pub fn vector(&self, role: Role, layer: usize) -> Vector<'a> {
+        Vector(self.data(&self.entry(role, layer)))
+    }
+}
+
+const EMPTY: TensorEntry = TensorEntry {
+    role: Role::TokEmbed,
+    layer: 0,
+    dtype: crate::quant::DType::F32,
+    rows: 0,
+    cols: 0,
+    offset: 0,
+    len: 0,
+    crc: 0,
+};
+
+fn tokenizer_bytes<'a>(blob: &'a [u8], h: &Header) -> &'a [u8] {
+    let start = h.tokenizer_offset as usize;
+    blob.get(start..start.saturating_add(h.tokenizer_len as usize)).unwrap_or(&[])
+}
+
+/// An observation point of the forward pass, for tests and debugging.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tap {
+    /// `LN_emb(wte[token])`, `[d_model]`.
+    Embed,
+    /// The residual stream after block `i`, `[d_model]`.
+    Block(usize),
+}
+
+/// Runs the matrix products of a forward pass. [`Serial`] runs them on the calling
+/// thread; the std runtime plugs in a thread pool.
+pub trait Exec {
+    /// `ys[t] = w xs[t]` for every token `t`: `xs: [n, w.cols]`, `ys: [n, w.rows]`;
+    /// `act` is kernel scratch of at least [`kernels::matmul_scratch_len`]`(w.cols, 1)`.
+    fn matmul(&self, w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]);
+}
+
+/// Every product on the calling thread.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Serial;
+
+impl Exec for Serial {
+    #[inline]
+    fn matmul(&self, w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]) {
+        if xs.len() == w.cols {
+            kernels::matvec(w, xs, ys, act)
+        } else {
+            kernels::matmul(w, xs, ys, act)
+        }
+    }
+}
+
+/// Which logits a forward pass computes.
+#[derive(Debug)]
+pub enum Logits<'o> {
+    /// None (prompt tokens whose predictions nobody reads).
+    None,
+    /// The last token's, into the session ([`crate::Session::logits`]).
+    Last,
+    /// Every token's, `[n, vocab_len]`, into the caller's buffer.
+    All(&'o mut [f32]),
+}
+
+/// Runs `tokens` through the network as one batch, updating the session state token by
+/// token exactly as single steps would (spec §2-3); returns the counters after them.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn forward(
+    model: &Model<'_>,
+    lay: &Layout,
+    layers: &mut [f32],
+    s: &mut Scratch<'_>,
+    x: &mut Acts<'_>,
+    at: Counters,
+    tokens: &[u32],
+    phase: Phase,
+    logits: Logits<'_>,
+    exec: &dyn Exec,
+    tap: &mut dyn FnMut(Tap, &[f32]),
+) -> Counters {
+    let cfg = model.config();
+    let (d, half) = (cfg.d_model as usize, cfg.rope_dim as usize / 2);
+
+    // x0 = LN_emb(wte[token]); each token's RoPE tables
+    let (ln_w, ln_b) = (model.vector(Role::LnEmbW, 0), model.vector(Role::LnEmbB, 0));
+    for (i, &token) in tokens.iter().enumerate() {
+        let row = &mut x.x[i * d..(i + 1) * d];
+        kernels::dequant_row(&model.matrix(Role::TokEmbed, 0), token as usize, row);
+        layer_norm_inplace(row, ln_w, ln_b);
+        tap(Tap::Embed, row);
+        rope_tables(
+            at.pos + i,
+            cfg.rope_theta,
+            &mut x.cos[i * half..(i + 1) * half],
+            &mut x.sin[i * half..(i + 1) * half],
+        );
+    }
+
+    for l in 0..cfg.n_layers as usize {
+        let st = &mut lay.carve_layer(layers, l);
+        // x = x + residual_scale * Attn(LN_attn(x))
+        rows_layer_norm(x.x, x.a, d, model.vector(Role::LnAttnW, l), model.vector(Role::LnAttnB, l));
+        attention(model, l, st, s, x, (at, lay.state_len), phase, exec);
+        crate::math::axpy(x.x, cfg.residual_scale, x.a);
+        // x = x + residual_scale * MLP(LN_mlp(x))
+        rows_layer_norm(x.x, x.a, d, model.vector(Role::LnMlpW, l), model.vector(Role::LnMlpB, l));
+        mlp(model, l, st, x, exec);
+        crate::math::axpy(x.x, cfg.residual_scale, x.a);
+        for row in x.x.chunks_exact(d) {
+            tap(Tap::Block(l), row);
+        }
+    }
+
+    // logits = lm_head(LN_head(x)), optionally soft-capped
+    let (ln_w, ln_b) = (model.vector(Role::LnHeadW, 0), model.vector(Role::LnHeadB, 0));
+    let lm_head = model.matrix(Role::LmHead, 0);
+    let out: &mut [f32] = match logits {
+        Logits::None => &mut [],
+        Logits::Last => {
+            let last = (x.n - 1) * d;
+            layer_norm(&x.x[last..last + d], ln_w, ln_b, &mut x.a[..d]);
+            exec.matmul(&lm_head, &x.a[..d], s.logits, x.act);
+            s.logits
+        }
+        Logits::All(out) => {
+            rows_layer_norm(x.x, x.a, d, ln_w, ln_b);
+            exec.matmul(&lm_head, x.a, out, x.act);
+            out
+        }
+    };
+    let cap = cfg.logit_softcap;
+    if cap != 0.0 {
+        for z in out.iter_mut() {
+            *z = cap * libm::tanhf(*z / cap);
+        }
+    }
+    (0..tokens.len()).fold(at, |c, _| Plan::new(cfg, lay.state_len, c, phase).next())
+}
+
+/// `out[i] = LN(x[i])` for every `width`-wide row.
+fn rows_layer_norm(x: &[f32], out: &mut [f32], width: usize, w: Vector<'_>, b: Vector<'_>) {
+    for (xr, or) in x.chunks_exact(width).zip(out.chunks_exact_mut(width)) {
+        layer_norm(xr, w, b, or);
+    }
+}
+
+/// `x.a <- Attn(x.a)` for layer `l` (spec §2 "Attn"), every token in order.
+#[allow(clippy::too_many_arguments)]
+fn attention(
+    model: &Model<'_>,
+    l: usize,
+    st: &mut LayerState<'_>,
+    s: &mut Scratch<'_>,
+    x: &mut Acts<'_>,
+    (at, st_len): (Counters, usize),
+    phase: Phase,
+    exec: &dyn Exec,
+) {
+    let cfg = model.config();
+    let (h_n, dk, dv) = (cfg.n_heads as usize, cfg.d_qk as usize, cfg.d_v as usize);
+    let (qd, vd, half) = (cfg.q_dim(), cfg.v_dim(), cfg.rope_dim as usize / 2);
+
+    // 1. q = c_q a, k = c_k a, v = c_v a
+    exec.matmul(&model.matrix(Role::Wq, l), x.a, x.q, x.act);
+    exec.matmul(&model.matrix(Role::Wk, l), x.a, x.k, x.act);
+    exec.matmul(&model.matrix(Role::Wv, l), x.a, x.v, x.act);
+
+    // 2. value residual: v += (v_first - v) * sigmoid(v_gate0 + v_gate2(v_gate1 a)),
+    //    v_first being layer 0's plain value projection.
+    if cfg.has(flags::VALUE_RESIDUAL) {
+        if l == 0 {
+            x.v_first.copy_from_slice(x.v);
+        }
+        exec.matmul(&model.matrix(Role::VGate1, l), x.a, x.vg_lo, x.act);
+        exec.matmul(&model.matrix(Role::VGate2, l), x.vg_lo, x.vg, x.act);
+        let g0 = model.vector(Role::VGate0, l);
+        for (i, ((v, &vf), &vg)) in x.v.iter_mut().zip(x.v_first.iter()).zip(x.vg.iter()).enumerate() {
+            let g = sigmoid(g0.get(i % vd) + vg);
+            *v += (vf - *v) * g;
+        }
+    }
+
+    // 3. token shift of q, k, v towards the previous token's (itself at t = 0)
+    if cfg.has(flags::TOKENSHIFT_ATT) {
+        let (sq, sk, sv) =
+            (model.vector(Role::ShiftQ, l), model.vector(Role::ShiftK, l), model.vector(Role::ShiftV, l));
+        for i in 0..x.n {
+            let first = at.pos + i == 0;
+            token_shift(&mut x.q[i * qd..(i + 1) * qd], st.prev_q, sq, first);
+            token_shift(&mut x.k[i * qd..(i + 1) * qd], st.prev_k, sk, first);
+            token_shift(&mut x.v[i * vd..(i + 1) * vd], st.prev_v, sv, first);
+        }
+    }
+
+    // 4.-5. per-head LN_q / LN_k, then partial RoPE at each token's position
+    let (lnq_w, lnq_b) = (model.vector(Role::LnQW, l), model.vector(Role::LnQB, l));
+    let (lnk_w, lnk_b) = (model.vector(Role::LnKW, l), model.vector(Role::LnKB, l));
+    for i in 0..x.n {
+        let (cos, sin) = (&x.cos[i * half..(i + 1) * half], &x.sin[i * half..(i + 1) * half]);
+        for q in x.q[i * qd..(i + 1) * qd].chunks_exact_mut(dk) {
+            layer_norm_inplace(q, lnq_w, lnq_b);
+            rope_apply(q, cos, sin);
+        }
+        for k in x.k[i * qd..(i + 1) * qd].chunks_exact_mut(dk) {
+            layer_norm_inplace(k, lnk_w, lnk_b);
+            rope_apply(k, cos, sin);
+        }
+    }
+
+    // 6. merge gate m_h = 1 + elu(key_weighting a)
+    if cfg.has(flags::MERGE_GATE_KEYS) || cfg.has(flags::MERGE_GATE_VALUES) {
+        exec.matmul(&model.matrix(Role::MergeGate, l), x.a, x.mg, x.act);
+        for m in x.mg.iter_mut() {
+            *m = 1.0 + elu(*m);
+        }
+    } else {
+        x.mg.fill(1.0);
+    }
+
+    // 7. token by token, per head: state update, window push, attention over state + window
+    let temps = |h: usize| {
+        if cfg.has(flags::HEAD_TEMPS) {
+            (model.vector(Role::FrontTemp, l).get(h), model.vector(Role::StateTemp, l).get(h))
+        } else {
+            (1.0, 1.0)
+        }
+    };
+    let ln_sk = (model.vector(Role::LnSkW, l), model.vector(Role::LnSkB, l));
+    let mut c = at;
+    for i in 0..x.n {
+        let plan = Plan::new(cfg, st_len, c, phase);
+        for h in 0..h_n {
+            let mut hs = HeadState { st, h, cfg, state_len: plan.state_len, ln_sk };
+            let k = &x.k[i * qd + h * dk..i * qd + (h + 1) * dk];
+            let v = &x.v[i * vd + h * dv..i * vd + (h + 1) * dv];
+            let m = x.mg[i * h_n + h];
+            if let Some(slot) = plan.initial {
+                hs.initial_append(slot, k, v, m, plan.gate_initial, &mut s.fold.pk[..dk]);
+            }
+            if let Some(b) = plan.fold_begin {
+                hs.fold(b, plan.slots_before, plan.slots_after, &mut s.fold);
+            }
+            hs.push_window(plan.t, k, v, m);
+            let q = &x.q[i * qd + h * dk..i * qd + (h + 1) * dk];
+            let out = &mut x.att[i * vd + h * dv..i * vd + (h + 1) * dv];
+            hs.attend(q, &plan, plan.slots_after, temps(h), s.scores, out);
+        }
+        c = plan.next();
+    }
+
+    // Attn = c_proj(concat o_h)
+    exec.matmul(&model.matrix(Role::Wo, l), x.att, x.a, x.act);
+}
+
+/// `x.a <- MLP(x.a)` for layer `l`: `c_proj(relu(c_fc m)^2)`, `m` token-shifted towards
+/// the previous token's LN_mlp output (zero at t = 0).
+fn mlp(model: &Model<'_>, l: usize, st: &mut LayerState<'_>, x: &mut Acts<'_>, exec: &dyn Exec) {
+    let d = model.config().d_model as usize;
+    if model.config().has(flags::TOKENSHIFT_FFN) {
+        let mix = model.vector(Role::ShiftFfn, l);
+        for row in x.a.chunks_exact_mut(d) {
+            token_shift(row, st.prev_m, mix, false);
+        }
+    }
+    exec.matmul(&model.matrix(Role::WUp, l), x.a, x.ff, x.act);
+    for h in x.ff.iter_mut() {
+        let r = h.max(0.0);
+        *h = r * r;
+    }
+    exec.matmul(&model.matrix(Role::WDown, l), x.ff, x.a, x.act);
+}
+
+/// `cur += mix * (prev - cur)`, then `prev <- cur` as it was (pre-shift). With `first`,
+/// the previous token is the token itself.
+fn token_shift(cur: &mut [f32], prev: &mut [f32], mix: Vector<'_>, first: bool) {
+    for (i, (c, p)) in cur.iter_mut().zip(prev.iter_mut()).enumerate() {
+        let x = *c;
+        let before = if first { x } else { *p };
+        *c = x + mix.get(i) * (before - x);
+        *p = x;
+    }
 }

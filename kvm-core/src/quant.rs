@@ -71,15 +71,7 @@ impl DType {
 
     /// Parses a command-line name.
     pub fn from_name(s: &str) -> Option<DType> {
-        [
-            DType::F32,
-            DType::F16,
-            DType::BF16,
-            DType::Q8_0,
-            DType::Q4_0,
-        ]
-        .into_iter()
-        .find(|d| d.name() == s)
+        [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0].into_iter().find(|d| d.name() == s)
     }
 
     /// Weights per storage unit (1 for floats, [`QK`] for quant blocks).
@@ -258,20 +250,14 @@ mod tests {
             let d = xs.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 8.0;
             for (a, b) in xs.iter().zip(ys) {
                 // Values near +8d round down to level 7: up to one full step.
-                assert!(
-                    (a - b).abs() <= d * (1.0 + 8.0 / 2048.0),
-                    "{a} -> {b} (d {d})"
-                );
+                assert!((a - b).abs() <= d * (1.0 + 8.0 / 2048.0), "{a} -> {b} (d {d})");
                 sq_err += (a - b) * (a - b);
             }
             uniform += QK as f32 * d * d / 12.0;
         }
         // Everywhere but at the clamped top level the error is plain rounding: its mean
         // square is that of a uniform error over one step, d^2 / 12.
-        assert!(
-            sq_err < 1.25 * uniform,
-            "squared error {sq_err}, uniform rounding {uniform}"
-        );
+        assert!(sq_err < 1.25 * uniform, "squared error {sq_err}, uniform rounding {uniform}");
     }
 
     #[test]
@@ -281,17 +267,11 @@ mod tests {
         x[1] = 1.0;
         x[2] = 0.5;
         x[3] = 2.0;
-        let mut q8 = [BlockQ8_0 {
-            d: [0; 2],
-            qs: [0; QK],
-        }];
+        let mut q8 = [BlockQ8_0 { d: [0; 2], qs: [0; QK] }];
         quantize_row_q8_0(&x, &mut q8);
         assert_eq!(f16_le(q8[0].d), f16::from_f32(2.0 / 127.0).to_f32());
         assert_eq!(&q8[0].qs[..5], &[-127, 64, 32, 127, 0]);
-        let mut q4 = [BlockQ4_0 {
-            d: [0; 2],
-            qs: [0; QK / 2],
-        }];
+        let mut q4 = [BlockQ4_0 { d: [0; 2], qs: [0; QK / 2] }];
         quantize_row_q4_0(&x, &mut q4);
         // d = -2 / -8 = 0.25: -2 -> 0, 1 -> 12, 0.5 -> 10, 2 -> min(15, 16) = 15, 0 -> 8.
         assert_eq!(f16_le(q4[0].d), 0.25);
@@ -302,14 +282,8 @@ mod tests {
     fn quantize_row_rejects_mismatched_lengths() {
         let x = [0.0f32; 64];
         let mut buf = [0u8; 256];
-        assert_eq!(
-            quantize_row(DType::Q8_0, &x[..33], &mut buf[..68]),
-            Err(Error::InvalidArgument)
-        );
-        assert_eq!(
-            quantize_row(DType::Q8_0, &x, &mut buf[..67]),
-            Err(Error::InvalidArgument)
-        );
+        assert_eq!(quantize_row(DType::Q8_0, &x[..33], &mut buf[..68]), Err(Error::InvalidArgument));
+        assert_eq!(quantize_row(DType::Q8_0, &x, &mut buf[..67]), Err(Error::InvalidArgument));
         assert_eq!(quantize_row(DType::F16, &x[..3], &mut buf[..6]), Ok(()));
     }
 }

@@ -1,11 +1,1060 @@
-//! Session state inside the caller's arena.
+//! Session state inside the caller's arena: the arena layout, the block sliding window,
+//! the compressed means state and its updates (spec §3), and the [`Session`] handle.
+//!
+//! The arena is one `[f32]` carved, in a fixed order, into:
+//!
+//! ```text
+//! counters   [16]                       pos, slots, coverage, layout stamp
+//! per layer  sk [n_heads, state_len, d_qk]    key sums
+//!            sv [n_heads, state_len, d_v]     value sums
+//!            r  [n_heads, state_len]          read radius (vlens) or fold count
+//!            nk [n_heads, state_len, d_qk]    LN_s_k(sk), refreshed when sk changes
+//!            nv [n_heads, state_len, d_v]     the value a read sees, likewise
+//!            wk [n_heads, window_len, d_qk]   window keys (post LN_k, post RoPE), a ring
+//!            wv [n_heads, window_len, d_v]    window values, a ring
+//!            wm [n_heads, window_len]         window merge gates, a ring
+//!            prev_q, prev_k [n_heads * d_qk], prev_v [n_heads * d_v], prev_m [d_model]
+//!                                             token-shift carries
+//! scratch    activations of one step, fold scratch, kernel scratch, logits
+//! ```
+//!
+//! Everything before `scratch` is the session's state: [`Session::snapshot`] copies it
+//! and nothing else. Every region starts on a 64-byte boundary.
 
-/// Required alignment of the arena.
+use crate::config::{flags, Config, StateBudget};
+use crate::error::{Error, Result};
+use crate::kernels;
+use crate::math::{dot, layer_norm_inplace, norm};
+use crate::model::Exec;
+use crate::model::{self, Logits, Model, Serial, Tap, Vector};
+use crate::quant::round_bf16;
+
+/// Required alignment of the arena's first byte.
 pub const ARENA_ALIGN: usize = 64;
 
-/// A decoding session.
+/// f32s per alignment unit.
+const UNIT: usize = ARENA_ALIGN / 4;
+/// f32s of the counters block.
+const COUNTERS: usize = UNIT;
+/// Marks a live arena (`"KVMS"`).
+const STAMP: u32 = 0x534D_564B;
+
+#[inline]
+const fn pad(n: usize) -> usize {
+    n.div_ceil(UNIT) * UNIT
+}
+
+/// Sizes of one session's arena for a config and a state capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// State slots the arena holds.
+    pub state_len: usize,
+    /// f32s of one layer's state.
+    layer_len: usize,
+    /// f32s of the per-step scratch.
+    scratch_len: usize,
+    n_layers: usize,
+    layer_sizes: [usize; LAYER_PARTS],
+    step_sizes: [usize; STEP_PARTS],
+    /// Widths of the per-token activation rows.
+    row_widths: [usize; ROW_PARTS],
+    /// The widest input a matrix kernel sees.
+    widest_input: usize,
+}
+
+const LAYER_PARTS: usize = 12;
+const STEP_PARTS: usize = 7;
+const ROW_PARTS: usize = 13;
+
+impl Layout {
+    /// The layout of a session of `cfg` holding at most `state_len` slots.
+    ///
+    /// # Errors
+    /// [`Error::BadConfig`] (`StateCapacity`) if `state_len` is below `chunk_len` (the
+    /// first chunk always enters the state whole) or above the model's
+    /// [`Config::natural_state_len`]; [`Error::BadConfig`] if the arena size overflows.
+    pub fn new(cfg: &Config, state_len: usize) -> Result<Layout> {
+        use crate::error::ConfigField;
+        let too_big = Error::BadConfig(ConfigField::StateCapacity);
+        if state_len < cfg.chunk_len as usize || state_len > cfg.natural_state_len() {
+            return Err(too_big);
+        }
+        let h = cfg.n_heads as usize;
+        let (dk, dv, d) = (cfg.d_qk as usize, cfg.d_v as usize, cfg.d_model as usize);
+        let (s, w, c) = (state_len, cfg.window_len(), cfg.chunk_len as usize);
+        let mul = |a: usize, b: usize| a.checked_mul(b).ok_or(too_big);
+        let layer_sizes = [
+            mul(mul(h, s)?, dk)?,
+            mul(mul(h, s)?, dv)?,
+            mul(h, s)?,
+            mul(mul(h, s)?, dk)?,
+            mul(mul(h, s)?, dv)?,
+            mul(mul(h, w)?, dk)?,
+            mul(mul(h, w)?, dv)?,
+            mul(h, w)?,
+            cfg.q_dim(),
+            cfg.q_dim(),
+            cfg.v_dim(),
+            d,
+        ];
+        let step_sizes = [
+            cfg.vocab_len as usize,           // logits of the last token
+            s.checked_add(w).ok_or(too_big)?, // attention scores
+            mul(c, dk)?,                      // prepared overflow keys
+            c,                                // novelty scores
+            c,                                // appended flags (u32)
+            mul(s, dk)?,                      // merged key deltas
+            mul(s, dv)?,                      // merged value deltas
+        ];
+        let row_widths = [
+            d,                         // x: residual stream
+            d,                         // a: block input / output
+            cfg.q_dim(),               // q
+            cfg.q_dim(),               // k
+            cfg.v_dim(),               // v
+            cfg.v_dim(),               // v_first
+            cfg.d_vgate as usize,      // value-gate LoRA hidden
+            cfg.v_dim(),               // value gate
+            h,                         // merge gates
+            cfg.v_dim(),               // attention output
+            cfg.d_ff as usize,         // MLP hidden
+            cfg.rope_dim as usize / 2, // RoPE cos
+            cfg.rope_dim as usize / 2, // RoPE sin
+        ];
+        let widest_input = d.max(cfg.d_vgate as usize).max(cfg.v_dim()).max(cfg.d_ff as usize);
+        let sum = |sizes: &[usize]| sizes.iter().try_fold(0usize, |acc, &n| acc.checked_add(pad(n)));
+        let layer_len = sum(&layer_sizes).ok_or(too_big)?;
+        let step_len = sum(&step_sizes).ok_or(too_big)?;
+        let n_layers = cfg.n_layers as usize;
+        let mut lay = Layout {
+            state_len,
+            layer_len,
+            scratch_len: 0,
+            n_layers,
+            layer_sizes,
+            step_sizes,
+            row_widths,
+            widest_input,
+        };
+        lay.scratch_len = step_len.checked_add(lay.acts_len(1).ok_or(too_big)?).ok_or(too_big)?;
+        let total = mul(layer_len, n_layers)?.checked_add(lay.scratch_len + COUNTERS).ok_or(too_big)?;
+        mul(total, 4)?;
+        Ok(lay)
+    }
+
+    /// f32s of the activations of `n` tokens processed together (the `batch` of
+    /// [`Session::step_batch`]).
+    pub fn acts_len(&self, n: usize) -> Option<usize> {
+        let rows = self.row_widths.iter().try_fold(0usize, |acc, &w| acc.checked_add(pad(w.checked_mul(n)?)))?;
+        rows.checked_add(pad(kernels::matmul_scratch_len(self.widest_input, n).div_ceil(4)))
+    }
+
+    /// f32s of the persistent part (counters + every layer's state).
+    #[inline]
+    fn state_floats(&self) -> usize {
+        COUNTERS + self.layer_len * self.n_layers
+    }
+
+    /// Exact arena bytes.
+    #[inline]
+    pub fn arena_len(&self) -> usize {
+        (self.state_floats() + self.scratch_len) * 4
+    }
+
+    /// Layer `l`'s state within the layers region (`[n_layers * layer_len]`).
+    pub(crate) fn carve_layer<'s>(&self, layers: &'s mut [f32], l: usize) -> LayerState<'s> {
+        LayerState::carve(&mut layers[l * self.layer_len..(l + 1) * self.layer_len], self)
+    }
+
+    /// Bytes of a [`Session::snapshot`].
+    #[inline]
+    pub fn snapshot_len(&self) -> usize {
+        self.state_floats() * 4
+    }
+}
+
+/// Splits `n` f32s (padded) off the front of `buf`.
+#[inline]
+fn take<'s>(buf: &mut &'s mut [f32], n: usize) -> &'s mut [f32] {
+    let b = core::mem::take(buf);
+    let (head, tail) = b.split_at_mut(pad(n));
+    *buf = tail;
+    &mut head[..n]
+}
+
+/// One layer's state, carved from the arena.
+pub(crate) struct LayerState<'s> {
+    pub sk: &'s mut [f32],
+    pub sv: &'s mut [f32],
+    pub r: &'s mut [f32],
+    pub nk: &'s mut [f32],
+    pub nv: &'s mut [f32],
+    pub wk: &'s mut [f32],
+    pub wv: &'s mut [f32],
+    pub wm: &'s mut [f32],
+    pub prev_q: &'s mut [f32],
+    pub prev_k: &'s mut [f32],
+    pub prev_v: &'s mut [f32],
+    pub prev_m: &'s mut [f32],
+}
+
+impl<'s> LayerState<'s> {
+    fn carve(mut buf: &'s mut [f32], lay: &Layout) -> Self {
+        let z = &lay.layer_sizes;
+        LayerState {
+            sk: take(&mut buf, z[0]),
+            sv: take(&mut buf, z[1]),
+            r: take(&mut buf, z[2]),
+            nk: take(&mut buf, z[3]),
+            nv: take(&mut buf, z[4]),
+            wk: take(&mut buf, z[5]),
+            wv: take(&mut buf, z[6]),
+            wm: take(&mut buf, z[7]),
+            prev_q: take(&mut buf, z[8]),
+            prev_k: take(&mut buf, z[9]),
+            prev_v: take(&mut buf, z[10]),
+            prev_m: take(&mut buf, z[11]),
+        }
+    }
+}
+
+/// Scratch of one step that does not grow with the number of tokens.
+pub(crate) struct Scratch<'s> {
+    /// `[vocab_len]`
+    pub logits: &'s mut [f32],
+    /// `[state_len + window_len]`
+    pub scores: &'s mut [f32],
+    pub fold: FoldScratch<'s>,
+}
+
+/// Scratch of one fold.
+pub(crate) struct FoldScratch<'s> {
+    /// `[chunk_len, d_qk]` prepared keys of the leaving chunk.
+    pub pk: &'s mut [f32],
+    /// `[chunk_len]` novelty scores.
+    pub novelty: &'s mut [f32],
+    /// `[chunk_len]` 1 where the token is appended, 0 where merged.
+    pub index: &'s mut [u32],
+    /// `[state_len, d_qk]` summed merged keys.
+    pub dsk: &'s mut [f32],
+    /// `[state_len, d_v]` summed merged values.
+    pub dsv: &'s mut [f32],
+}
+
+impl<'s> Scratch<'s> {
+    fn carve(mut buf: &'s mut [f32], lay: &Layout) -> Self {
+        let z = &lay.step_sizes;
+        Scratch {
+            logits: take(&mut buf, z[0]),
+            scores: take(&mut buf, z[1]),
+            fold: FoldScratch {
+                pk: take(&mut buf, z[2]),
+                novelty: take(&mut buf, z[3]),
+                index: bytemuck::cast_slice_mut(take(&mut buf, z[4])),
+                dsk: take(&mut buf, z[5]),
+                dsv: take(&mut buf, z[6]),
+            },
+        }
+    }
+}
+
+/// Activations of `n` tokens processed together, one row per token.
+pub(crate) struct Acts<'s> {
+    pub n: usize,
+    /// `[n, d_model]` residual stream.
+    pub x: &'s mut [f32],
+    /// `[n, d_model]` block input, then block output.
+    pub a: &'s mut [f32],
+    /// `[n, n_heads * d_qk]`
+    pub q: &'s mut [f32],
+    pub k: &'s mut [f32],
+    /// `[n, n_heads * d_v]`
+    pub v: &'s mut [f32],
+    pub v_first: &'s mut [f32],
+    /// `[n, d_vgate]`
+    pub vg_lo: &'s mut [f32],
+    /// `[n, n_heads * d_v]`
+    pub vg: &'s mut [f32],
+    /// `[n, n_heads]`
+    pub mg: &'s mut [f32],
+    /// `[n, n_heads * d_v]`
+    pub att: &'s mut [f32],
+    /// `[n, d_ff]`
+    pub ff: &'s mut [f32],
+    /// `[n, rope_dim / 2]` bf16-rounded RoPE tables of each token's position.
+    pub cos: &'s mut [f32],
+    pub sin: &'s mut [f32],
+    /// Kernel scratch (quantized activations).
+    pub act: &'s mut [u8],
+}
+
+impl<'s> Acts<'s> {
+    pub(crate) fn carve(mut buf: &'s mut [f32], lay: &Layout, n: usize) -> Self {
+        let z = lay.row_widths.map(|w| w * n);
+        Acts {
+            n,
+            x: take(&mut buf, z[0]),
+            a: take(&mut buf, z[1]),
+            q: take(&mut buf, z[2]),
+            k: take(&mut buf, z[3]),
+            v: take(&mut buf, z[4]),
+            v_first: take(&mut buf, z[5]),
+            vg_lo: take(&mut buf, z[6]),
+            vg: take(&mut buf, z[7]),
+            mg: take(&mut buf, z[8]),
+            att: take(&mut buf, z[9]),
+            ff: take(&mut buf, z[10]),
+            cos: take(&mut buf, z[11]),
+            sin: take(&mut buf, z[12]),
+            act: bytemuck::cast_slice_mut(take(&mut buf, kernels::matmul_scratch_len(lay.widest_input, n).div_ceil(4))),
+        }
+    }
+}
+
+/// Where the sequence is: the counters shared by every layer and head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counters {
+    /// Tokens seen.
+    pub pos: usize,
+    /// Live state slots.
+    pub slots: usize,
+    /// The state covers tokens `[0, coverage)`.
+    pub coverage: usize,
+}
+
+/// How a token enters the session: prompt tokens gate the initial state when the model
+/// says so (`kvm_apply_merge_gate_to_initial_state`); the reference's decode path never
+/// does, and kvm reproduces both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Phase {
+    Prefill,
+    Decode,
+}
+
+/// What the means state does during one step (the same for every layer and head).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    /// Absolute position of the new token.
+    pub t: usize,
+    /// Slots the arena holds.
+    pub state_len: usize,
+    /// `Some(slot)`: the token is copied straight into the initial state.
+    pub initial: Option<usize>,
+    /// Whether the initial copy is gated.
+    pub gate_initial: bool,
+    /// `Some(b)`: chunk `[b, b + chunk_len)` leaves the window and is folded first.
+    pub fold_begin: Option<usize>,
+    /// Slots before and after this step's update.
+    pub slots_before: usize,
+    pub slots_after: usize,
+    /// The token attends to window tokens `[window_begin, t]`.
+    pub window_begin: usize,
+    /// Whether the state is read (`n > window_len`).
+    pub read_state: bool,
+    pub coverage_after: usize,
+}
+
+/// `bswa_begin(n) = max(0, ceil(n / C) * C - W)`.
+#[inline]
+pub(crate) fn bswa_begin(cfg: &Config, n: usize) -> usize {
+    let c = cfg.chunk_len as usize;
+    (n.div_ceil(c) * c).saturating_sub(cfg.window_len())
+}
+
+impl Plan {
+    pub(crate) fn new(cfg: &Config, state_len: usize, at: Counters, phase: Phase) -> Plan {
+        let c = cfg.chunk_len as usize;
+        let t = at.pos;
+        let n = t + 1;
+        let window_begin = bswa_begin(cfg, n);
+        let coverage_after = n.min(c).max(window_begin);
+        let mut plan = Plan {
+            t,
+            state_len,
+            initial: None,
+            gate_initial: phase == Phase::Prefill && cfg.has(flags::GATE_INITIAL_STATE),
+            fold_begin: None,
+            slots_before: at.slots,
+            slots_after: at.slots,
+            window_begin,
+            read_state: n > cfg.window_len(),
+            coverage_after,
+        };
+        if t < c {
+            plan.initial = Some(at.slots);
+            plan.slots_after = at.slots + 1;
+        } else if coverage_after > at.coverage {
+            let b = at.coverage;
+            plan.fold_begin = Some(b);
+            let target = target_slots(cfg, state_len, b + cfg.window_len(), b + c, at.slots);
+            plan.slots_after = at.slots + (target - at.slots).min(c);
+        }
+        plan
+    }
+}
+
+impl Plan {
+    /// The counters after this step.
+    pub(crate) fn next(&self) -> Counters {
+        Counters { pos: self.t + 1, slots: self.slots_after, coverage: self.coverage_after }
+    }
+}
+
+/// The state size a fold grows to (spec §3 "Target size"), capped by the arena.
+fn target_slots(cfg: &Config, state_len: usize, ctx: usize, avail: usize, cur: usize) -> usize {
+    let round_down = |x: f64| -> i64 {
+        let x = if x > 0.0 { libm::floor(x) as i64 } else { 0 };
+        x / cfg.state_round_down as i64 * cfg.state_round_down as i64
+    };
+    let min_len = cfg.state_min_len as i64;
+    let want = match cfg.budget {
+        StateBudget::Fixed => min_len,
+        StateBudget::PowerLaw { factor, exponent } => round_down(factor * libm::pow(ctx as f64, exponent)).max(min_len),
+        StateBudget::Saturation { n } => round_down(n * ctx as f64 / (n + ctx as f64)).max(min_len),
+    };
+    let cap = avail.min(cfg.chunk_len as usize * cfg.max_state_chunks as usize).min(state_len);
+    let want = if want < 0 { 0 } else { (want as u64).min(cap as u64) as usize };
+    want.max(cur)
+}
+
+/// A head's view of one layer's state.
+pub(crate) struct HeadState<'l, 's> {
+    pub st: &'l mut LayerState<'s>,
+    pub h: usize,
+    pub cfg: &'l Config,
+    pub state_len: usize,
+    pub ln_sk: (Vector<'l>, Vector<'l>),
+}
+
+impl HeadState<'_, '_> {
+    #[inline]
+    fn dk(&self) -> usize {
+        self.cfg.d_qk as usize
+    }
+    #[inline]
+    fn dv(&self) -> usize {
+        self.cfg.d_v as usize
+    }
+    #[inline]
+    fn slot(&self, s: usize) -> usize {
+        self.h * self.state_len + s
+    }
+    #[inline]
+    fn ring(&self, j: usize) -> usize {
+        self.h * self.cfg.window_len() + j % self.cfg.window_len()
+    }
+
+    /// `pk = LN_s_k(k with dims [0, rope_dim) zeroed)`.
+    fn prepare_key(&self, k: &[f32], pk: &mut [f32]) {
+        let r = self.cfg.rope_dim as usize;
+        pk[..r].fill(0.0);
+        pk[r..].copy_from_slice(&k[r..]);
+        layer_norm_inplace(pk, self.ln_sk.0, self.ln_sk.1);
+    }
+
+    /// Recomputes what reads of slots `[from, to)` see: `nk = LN_s_k(sk)` and the value
+    /// (`bf16(sv / max(|sv|, 1e-12) * r)` with vlens, else `sv / r`).
+    fn refresh(&mut self, from: usize, to: usize) {
+        let (dk, dv) = (self.dk(), self.dv());
+        let vlens = self.cfg.has(flags::VLENS);
+        for s in from..to {
+            let i = self.slot(s);
+            let st = &mut *self.st;
+            let nk = &mut st.nk[i * dk..(i + 1) * dk];
+            nk.copy_from_slice(&st.sk[i * dk..(i + 1) * dk]);
+            layer_norm_inplace(nk, self.ln_sk.0, self.ln_sk.1);
+            let sv = &st.sv[i * dv..(i + 1) * dv];
+            let nv = &mut st.nv[i * dv..(i + 1) * dv];
+            let r = st.r[i];
+            if vlens {
+                let len = norm(sv).max(1e-12);
+                for (o, &v) in nv.iter_mut().zip(sv) {
+                    *o = round_bf16(v / len * r);
+                }
+            } else {
+                for (o, &v) in nv.iter_mut().zip(sv) {
+                    *o = v / r;
+                }
+            }
+        }
+    }
+
+    /// Writes slot `s` as `(pk * gate, v * gate)`; the radius is `|v|` of the value as
+    /// given (`gated_radius == false`) or as stored, with vlens; 1 without.
+    fn write_slot(&mut self, s: usize, pk: &[f32], v: &[f32], gate: f32, gated_radius: bool) {
+        let i = self.slot(s);
+        let vlens = self.cfg.has(flags::VLENS);
+        let (dk, dv) = (self.dk(), self.dv());
+        let st = &mut *self.st;
+        store_slot(
+            &mut st.sk[i * dk..(i + 1) * dk],
+            &mut st.sv[i * dv..(i + 1) * dv],
+            &mut st.r[i],
+            pk,
+            v,
+            gate,
+            vlens,
+            gated_radius,
+        );
+    }
+
+    /// Copies the new token (`k` post-RoPE, `v`, gate `m`) into initial-state slot `s`;
+    /// the radius is the ungated `|v|` even when the copy is gated.
+    pub fn initial_append(&mut self, s: usize, k: &[f32], v: &[f32], m: f32, gated: bool, pk: &mut [f32]) {
+        self.prepare_key(k, pk);
+        self.write_slot(s, pk, v, if gated { m } else { 1.0 }, false);
+        self.refresh(s, s + 1);
+    }
+
+    /// Folds window chunk `[b, b + chunk_len)` into the state: the `slots_after -
+    /// slots_before` most novel tokens (lowest best similarity to
+    /// the current slots) become new slots, the rest merge into their nearest non-sink slot
+    /// (spec §3 "Overflow update").
+    pub fn fold(&mut self, b: usize, slots_before: usize, slots_after: usize, fs: &mut FoldScratch<'_>) {
+        let (dk, dv) = (self.dk(), self.dv());
+        let c = self.cfg.chunk_len as usize;
+        let gate_keys = self.cfg.has(flags::MERGE_GATE_KEYS);
+        let gate_values = self.cfg.has(flags::MERGE_GATE_VALUES);
+        let gate_appends = self.cfg.has(flags::GATE_APPENDS);
+
+        // pk_j = LN_s_k(k_j, rope dims zeroed) of every leaving token: [chunk_len, d_qk].
+        for i in 0..c {
+            let ri = self.ring(b + i);
+            self.prepare_key(&self.st.wk[ri * dk..(ri + 1) * dk], &mut fs.pk[i * dk..(i + 1) * dk]);
+        }
+
+        // Novelty: a token's best similarity to the current slots; the n_append lowest
+        // (ties: lower token first) are appended.
+        let n_append = slots_after - slots_before;
+        let appended = &mut fs.index[..c];
+        if n_append == 0 || n_append == c {
+            appended.fill((n_append == c) as u32);
+        } else {
+            for i in 0..c {
+                let pk = &fs.pk[i * dk..(i + 1) * dk];
+                fs.novelty[i] = (0..slots_before)
+                    .map(|s| dot(pk, &self.st.nk[self.slot(s) * dk..(self.slot(s) + 1) * dk]))
+                    .fold(f32::NEG_INFINITY, f32::max);
+            }
+            let novelty = &fs.novelty[..c];
+            for (i, (flag, &mine)) in appended.iter_mut().zip(novelty).enumerate() {
+                // A total order (NaN included), so exactly n_append tokens rank below the cut.
+                let below =
+                    novelty.iter().enumerate().filter(|&(j, x)| x.total_cmp(&mine).then(j.cmp(&i)).is_lt()).count();
+                *flag = (below < n_append) as u32;
+            }
+        }
+
+        // Appends, in token order; gated copies when the model gates appends.
+        let mut s = slots_before;
+        for i in 0..c {
+            if fs.index[i] == 0 {
+                continue;
+            }
+            let ri = self.ring(b + i);
+            let gate = if gate_appends { self.st.wm[ri] } else { 1.0 };
+            let si = self.slot(s);
+            let vlens = self.cfg.has(flags::VLENS);
+            let st = &mut *self.st;
+            store_slot(
+                &mut st.sk[si * dk..(si + 1) * dk],
+                &mut st.sv[si * dv..(si + 1) * dv],
+                &mut st.r[si],
+                &fs.pk[i * dk..(i + 1) * dk],
+                &st.wv[ri * dv..(ri + 1) * dv],
+                gate,
+                vlens,
+                true,
+            );
+            s += 1;
+        }
+        self.refresh(slots_before, slots_after);
+
+        // Merges: every other token joins argmax_{s >= sink} gk . LN_s_k(sk[s]) (ties:
+        // lowest slot), all decided against the post-append snapshot, then summed in.
+        let protected = (self.cfg.sink_len as usize).min(slots_after);
+        let mut merged = false;
+        fs.dsk[..slots_after * dk].fill(0.0);
+        fs.dsv[..slots_after * dv].fill(0.0);
+        for i in 0..c {
+            if fs.index[i] != 0 {
+                continue;
+            }
+            let ri = self.ring(b + i);
+            let m = self.st.wm[ri];
+            let km = if gate_keys { m } else { 1.0 };
+            let vm = if gate_values { m } else { 1.0 };
+            let pk = &fs.pk[i * dk..(i + 1) * dk];
+            // With every slot a sink (a growable state's early fold whose sink_len is not
+            // yet exceeded; the reference asserts there) the last slot takes the token.
+            let mut best = protected.min(slots_after - 1);
+            let mut best_score = f32::NEG_INFINITY;
+            for s in protected..slots_after {
+                let si = self.slot(s);
+                let nk = &self.st.nk[si * dk..(si + 1) * dk];
+                let score: f32 = pk.iter().zip(nk).map(|(&p, &n)| (p * km) * n).sum();
+                if score > best_score {
+                    best_score = score;
+                    best = s;
+                }
+            }
+            for (o, &p) in fs.dsk[best * dk..(best + 1) * dk].iter_mut().zip(pk) {
+                *o += p * km;
+            }
+            let v = &self.st.wv[ri * dv..(ri + 1) * dv];
+            for (o, &x) in fs.dsv[best * dv..(best + 1) * dv].iter_mut().zip(v) {
+                *o += x * vm;
+            }
+            merged = true;
+        }
+        if merged {
+            let vlens = self.cfg.has(flags::VLENS);
+            for s in 0..slots_after {
+                let si = self.slot(s);
+                let st = &mut *self.st;
+                for (o, &d) in st.sk[si * dk..(si + 1) * dk].iter_mut().zip(&fs.dsk[s * dk..(s + 1) * dk]) {
+                    *o += d;
+                }
+                for (o, &d) in st.sv[si * dv..(si + 1) * dv].iter_mut().zip(&fs.dsv[s * dv..(s + 1) * dv]) {
+                    *o += d;
+                }
+                // The reference's broadcast quirk: every slot's count grows once per fold.
+                if !vlens {
+                    st.r[si] += 1.0;
+                }
+            }
+            self.refresh(0, slots_after);
+        }
+    }
+
+    /// Attention of one head's query `q` (post LN_q, post RoPE) over the state (when
+    /// `read_state`) and window tokens `[window_begin, t]`; writes `out` (`d_v`).
+    pub fn attend(&self, q: &[f32], plan: &Plan, slots: usize, temps: (f32, f32), scores: &mut [f32], out: &mut [f32]) {
+        let (dk, dv) = (self.dk(), self.dv());
+        let scale = 1.0 / libm::sqrtf(dk as f32);
+        let (front_temp, state_temp) = temps;
+        let n_state = if plan.read_state { slots } else { 0 };
+        let n_window = plan.t + 1 - plan.window_begin;
+        let scores = &mut scores[..n_state + n_window];
+        let (state_scores, window_scores) = scores.split_at_mut(n_state);
+        for (s, score) in state_scores.iter_mut().enumerate() {
+            let si = self.slot(s);
+            *score = dot(q, &self.st.nk[si * dk..(si + 1) * dk]) * state_temp * scale;
+        }
+        for (j, score) in window_scores.iter_mut().enumerate() {
+            let ri = self.ring(plan.window_begin + j);
+            *score = dot(q, &self.st.wk[ri * dk..(ri + 1) * dk]) * front_temp * scale;
+        }
+        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0.0;
+        for x in scores.iter_mut() {
+            *x = libm::expf(*x - max);
+            sum += *x;
+        }
+        out.fill(0.0);
+        let (state_scores, window_scores) = scores.split_at(n_state);
+        for (s, &p) in state_scores.iter().enumerate() {
+            let si = self.slot(s);
+            crate::math::axpy(out, p / sum, &self.st.nv[si * dv..(si + 1) * dv]);
+        }
+        for (j, &p) in window_scores.iter().enumerate() {
+            let ri = self.ring(plan.window_begin + j);
+            crate::math::axpy(out, p / sum, &self.st.wv[ri * dv..(ri + 1) * dv]);
+        }
+    }
+
+    /// Stores the new token's key, value and merge gate in the window ring.
+    pub fn push_window(&mut self, t: usize, k: &[f32], v: &[f32], m: f32) {
+        let (dk, dv) = (self.dk(), self.dv());
+        let ri = self.ring(t);
+        self.st.wk[ri * dk..(ri + 1) * dk].copy_from_slice(k);
+        self.st.wv[ri * dv..(ri + 1) * dv].copy_from_slice(v);
+        self.st.wm[ri] = m;
+    }
+}
+
+/// `sk = pk * gate`, `sv = v * gate`, `r = |v|` or `|v * gate|` (vlens) or 1.
+#[allow(clippy::too_many_arguments)]
+fn store_slot(
+    sk: &mut [f32],
+    sv: &mut [f32],
+    r: &mut f32,
+    pk: &[f32],
+    v: &[f32],
+    gate: f32,
+    vlens: bool,
+    gated_radius: bool,
+) {
+    for (o, &x) in sk.iter_mut().zip(pk) {
+        *o = x * gate;
+    }
+    for (o, &x) in sv.iter_mut().zip(v) {
+        *o = x * gate;
+    }
+    *r = match (vlens, gated_radius) {
+        (false, _) => 1.0,
+        (true, true) => norm(sv),
+        (true, false) => norm(v),
+    };
+}
+
+/// A decoding session: the model's weights (borrowed) and all of its state, in the
+/// caller's arena. Decoding allocates nothing.
 #[derive(Debug)]
 pub struct Session<'m, 'a> {
-    pub model: crate::Model<'m>,
-    pub arena: &'a mut [u8],
+    model: Model<'m>,
+    layout: Layout,
+    /// `[layout.arena_len() / 4]`, see the module docs.
+    arena: &'a mut [f32],
+}
+
+/// Indices of the counters block.
+mod counter {
+    pub const STAMP: usize = 0;
+    pub const POS: usize = 1;
+    pub const SLOTS: usize = 2;
+    pub const COVERAGE: usize = 3;
+    pub const STATE_LEN: usize = 4;
+    pub const ARENA_LEN: usize = 5;
+}
+
+impl<'m, 'a> Session<'m, 'a> {
+    /// Creates a session of `model` at its default state capacity inside `arena`, which
+    /// must be exactly [`Model::arena_len`] bytes and [`ARENA_ALIGN`]-aligned.
+    ///
+    /// # Errors
+    /// [`Error::ArenaSize`], [`Error::ArenaMisaligned`].
+    pub fn new(model: Model<'m>, arena: &'a mut [u8]) -> Result<Self> {
+        let state_len = model.header().state_capacity as usize;
+        Self::with_state_len(model, arena, state_len)
+    }
+
+    /// As [`Session::new`] with at most `state_len` state slots (growable models follow
+    /// the reference exactly until the state reaches `state_len`, then keep merging
+    /// without growing); `arena` must be [`Model::arena_len_for`]`(state_len)` bytes.
+    ///
+    /// # Errors
+    /// [`Error::BadConfig`] for a capacity out of range, [`Error::ArenaSize`],
+    /// [`Error::ArenaMisaligned`].
+    pub fn with_state_len(model: Model<'m>, arena: &'a mut [u8], state_len: usize) -> Result<Self> {
+        let layout = Layout::new(model.config(), state_len)?;
+        if arena.len() != layout.arena_len() {
+            return Err(Error::ArenaSize { expected: layout.arena_len(), got: arena.len() });
+        }
+        let arena: &mut [f32] = bytemuck::try_cast_slice_mut(arena).map_err(|_| Error::ArenaMisaligned)?;
+        if !(arena.as_ptr() as usize).is_multiple_of(ARENA_ALIGN) {
+            return Err(Error::ArenaMisaligned);
+        }
+        let mut session = Session { model, layout, arena };
+        session.reset();
+        Ok(session)
+    }
+
+    /// Forgets every token: the session is as new.
+    pub fn reset(&mut self) {
+        let state = self.layout.state_floats();
+        self.arena[..state].fill(0.0);
+        let c: &mut [u32] = bytemuck::cast_slice_mut(&mut self.arena[..COUNTERS]);
+        c[counter::STAMP] = STAMP;
+        c[counter::STATE_LEN] = self.layout.state_len as u32;
+        c[counter::ARENA_LEN] = self.layout.arena_len() as u32;
+    }
+
+    /// The model this session decodes.
+    #[inline]
+    pub fn model(&self) -> &Model<'m> {
+        &self.model
+    }
+
+    /// The arena layout.
+    #[inline]
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    fn counters(&self) -> Counters {
+        let c: &[u32] = bytemuck::cast_slice(&self.arena[..COUNTERS]);
+        Counters {
+            pos: c[counter::POS] as usize,
+            slots: c[counter::SLOTS] as usize,
+            coverage: c[counter::COVERAGE] as usize,
+        }
+    }
+
+    /// Tokens seen so far.
+    #[inline]
+    pub fn pos(&self) -> usize {
+        self.counters().pos
+    }
+
+    /// Live state slots (the same in every layer and head).
+    #[inline]
+    pub fn state_slots(&self) -> usize {
+        self.counters().slots
+    }
+
+    /// Feeds one token. `phase` matters only for models that gate their initial state
+    /// (see [`Phase`]); with `want_logits` the token's logits are left in
+    /// [`Session::logits`].
+    ///
+    /// # Errors
+    /// [`Error::TokenOutOfRange`]; [`Error::InvalidArgument`] once the position counter
+    /// would overflow (after 2^32 - 1 tokens).
+    pub fn step(&mut self, token: u32, phase: Phase, want_logits: bool) -> Result<()> {
+        self.step_tapped(token, phase, want_logits, &mut |_, _| {})
+    }
+
+    /// [`Session::step`], calling `tap` at every [`Tap`] point.
+    ///
+    /// # Errors
+    /// As [`Session::step`].
+    pub fn step_tapped(
+        &mut self,
+        token: u32,
+        phase: Phase,
+        want_logits: bool,
+        tap: &mut dyn FnMut(Tap, &[f32]),
+    ) -> Result<()> {
+        let logits = if want_logits { Logits::Last } else { Logits::None };
+        self.run(&[token], phase, None, logits, &Serial, tap)
+    }
+
+    /// Feeds `tokens` as one batch: every matrix product runs over all of them at once,
+    /// so each weight is read once per batch instead of once per token, while the state
+    /// is updated token by token exactly as [`Session::step`] would. `batch` is scratch
+    /// of at least [`Layout::acts_len`]`(tokens.len())` f32s; `exec` runs the products
+    /// (the std runtime passes a thread pool).
+    ///
+    /// # Errors
+    /// [`Error::BufferTooSmall`] for a short `batch` or `Logits::All` buffer;
+    /// [`Error::InvalidArgument`] for no tokens; as [`Session::step`]. Nothing is
+    /// consumed on error.
+    pub fn step_batch(
+        &mut self,
+        tokens: &[u32],
+        phase: Phase,
+        batch: &mut [f32],
+        exec: &dyn Exec,
+        logits: Logits<'_>,
+    ) -> Result<()> {
+        self.run(tokens, phase, Some(batch), logits, exec, &mut |_, _| {})
+    }
+
+    fn run(
+        &mut self,
+        tokens: &[u32],
+        phase: Phase,
+        batch: Option<&mut [f32]>,
+        logits: Logits<'_>,
+        exec: &dyn Exec,
+        tap: &mut dyn FnMut(Tap, &[f32]),
+    ) -> Result<()> {
+        let vocab_len = self.model.config().vocab_len;
+        if tokens.is_empty() {
+            return Err(Error::InvalidArgument);
+        }
+        if let Some(&token) = tokens.iter().find(|&&t| t >= vocab_len) {
+            return Err(Error::TokenOutOfRange { token, vocab_len });
+        }
+        if let Logits::All(out) = &logits {
+            let needed = tokens.len() * vocab_len as usize;
+            if out.len() < needed {
+                return Err(Error::BufferTooSmall { needed });
+            }
+        }
+        let at = self.counters();
+        if at.pos.checked_add(tokens.len()).is_none_or(|end| end > u32::MAX as usize) {
+            return Err(Error::InvalidArgument);
+        }
+        let lay = self.layout;
+        let (head, rest) = self.arena.split_at_mut(COUNTERS);
+        let (layers, scratch) = rest.split_at_mut(lay.state_floats() - COUNTERS);
+        let step_len = lay.step_sizes.iter().map(|&n| pad(n)).sum();
+        let (step, arena_acts) = scratch.split_at_mut(step_len);
+        let mut s = Scratch::carve(step, &lay);
+        let mut acts = match batch {
+            None => Acts::carve(arena_acts, &lay, tokens.len().min(1)),
+            Some(buf) => {
+                let needed = lay.acts_len(tokens.len()).unwrap_or(usize::MAX);
+                if buf.len() < needed {
+                    return Err(Error::BufferTooSmall { needed });
+                }
+                Acts::carve(buf, &lay, tokens.len())
+            }
+        };
+        if acts.n != tokens.len() {
+            return Err(Error::BufferTooSmall { needed: lay.acts_len(tokens.len()).unwrap_or(usize::MAX) });
+        }
+        let next = model::forward(&self.model, &lay, layers, &mut s, &mut acts, at, tokens, phase, logits, exec, tap);
+        let c: &mut [u32] = bytemuck::cast_slice_mut(head);
+        c[counter::POS] = next.pos as u32;
+        c[counter::SLOTS] = next.slots as u32;
+        c[counter::COVERAGE] = next.coverage as u32;
+        Ok(())
+    }
+
+    /// The logits of the last step run with `want_logits`, `[vocab_len]`.
+    pub fn logits(&self) -> &[f32] {
+        let start = self.layout.state_floats();
+        &self.arena[start..start + self.model.config().vocab_len as usize]
+    }
+
+    /// Feeds one generated token and returns its logits.
+    ///
+    /// # Errors
+    /// As [`Session::step`].
+    pub fn decode(&mut self, token: u32) -> Result<&[f32]> {
+        self.step(token, Phase::Decode, true)?;
+        Ok(self.logits())
+    }
+
+    /// [`Session::decode`] with the matrix products run by `exec` (a thread pool).
+    ///
+    /// # Errors
+    /// As [`Session::step`].
+    pub fn decode_with(&mut self, token: u32, exec: &dyn Exec) -> Result<&[f32]> {
+        self.run(&[token], Phase::Decode, None, Logits::Last, exec, &mut |_, _| {})?;
+        Ok(self.logits())
+    }
+
+    /// Feeds a prompt and returns the logits after its last token.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty prompt; as [`Session::step`] (tokens
+    /// before the bad one have been consumed).
+    pub fn prefill(&mut self, tokens: &[u32]) -> Result<&[f32]> {
+        let (last, head) = tokens.split_last().ok_or(Error::InvalidArgument)?;
+        for &t in head {
+            self.step(t, Phase::Prefill, false)?;
+        }
+        self.step(*last, Phase::Prefill, true)?;
+        Ok(self.logits())
+    }
+
+    /// Bytes [`Session::snapshot`] writes.
+    #[inline]
+    pub fn snapshot_len(&self) -> usize {
+        self.layout.snapshot_len()
+    }
+
+    /// Copies the session's whole state (constant size) into `out`.
+    ///
+    /// # Errors
+    /// [`Error::BufferTooSmall`] if `out` is shorter than [`Session::snapshot_len`].
+    pub fn snapshot(&self, out: &mut [u8]) -> Result<usize> {
+        let n = self.snapshot_len();
+        let out = out.get_mut(..n).ok_or(Error::BufferTooSmall { needed: n })?;
+        out.copy_from_slice(bytemuck::cast_slice(&self.arena[..n / 4]));
+        Ok(n)
+    }
+
+    /// Restores a [`Session::snapshot`] of a session of the same model and layout;
+    /// decoding then continues bit-exactly as it would have from the snapshot.
+    ///
+    /// # Errors
+    /// [`Error::BadSnapshot`] if `snap` has the wrong length or layout stamp.
+    pub fn restore(&mut self, snap: &[u8]) -> Result<()> {
+        let n = self.snapshot_len();
+        if snap.len() != n || snap.len() < COUNTERS * 4 {
+            return Err(Error::BadSnapshot);
+        }
+        let word = |i: usize| u32::from_le_bytes([snap[i * 4], snap[i * 4 + 1], snap[i * 4 + 2], snap[i * 4 + 3]]);
+        let (pos, slots, coverage) = (word(counter::POS), word(counter::SLOTS), word(counter::COVERAGE));
+        // Counters a session could have reached; anything else could index past the state.
+        let chunk = self.model.config().chunk_len;
+        if word(counter::STAMP) != STAMP
+            || word(counter::STATE_LEN) as usize != self.layout.state_len
+            || word(counter::ARENA_LEN) as usize != self.layout.arena_len() as u32 as usize
+            || slots as usize > self.layout.state_len
+            || slots > pos
+            || coverage > pos
+            || slots < pos.min(chunk)
+        {
+            return Err(Error::BadSnapshot);
+        }
+        let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut self.arena[..n / 4]);
+        dst.copy_from_slice(snap);
+        Ok(())
+    }
+
+    /// A read-only view of layer `l`'s state, for inspection and tests.
+    pub fn layer_view(&self, l: usize) -> Option<LayerView<'_>> {
+        let cfg = self.model.config();
+        if l >= cfg.n_layers as usize {
+            return None;
+        }
+        let at = self.counters();
+        let start = COUNTERS + l * self.layout.layer_len;
+        let z = &self.layout.layer_sizes;
+        let mut off = start;
+        let mut next = |n: usize| {
+            let s = &self.arena[off..off + n];
+            off += pad(n);
+            s
+        };
+        let (sk, sv, r) = (next(z[0]), next(z[1]), next(z[2]));
+        let (_nk, _nv) = (next(z[3]), next(z[4]));
+        let (wk, wv) = (next(z[5]), next(z[6]));
+        Some(LayerView {
+            cfg: *cfg,
+            state_len: self.layout.state_len,
+            slots: at.slots,
+            pos: at.pos,
+            coverage: at.coverage,
+            window_begin: bswa_begin(cfg, at.pos),
+            sk,
+            sv,
+            r,
+            wk,
+            wv,
+        })
+    }
+}
+
+/// Read-only view of one layer's state (see [`Session::layer_view`]).
+#[derive(Debug)]
+pub struct LayerView<'s> {
+    cfg: Config,
+    state_len: usize,
+    /// Live slots.
+    pub slots: usize,
+    /// Tokens seen.
+    pub pos: usize,
+    /// The state covers `[0, coverage)`.
+    pub coverage: usize,
+    /// The window holds `[window_begin, pos)`.
+    pub window_begin: usize,
+    sk: &'s [f32],
+    sv: &'s [f32],
+    r: &'s [f32],
+    wk: &'s [f32],
+    wv: &'s [f32],
+}
+
+impl LayerView<'_> {
+    /// Key sum of head `h`, slot `s` (`[d_qk]`).
+    pub fn state_key(&self, h: usize, s: usize) -> &[f32] {
+        let dk = self.cfg.d_qk as usize;
+        &self.sk[(h * self.state_len + s) * dk..][..dk]
+    }
+    /// Value sum of head `h`, slot `s` (`[d_v]`).
+    pub fn state_value(&self, h: usize, s: usize) -> &[f32] {
+        let dv = self.cfg.d_v as usize;
+        &self.sv[(h * self.state_len + s) * dv..][..dv]
+    }
+    /// Read radius (or fold count) of head `h`, slot `s`.
+    pub fn state_radius(&self, h: usize, s: usize) -> f32 {
+        self.r[h * self.state_len + s]
+    }
+    /// Key of window token `j` (absolute position, in `[window_begin, pos)`) of head `h`.
+    pub fn window_key(&self, h: usize, j: usize) -> &[f32] {
+        let (dk, w) = (self.cfg.d_qk as usize, self.cfg.window_len());
+        &self.wk[(h * w + j % w) * dk..][..dk]
+    }
+    /// Value of window token `j` of head `h`.
+    pub fn window_value(&self, h: usize, j: usize) -> &[f32] {
+        let (dv, w) = (self.cfg.d_v as usize, self.cfg.window_len());
+        &self.wv[(h * w + j % w) * dv..][..dv]
+    }
 }

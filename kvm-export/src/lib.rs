@@ -1,1 +1,10 @@
-//! kvm-export: HF checkpoint directory -> `.kvm` model file.
+//! kvm-export: HF KVM checkpoint directory -> `.kvm` model file (format v1).
+//!
+//! [`convert::convert`] reads `config.json` and `model.safetensors` (bf16, f16 or f32),
+//! checks every tensor name and shape against the config, and streams the tensors one at
+//! a time into [`writer::write_model`], quantizing as the [`convert::Policy`] says.
+
+pub mod convert;
+pub mod hf_config;
+pub mod tokenizer;
+pub mod writer;

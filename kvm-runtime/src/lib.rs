@@ -1,2 +1,20 @@
-//! kvm-runtime: sessions over kvm-core, the C API and (with `std`) the `kvm` CLI.
+//! kvm-runtime: what an application links to run KVM models.
+//!
+//! Without `std` it is the C API over `kvm-core`, a static library C firmware links with
+//! no allocator. With `std` (default) it adds loading model files (mmap), aligned arenas,
+//! and the `kvm` command line.
 #![cfg_attr(not(feature = "std"), no_std)]
+
+#[cfg(feature = "std")]
+pub mod arena;
+pub mod capi;
+#[cfg(feature = "std")]
+pub mod file;
+#[cfg(feature = "std")]
+pub mod npy;
+#[cfg(feature = "std")]
+pub mod pool;
+#[cfg(feature = "std")]
+pub mod prefill;
+
+pub use kvm_core;

@@ -48,12 +48,7 @@ impl<'a> Matrix<'a> {
         if rows.checked_mul(row_bytes) != Some(data.len()) {
             return Err(Error::OutOfBounds);
         }
-        Ok(Matrix {
-            dtype,
-            rows,
-            cols,
-            data,
-        })
+        Ok(Matrix { dtype, rows, cols, data })
     }
 
     /// Bytes of one row.
@@ -66,12 +61,7 @@ impl<'a> Matrix<'a> {
     #[inline]
     pub fn row_range(&self, r0: usize, r1: usize) -> Matrix<'a> {
         let rb = self.row_bytes();
-        Matrix {
-            dtype: self.dtype,
-            rows: r1 - r0,
-            cols: self.cols,
-            data: &self.data[r0 * rb..r1 * rb],
-        }
+        Matrix { dtype: self.dtype, rows: r1 - r0, cols: self.cols, data: &self.data[r0 * rb..r1 * rb] }
     }
 }
 
@@ -137,11 +127,7 @@ pub(crate) trait Kernel {
     /// The CPU supports the kernel's tier; every `w[r]` holds `dtype.row_bytes(cols)`
     /// bytes and every `a[t]` one whole activation (`cols` floats, or
     /// `act_scratch_len(cols)` bytes).
-    unsafe fn tile<const R: usize, const T: usize>(
-        w: [&[u8]; R],
-        a: [&[Self::Act]; T],
-        cols: usize,
-    ) -> [[f32; T]; R];
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[Self::Act]; T], cols: usize) -> [[f32; T]; R];
 }
 
 /// Everything a tier supplies; [`run`] turns it into `matvec`/`matmul`.
@@ -248,20 +234,11 @@ fn table(tier: Tier) -> &'static Table {
 ///
 /// # Safety
 /// The CPU supports `K`'s tier.
-unsafe fn run<K: Kernels, const R: usize, const T: usize>(
-    w: &Matrix<'_>,
-    xs: &[f32],
-    ys: &mut [f32],
-    act: &mut [u8],
-) {
+unsafe fn run<K: Kernels, const R: usize, const T: usize>(w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]) {
     let cols = w.cols;
     let rb = w.dtype.row_bytes(cols).unwrap_or(0);
     if rb == 0 || w.rows == 0 {
-        debug_assert!(
-            w.dtype.row_bytes(cols).is_some(),
-            "cols {cols} is not a whole number of {:?} blocks",
-            w.dtype
-        );
+        debug_assert!(w.dtype.row_bytes(cols).is_some(), "cols {cols} is not a whole number of {:?} blocks", w.dtype);
         // Empty sums (`cols == 0`) or nothing to write (`rows == 0`).
         ys.fill(0.0);
         return;
@@ -300,11 +277,7 @@ unsafe fn quantized<K: Kernels, Q: Kernel<Act = u8>, const R: usize, const T: us
 ) {
     let per = act_scratch_len(cols);
     let group = act.len() / per;
-    debug_assert!(
-        group > 0,
-        "act scratch holds {} bytes, needs {per}",
-        act.len()
-    );
+    debug_assert!(group > 0, "act scratch holds {} bytes, needs {per}", act.len());
     if group == 0 {
         return;
     }
@@ -383,13 +356,7 @@ unsafe fn token_tiles<K: Kernel, const R: usize, const T: usize>(
 
 /// Writes an `R x T` tile into `ys` (`[n, ld]`) at row `r0`, token `t0`.
 #[inline]
-fn store<const R: usize, const T: usize>(
-    out: &[[f32; T]; R],
-    ys: &mut [f32],
-    ld: usize,
-    r0: usize,
-    t0: usize,
-) {
+fn store<const R: usize, const T: usize>(out: &[[f32; T]; R], ys: &mut [f32], ld: usize, r0: usize, t0: usize) {
     for (i, row) in out.iter().enumerate() {
         for (j, &v) in row.iter().enumerate() {
             ys[(t0 + j) * ld + r0 + i] = v;
@@ -436,22 +403,14 @@ pub(crate) mod tests {
         bytes
     }
 
-    const DTYPES: [DType; 5] = [
-        DType::F32,
-        DType::F16,
-        DType::BF16,
-        DType::Q8_0,
-        DType::Q4_0,
-    ];
+    const DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0];
     const ROWS: [usize; 7] = [1, 2, 3, 4, 5, 7, 9];
     const TOKENS: [usize; 7] = [1, 2, 3, 4, 5, 7, 17];
 
     /// Columns to test: odd lengths for floats (SIMD body plus scalar tail), 32 k for blocks.
     fn cols_of(dtype: DType) -> &'static [usize] {
         match dtype.block_len() {
-            1 => &[
-                1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 127, 255, 1023,
-            ],
+            1 => &[1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 127, 255, 1023],
             _ => &[32, 96, 224, 256, 416, 1024],
         }
     }
@@ -483,11 +442,7 @@ pub(crate) mod tests {
         let mut out = Vec::new();
         for x in xs.chunks_exact(w.cols) {
             for r in 0..w.rows {
-                scalar::dequant_row(
-                    w.dtype,
-                    &w.data[r * w.row_bytes()..][..w.row_bytes()],
-                    &mut row,
-                );
+                scalar::dequant_row(w.dtype, &w.data[r * w.row_bytes()..][..w.row_bytes()], &mut row);
                 out.push(row.iter().zip(x).map(|(a, b)| (a * b).abs()).sum());
             }
         }
@@ -501,10 +456,7 @@ pub(crate) mod tests {
     fn assert_close(got: &[f32], want: &[f32], mag: &[f32], what: &dyn core::fmt::Display) {
         assert_eq!(got.len(), want.len(), "{what}");
         for (i, ((g, w), m)) in got.iter().zip(want).zip(mag).enumerate() {
-            assert!(
-                (g - w).abs() <= BUDGET * m + f32::MIN_POSITIVE,
-                "{what}: [{i}] {g} vs {w} (magnitude {m})"
-            );
+            assert!((g - w).abs() <= BUDGET * m + f32::MIN_POSITIVE, "{what}: [{i}] {g} vs {w} (magnitude {m})");
         }
     }
 
@@ -538,9 +490,8 @@ pub(crate) mod tests {
                         let mut ys = vec![f32::NAN; n * rows];
                         let mut act = vec![0u8; act_scratch_len(cols) * group];
                         matmul(&w, &xs, &mut ys, &mut act);
-                        let what = format_args!(
-                            "{t} matmul {dtype:?} [{rows}, {cols}] x {n} tokens, {group} at a time"
-                        );
+                        let what =
+                            format_args!("{t} matmul {dtype:?} [{rows}, {cols}] x {n} tokens, {group} at a time");
                         assert_close(&ys, &want, &mag, &what);
                     }
                 }
@@ -598,11 +549,7 @@ pub(crate) mod tests {
         assert_eq!(tier(), Tier::Scalar);
         set(Some("sse9"));
         assert_eq!(init_from_env(), Err(TierError::UnknownName));
-        assert_eq!(
-            tier(),
-            Tier::Scalar,
-            "a refused value leaves the tier alone"
-        );
+        assert_eq!(tier(), Tier::Scalar, "a refused value leaves the tier alone");
         if let Some(missing) = Tier::ALL.into_iter().find(|&t| !tier::supported(t)) {
             set(Some(missing.name()));
             assert_eq!(init_from_env(), Err(TierError::Unsupported(missing)));
@@ -624,11 +571,7 @@ pub(crate) mod tests {
         x[127] = 127.0;
         let mut want = vec![0u8; act_scratch_len(x.len())];
         scalar::quantize_act(&x, &mut want);
-        assert_eq!(
-            &want[96..99],
-            &[(-16i8) as u8, (-14i8) as u8, (-14i8) as u8],
-            "ties go to even"
-        );
+        assert_eq!(&want[96..99], &[(-16i8) as u8, (-14i8) as u8, (-14i8) as u8], "ties go to even");
         for t in supported_tiers() {
             let Some(quantize) = act_quantizer(t) else {
                 continue;
@@ -665,15 +608,9 @@ pub(crate) mod tests {
                     .sum();
                 let exact = scalar::dot_row(dtype, bytes, &x);
                 let err = (want - exact).abs();
-                assert!(
-                    err <= bound * 1.001 + BUDGET * mag,
-                    "{dtype:?} row {r}: {want} vs {exact}, bound {bound}"
-                );
+                assert!(err <= bound * 1.001 + BUDGET * mag, "{dtype:?} row {r}: {want} vs {exact}, bound {bound}");
                 // Rounding errors largely cancel: far below the worst case.
-                assert!(
-                    err <= 0.2 * bound,
-                    "{dtype:?} row {r}: error {err}, worst case {bound}"
-                );
+                assert!(err <= 0.2 * bound, "{dtype:?} row {r}: error {err}, worst case {bound}");
             }
         }
     }
@@ -691,9 +628,7 @@ pub(crate) mod tests {
             }
         }
         let w = Matrix::new(DType::Q8_0, rows, cols, &bytes).unwrap();
-        let x: Vec<f32> = (0..cols)
-            .map(|c| if c % 3 == 0 { -1.0 } else { 1.0 })
-            .collect();
+        let x: Vec<f32> = (0..cols).map(|c| if c % 3 == 0 { -1.0 } else { 1.0 }).collect();
         let (want, mag) = (reference(&w, &x), magnitudes(&w, &x));
         for t in supported_tiers() {
             let mut y = vec![f32::NAN; rows];
@@ -722,10 +657,7 @@ pub(crate) mod tests {
     fn scratch_lengths() {
         assert_eq!(act_scratch_len(768), 768 + 24 * 4);
         assert_eq!(matmul_scratch_len(768, 3), 3 * act_scratch_len(768));
-        assert_eq!(
-            matmul_scratch_len(768, 1000),
-            MATMUL_TOKENS * act_scratch_len(768)
-        );
+        assert_eq!(matmul_scratch_len(768, 1000), MATMUL_TOKENS * act_scratch_len(768));
     }
 
     #[test]

@@ -13,21 +13,9 @@ use crate::quant::{bf16_le, f16_le, BlockQ4_0, BlockQ8_0, DType, QK};
 /// Exact dot product of one encoded row with `x` (f32 products, summed in order).
 pub fn dot_row(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
     match dtype {
-        DType::F32 => row
-            .chunks_exact(4)
-            .zip(x)
-            .map(|(b, &v)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * v)
-            .sum(),
-        DType::F16 => row
-            .chunks_exact(2)
-            .zip(x)
-            .map(|(b, &v)| f16_le([b[0], b[1]]) * v)
-            .sum(),
-        DType::BF16 => row
-            .chunks_exact(2)
-            .zip(x)
-            .map(|(b, &v)| bf16_le([b[0], b[1]]) * v)
-            .sum(),
+        DType::F32 => row.chunks_exact(4).zip(x).map(|(b, &v)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * v).sum(),
+        DType::F16 => row.chunks_exact(2).zip(x).map(|(b, &v)| f16_le([b[0], b[1]]) * v).sum(),
+        DType::BF16 => row.chunks_exact(2).zip(x).map(|(b, &v)| bf16_le([b[0], b[1]]) * v).sum(),
         DType::Q8_0 => {
             let blocks: &[BlockQ8_0] = bytemuck::cast_slice(row);
             blocks
@@ -88,11 +76,7 @@ fn round_even(v: f32) -> f32 {
 /// The scale stays f32 (ggml stores f16) since it never leaves the scratch.
 pub fn quantize_act(x: &[f32], out: &mut [u8]) {
     let (qs, ds) = out.split_at_mut(x.len());
-    for ((xs, q), d) in x
-        .chunks_exact(QK)
-        .zip(qs.chunks_exact_mut(QK))
-        .zip(ds.chunks_exact_mut(4))
-    {
+    for ((xs, q), d) in x.chunks_exact(QK).zip(qs.chunks_exact_mut(QK)).zip(ds.chunks_exact_mut(4)) {
         let amax = xs.iter().fold(0.0f32, |m, &v| m.max(v.abs()));
         let (scale, inv) = act_scale(amax);
         d.copy_from_slice(&scale.to_le_bytes());
@@ -136,9 +120,7 @@ pub fn dot_q4_0(row: &[u8], act: &[u8], cols: usize) -> f32 {
             let s: i32 =
                 b.qs.iter()
                     .zip(lo.iter().zip(hi))
-                    .map(|(&w, (&a0, &a1))| {
-                        ((w & 15) as i32 - 8) * a0 as i32 + ((w >> 4) as i32 - 8) * a1 as i32
-                    })
+                    .map(|(&w, (&a0, &a1))| ((w & 15) as i32 - 8) * a0 as i32 + ((w >> 4) as i32 - 8) * a1 as i32)
                     .sum();
             f16_le(b.d) * f32::from_le_bytes([d[0], d[1], d[2], d[3]]) * s as f32
         })
@@ -205,11 +187,7 @@ pub(crate) struct Float<D>(PhantomData<D>);
 impl<D: FloatType> Kernel for Float<D> {
     type Act = f32;
 
-    unsafe fn tile<const R: usize, const T: usize>(
-        w: [&[u8]; R],
-        a: [&[f32]; T],
-        _cols: usize,
-    ) -> [[f32; T]; R] {
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], _cols: usize) -> [[f32; T]; R] {
         tile_with(w, a, |w, x| dot_row(D::DTYPE, w, x))
     }
 }
@@ -220,11 +198,7 @@ pub(crate) struct Q8_0;
 impl Kernel for Q8_0 {
     type Act = u8;
 
-    unsafe fn tile<const R: usize, const T: usize>(
-        w: [&[u8]; R],
-        a: [&[u8]; T],
-        cols: usize,
-    ) -> [[f32; T]; R] {
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[u8]; T], cols: usize) -> [[f32; T]; R] {
         tile_with(w, a, |w, a| dot_q8_0(w, a, cols))
     }
 }
@@ -235,11 +209,7 @@ pub(crate) struct Q4_0;
 impl Kernel for Q4_0 {
     type Act = u8;
 
-    unsafe fn tile<const R: usize, const T: usize>(
-        w: [&[u8]; R],
-        a: [&[u8]; T],
-        cols: usize,
-    ) -> [[f32; T]; R] {
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[u8]; T], cols: usize) -> [[f32; T]; R] {
         tile_with(w, a, |w, a| dot_q4_0(w, a, cols))
     }
 }

@@ -30,13 +30,7 @@ pub enum Tier {
 
 impl Tier {
     /// Every tier, best last within each architecture.
-    pub const ALL: [Tier; 5] = [
-        Tier::Scalar,
-        Tier::Avx2,
-        Tier::Avx512,
-        Tier::Neon,
-        Tier::NeonDot,
-    ];
+    pub const ALL: [Tier; 5] = [Tier::Scalar, Tier::Avx2, Tier::Avx512, Tier::Neon, Tier::NeonDot];
 
     /// The name `KVM_KERNELS` takes (`avx2`).
     pub const fn name(self) -> &'static str {
@@ -94,18 +88,9 @@ pub const COMPILED: Tier = if cfg!(all(
     target_feature = "avx512vnni"
 )) {
     Tier::Avx512
-} else if cfg!(all(
-    target_arch = "x86_64",
-    target_feature = "avx2",
-    target_feature = "fma",
-    target_feature = "f16c"
-)) {
+} else if cfg!(all(target_arch = "x86_64", target_feature = "avx2", target_feature = "fma", target_feature = "f16c")) {
     Tier::Avx2
-} else if cfg!(all(
-    target_arch = "aarch64",
-    target_feature = "neon",
-    target_feature = "dotprod"
-)) {
+} else if cfg!(all(target_arch = "aarch64", target_feature = "neon", target_feature = "dotprod")) {
     Tier::NeonDot
 } else if cfg!(all(target_arch = "aarch64", target_feature = "neon")) {
     Tier::Neon
@@ -117,11 +102,7 @@ pub const COMPILED: Tier = if cfg!(all(
 const UNSET: u8 = u8::MAX;
 
 /// The active tier. Invariant: only ever holds a tier the CPU supports.
-static ACTIVE: AtomicU8 = AtomicU8::new(if cfg!(feature = "std") {
-    UNSET
-} else {
-    COMPILED as u8
-});
+static ACTIVE: AtomicU8 = AtomicU8::new(if cfg!(feature = "std") { UNSET } else { COMPILED as u8 });
 
 /// The tier the kernels dispatch on: the one last forced, else (with `std`) the best the
 /// CPU has, else [`COMPILED`].
@@ -167,12 +148,7 @@ pub fn supported(t: Tier) -> bool {
         match t {
             Tier::Scalar => true,
             Tier::Avx2 => avx2,
-            Tier::Avx512 => {
-                avx2 && has!("avx512f")
-                    && has!("avx512bw")
-                    && has!("avx512vl")
-                    && has!("avx512vnni")
-            }
+            Tier::Avx512 => avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512vnni"),
             Tier::Neon | Tier::NeonDot => false,
         }
     }
@@ -195,10 +171,7 @@ pub fn supported(t: Tier) -> bool {
 /// The best tier the running CPU supports.
 #[cfg(feature = "std")]
 pub fn detect() -> Tier {
-    [Tier::Avx512, Tier::Avx2, Tier::NeonDot, Tier::Neon]
-        .into_iter()
-        .find(|&t| supported(t))
-        .unwrap_or(Tier::Scalar)
+    [Tier::Avx512, Tier::Avx2, Tier::NeonDot, Tier::Neon].into_iter().find(|&t| supported(t)).unwrap_or(Tier::Scalar)
 }
 
 /// Why [`init_from_env`] refused `KVM_KERNELS`.
@@ -217,9 +190,7 @@ pub enum TierError {
 impl fmt::Display for TierError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TierError::UnknownName => {
-                f.write_str("KVM_KERNELS must be one of scalar, avx2, avx512, neon, neondot")
-            }
+            TierError::UnknownName => f.write_str("KVM_KERNELS must be one of scalar, avx2, avx512, neon, neondot"),
             TierError::Unsupported(t) => write!(f, "KVM_KERNELS={t}: this CPU does not support it"),
         }
     }
@@ -241,10 +212,7 @@ pub fn init_from_env() -> Result<Tier, TierError> {
         None => detect(),
         Some(v) if v.is_empty() => detect(),
         Some(v) => {
-            let t = v
-                .to_str()
-                .and_then(Tier::from_name)
-                .ok_or(TierError::UnknownName)?;
+            let t = v.to_str().and_then(Tier::from_name).ok_or(TierError::UnknownName)?;
             if !supported(t) {
                 return Err(TierError::Unsupported(t));
             }

@@ -85,12 +85,7 @@ impl Widen8 for F32 {
     #[target_feature(enable = "neon")]
     unsafe fn load8(p: *const u8) -> [float32x4_t; 2] {
         // SAFETY: 32 readable bytes; byte loads need no alignment.
-        unsafe {
-            [
-                vreinterpretq_f32_u8(vld1q_u8(p)),
-                vreinterpretq_f32_u8(vld1q_u8(p.add(16))),
-            ]
-        }
+        unsafe { [vreinterpretq_f32_u8(vld1q_u8(p)), vreinterpretq_f32_u8(vld1q_u8(p.add(16)))] }
     }
 }
 
@@ -110,10 +105,7 @@ impl Widen8 for BF16 {
     unsafe fn load8(p: *const u8) -> [float32x4_t; 2] {
         // SAFETY: 16 readable bytes. bf16 is the top half of an f32.
         let h = vreinterpretq_u16_u8(unsafe { vld1q_u8(p) });
-        [
-            vreinterpretq_f32_u32(vshll_n_u16::<16>(vget_low_u16(h))),
-            vreinterpretq_f32_u32(vshll_high_n_u16::<16>(h)),
-        ]
+        [vreinterpretq_f32_u32(vshll_n_u16::<16>(vget_low_u16(h))), vreinterpretq_f32_u32(vshll_high_n_u16::<16>(h))]
     }
 }
 
@@ -125,11 +117,7 @@ impl<W: Widen8> Kernel for Float<W> {
     type Act = f32;
 
     #[target_feature(enable = "neon")]
-    unsafe fn tile<const R: usize, const T: usize>(
-        w: [&[u8]; R],
-        a: [&[f32]; T],
-        cols: usize,
-    ) -> [[f32; T]; R] {
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], cols: usize) -> [[f32; T]; R] {
         let es = W::DTYPE.block_bytes();
         let body = cols - cols % 8;
         let mut acc = [[vdupq_n_f32(0.0); T]; R];
@@ -138,12 +126,7 @@ impl<W: Widen8> Kernel for Float<W> {
             let mut x = [[vdupq_n_f32(0.0); 2]; T];
             for t in 0..T {
                 // SAFETY: `a[t]` holds `cols > c + 7` floats.
-                x[t] = unsafe {
-                    [
-                        vld1q_f32(a[t].as_ptr().add(c)),
-                        vld1q_f32(a[t].as_ptr().add(c + 4)),
-                    ]
-                };
+                x[t] = unsafe { [vld1q_f32(a[t].as_ptr().add(c)), vld1q_f32(a[t].as_ptr().add(c + 4))] };
             }
             for r in 0..R {
                 // SAFETY: `w[r]` holds `cols` weights of `es` bytes.
@@ -157,8 +140,7 @@ impl<W: Widen8> Kernel for Float<W> {
         let mut out = [[0.0; T]; R];
         for r in 0..R {
             for t in 0..T {
-                out[r][t] = vaddvq_f32(acc[r][t])
-                    + scalar::dot_row(W::DTYPE, &w[r][body * es..], &a[t][body..]);
+                out[r][t] = vaddvq_f32(acc[r][t]) + scalar::dot_row(W::DTYPE, &w[r][body * es..], &a[t][body..]);
             }
         }
         out
@@ -276,11 +258,7 @@ impl<B: Blocks32> Kernel for Quant<B, Mull> {
     type Act = u8;
 
     #[target_feature(enable = "neon")]
-    unsafe fn tile<const R: usize, const T: usize>(
-        w: [&[u8]; R],
-        a: [&[u8]; T],
-        cols: usize,
-    ) -> [[f32; T]; R] {
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[u8]; T], cols: usize) -> [[f32; T]; R] {
         // SAFETY: forwarded; NEON is enabled here.
         unsafe { quant_tile::<B, Mull, R, T>(w, a, cols) }
     }
@@ -290,11 +268,7 @@ impl<B: Blocks32> Kernel for Quant<B, SDot> {
     type Act = u8;
 
     #[target_feature(enable = "neon,dotprod")]
-    unsafe fn tile<const R: usize, const T: usize>(
-        w: [&[u8]; R],
-        a: [&[u8]; T],
-        cols: usize,
-    ) -> [[f32; T]; R] {
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[u8]; T], cols: usize) -> [[f32; T]; R] {
         // SAFETY: forwarded; NEON and dotprod are enabled here.
         unsafe { quant_tile::<B, SDot, R, T>(w, a, cols) }
     }
@@ -321,8 +295,7 @@ unsafe fn quant_tile<B: Blocks32, D: Dot32, const R: usize, const T: usize>(
             for t in 0..T {
                 let p = a[t].as_ptr().add(b * QK).cast::<i8>();
                 av[t] = [vld1q_s8(p), vld1q_s8(p.add(16))];
-                ad[t] =
-                    f32::from_le_bytes(a[t].as_ptr().add(cols + 4 * b).cast::<[u8; 4]>().read());
+                ad[t] = f32::from_le_bytes(a[t].as_ptr().add(cols + 4 * b).cast::<[u8; 4]>().read());
             }
             for r in 0..R {
                 let p = w[r].as_ptr().add(b * bb);
@@ -354,28 +327,20 @@ unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
     debug_assert_eq!(out.len(), crate::kernels::act_scratch_len(cols));
     for (b, xs) in x.chunks_exact(QK).enumerate() {
         // SAFETY: `xs` holds 32 floats.
-        let v: [float32x4_t; 8] =
-            core::array::from_fn(|i| unsafe { vld1q_f32(xs.as_ptr().add(4 * i)) });
-        let m = v
-            .iter()
-            .fold(vdupq_n_f32(0.0), |m, &v| vmaxq_f32(m, vabsq_f32(v)));
+        let v: [float32x4_t; 8] = core::array::from_fn(|i| unsafe { vld1q_f32(xs.as_ptr().add(4 * i)) });
+        let m = v.iter().fold(vdupq_n_f32(0.0), |m, &v| vmaxq_f32(m, vabsq_f32(v)));
         let (d, inv) = scalar::act_scale(vmaxvq_f32(m));
         let q: [int32x4_t; 8] = core::array::from_fn(|i| vcvtnq_s32_f32(vmulq_n_f32(v[i], inv)));
         let q16: [int16x8_t; 4] =
             core::array::from_fn(|i| vcombine_s16(vqmovn_s32(q[2 * i]), vqmovn_s32(q[2 * i + 1])));
-        let q8 = [
-            vcombine_s8(vqmovn_s16(q16[0]), vqmovn_s16(q16[1])),
-            vcombine_s8(vqmovn_s16(q16[2]), vqmovn_s16(q16[3])),
-        ];
+        let q8 =
+            [vcombine_s8(vqmovn_s16(q16[0]), vqmovn_s16(q16[1])), vcombine_s8(vqmovn_s16(q16[2]), vqmovn_s16(q16[3]))];
         // SAFETY: `out` holds `cols` values then `cols / QK` scales.
         unsafe {
             let p = out.as_mut_ptr().add(b * QK).cast::<i8>();
             vst1q_s8(p, q8[0]);
             vst1q_s8(p.add(16), q8[1]);
-            out.as_mut_ptr()
-                .add(cols + 4 * b)
-                .cast::<[u8; 4]>()
-                .write(d.to_le_bytes());
+            out.as_mut_ptr().add(cols + 4 * b).cast::<[u8; 4]>().write(d.to_le_bytes());
         }
     }
 }
@@ -429,10 +394,7 @@ unsafe fn blocks_row<B: Blocks32>(row: &[u8], out: &mut [f32]) {
             for (i, &h) in q.iter().enumerate() {
                 let q16 = [vmovl_s8(vget_low_s8(h)), vmovl_high_s8(h)];
                 for (j, &v) in q16.iter().enumerate() {
-                    let f = [
-                        vcvtq_f32_s32(vmovl_s16(vget_low_s16(v))),
-                        vcvtq_f32_s32(vmovl_high_s16(v)),
-                    ];
+                    let f = [vcvtq_f32_s32(vmovl_s16(vget_low_s16(v))), vcvtq_f32_s32(vmovl_high_s16(v))];
                     let o = o.as_mut_ptr().add(16 * i + 8 * j);
                     vst1q_f32(o, vmulq_n_f32(f[0], d));
                     vst1q_f32(o.add(4), vmulq_n_f32(f[1], d));

@@ -98,11 +98,7 @@ impl<W: Widen8> Kernel for Float<W> {
     type Act = f32;
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn tile<const R: usize, const T: usize>(
-        w: [&[u8]; R],
-        a: [&[f32]; T],
-        cols: usize,
-    ) -> [[f32; T]; R] {
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], cols: usize) -> [[f32; T]; R] {
         let es = W::DTYPE.block_bytes();
         let body = cols - cols % 8;
         let ahead = R * w[0].len();
@@ -131,8 +127,7 @@ impl<W: Widen8> Kernel for Float<W> {
         let mut out = [[0.0; T]; R];
         for r in 0..R {
             for t in 0..T {
-                out[r][t] =
-                    hsum(acc[r][t]) + scalar::dot_row(W::DTYPE, &w[r][body * es..], &a[t][body..]);
+                out[r][t] = hsum(acc[r][t]) + scalar::dot_row(W::DTYPE, &w[r][body * es..], &a[t][body..]);
             }
         }
         out
@@ -235,16 +230,7 @@ pub(super) unsafe fn scales<const R: usize>(w: [&[u8]; R], off: usize) -> __m128
             0
         }
     };
-    _mm_cvtph_ps(_mm_setr_epi16(
-        bits(0),
-        bits(1),
-        bits(2),
-        bits(3),
-        0,
-        0,
-        0,
-        0,
-    ))
+    _mm_cvtph_ps(_mm_setr_epi16(bits(0), bits(1), bits(2), bits(3), 0, 0, 0, 0))
 }
 
 /// Block `b`'s scale in a q8 activation of `cols` values.
@@ -267,11 +253,7 @@ impl<B: Blocks32> Kernel for Quant<B> {
     type Act = u8;
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn tile<const R: usize, const T: usize>(
-        w: [&[u8]; R],
-        a: [&[u8]; T],
-        cols: usize,
-    ) -> [[f32; T]; R] {
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[u8]; T], cols: usize) -> [[f32; T]; R] {
         const { assert!(R <= 4, "one f16 conversion covers 4 rows") };
         let bb = B::DTYPE.block_bytes();
         let ahead = R * w[0].len();
@@ -310,20 +292,11 @@ impl<B: Blocks32> Kernel for Quant<B> {
                 };
                 for t in 0..T {
                     let s32 = if biased {
-                        _mm256_sub_epi32(
-                            _mm256_madd_epi16(_mm256_maddubs_epi16(uw, av[t]), ones),
-                            corr[t],
-                        )
+                        _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(uw, av[t]), ones), corr[t])
                     } else {
-                        _mm256_madd_epi16(
-                            _mm256_maddubs_epi16(uw, _mm256_sign_epi8(av[t], wv)),
-                            ones,
-                        )
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(uw, _mm256_sign_epi8(av[t], wv)), ones)
                     };
-                    let d = _mm256_permutevar8x32_ps(
-                        _mm256_castps128_ps256(_mm_mul_ps(dw, ad[t])),
-                        lane[r],
-                    );
+                    let d = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_mul_ps(dw, ad[t])), lane[r]);
                     acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s32), acc[r][t]);
                 }
             }
@@ -352,8 +325,7 @@ pub(super) unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
     let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (b, xs) in x.chunks_exact(QK).enumerate() {
         // SAFETY: `xs` holds 32 floats.
-        let v: [__m256; 4] =
-            core::array::from_fn(|i| unsafe { _mm256_loadu_ps(xs.as_ptr().add(8 * i)) });
+        let v: [__m256; 4] = core::array::from_fn(|i| unsafe { _mm256_loadu_ps(xs.as_ptr().add(8 * i)) });
         let m = _mm256_max_ps(
             _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
             _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])),
@@ -364,23 +336,15 @@ pub(super) unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
         let (d, inv) = scalar::act_scale(amax);
         let inv = _mm256_set1_ps(inv);
         let q: [__m256i; 4] = core::array::from_fn(|i| {
-            let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-                _mm256_mul_ps(v[i], inv),
-            );
+            let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(v[i], inv));
             _mm256_cvtps_epi32(r)
         });
-        let q16 = [
-            _mm256_packs_epi32(q[0], q[1]),
-            _mm256_packs_epi32(q[2], q[3]),
-        ];
+        let q16 = [_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])];
         let q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16[0], q16[1]), order);
         // SAFETY: `out` holds `cols` values then `cols / QK` scales.
         unsafe {
             _mm256_storeu_si256(out.as_mut_ptr().add(b * QK).cast(), q8);
-            out.as_mut_ptr()
-                .add(cols + 4 * b)
-                .cast::<[u8; 4]>()
-                .write(d.to_le_bytes());
+            out.as_mut_ptr().add(cols + 4 * b).cast::<[u8; 4]>().write(d.to_le_bytes());
         }
     }
 }

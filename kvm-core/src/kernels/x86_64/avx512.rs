@@ -76,11 +76,7 @@ impl<W: Widen16> Kernel for Float<W> {
     type Act = f32;
 
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn tile<const R: usize, const T: usize>(
-        w: [&[u8]; R],
-        a: [&[f32]; T],
-        cols: usize,
-    ) -> [[f32; T]; R] {
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], cols: usize) -> [[f32; T]; R] {
         let es = W::DTYPE.block_bytes();
         let body = cols - cols % 16;
         let ahead = R * w[0].len();
@@ -109,8 +105,8 @@ impl<W: Widen16> Kernel for Float<W> {
         let mut out = [[0.0; T]; R];
         for r in 0..R {
             for t in 0..T {
-                out[r][t] = _mm512_reduce_add_ps(acc[r][t])
-                    + scalar::dot_row(W::DTYPE, &w[r][body * es..], &a[t][body..]);
+                out[r][t] =
+                    _mm512_reduce_add_ps(acc[r][t]) + scalar::dot_row(W::DTYPE, &w[r][body * es..], &a[t][body..]);
             }
         }
         out
@@ -126,11 +122,7 @@ impl<B: Blocks32> Kernel for Quant<B> {
     type Act = u8;
 
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn tile<const R: usize, const T: usize>(
-        w: [&[u8]; R],
-        a: [&[u8]; T],
-        cols: usize,
-    ) -> [[f32; T]; R] {
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[u8]; T], cols: usize) -> [[f32; T]; R] {
         let bb = B::DTYPE.block_bytes();
         let ahead = R * w[0].len();
         let bias = _mm256_set1_epi8(B::BIAS as u8 as i8);
@@ -159,10 +151,7 @@ impl<B: Blocks32> Kernel for Quant<B> {
                 let wb = unsafe { B::load_biased(p) };
                 for t in 0..T {
                     let s32 = _mm256_dpbusd_epi32(init[t], wb, av[t]);
-                    let d = _mm256_permutevar8x32_ps(
-                        _mm256_castps128_ps256(_mm_mul_ps(dw, ad[t])),
-                        lane[r],
-                    );
+                    let d = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_mul_ps(dw, ad[t])), lane[r]);
                     acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s32), acc[r][t]);
                 }
             }

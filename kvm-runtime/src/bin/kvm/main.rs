@@ -1,1 +1,76 @@
-fn main() {}
+//! `kvm`: run KVM language models from the command line.
+//!
+//! Every error prints one line on stderr and exits non-zero; no subcommand panics on bad
+//! input (a panic hook turns an internal bug into one line too).
+
+mod generate;
+mod info;
+mod logits;
+mod perplexity;
+mod tokenize;
+mod tokens;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "kvm", version, about = "Run Key-Value Means language models in constant memory")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Print a model's config, tensors, arena size and kernel tier.
+    Info {
+        #[arg(long)]
+        model: PathBuf,
+    },
+    /// Run tokens through a model and write every position's logits as float32 .npy.
+    Logits(logits::Args),
+    /// Score a text file with the model's own state; bits per token/byte, perplexity.
+    Perplexity(perplexity::Args),
+    /// Generate text from a prompt, streaming it as it comes.
+    Generate(generate::Args),
+    /// Print the token ids of a text.
+    Tokenize(tokenize::Args),
+}
+
+/// Name of the matrix kernel tier in use.
+pub fn kernel_tier() -> &'static str {
+    kvm_core::kernels::tier().name()
+}
+
+fn main() -> ExitCode {
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned());
+        eprintln!("kvm: internal error: {}", msg.unwrap_or_else(|| "panic".into()));
+    }));
+    let cli = Cli::parse();
+    // The best kernels this CPU runs, unless KVM_KERNELS forces a tier.
+    if let Err(e) = kvm_core::kernels::init_from_env() {
+        eprintln!("kvm: error: {e}");
+        return ExitCode::FAILURE;
+    }
+    let result = match cli.cmd {
+        Cmd::Info { model } => info::run(&model),
+        Cmd::Logits(args) => logits::run(&args),
+        Cmd::Perplexity(args) => perplexity::run(&args),
+        Cmd::Generate(args) => generate::run(&args),
+        Cmd::Tokenize(args) => tokenize::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kvm: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! `config.json` of an HF KVM checkpoint -> [`kvm_core::Config`] (spec §1).
+//!
+//! Missing fields take the reference's defaults; fields of other mixers are ignored;
+//! configs that need code paths kvm does not implement are refused by name.
+
+use anyhow::{anyhow, bail, Context, Result};
+use kvm_core::config::{flags, Config, StateBudget};
+use serde_json::Value;
+
+/// Reads the KVM-relevant fields of a parsed `config.json`. `d_vgate` (the value-gate
+/// LoRA rank) is not in the config; the caller passes the checkpoint's.
+pub fn parse(json: &Value, d_vgate: u32) -> Result<Config> {
+    let obj = json.as_object().ok_or_else(|| anyhow!("config.json is not a JSON object"))?;
+    let get = |k: &str| obj.get(k).filter(|v| !v.is_null());
+    let num = |k: &str, default: Option<f64>| -> Result<f64> {
+        match get(k) {
+            Some(Value::Bool(b)) => Ok(*b as u8 as f64),
+            Some(v) => v.as_f64().ok_or_else(|| anyhow!("config field `{k}` is not a number: {v}")),
+            None => default.ok_or_else(|| anyhow!("config field `{k}` is missing")),
+        }
+    };
+    let uint = |k: &str, default: Option<f64>| -> Result<u32> {
+        let v = num(k, default)?;
+        if v < 0.0 || v.fract() != 0.0 || v > u32::MAX as f64 {
+            bail!("config field `{k}` must be a non-negative integer, got {v}");
+        }
+        Ok(v as u32)
+    };
+    let flag = |k: &str, default: bool| -> Result<bool> { Ok(num(k, Some(default as u8 as f64))? != 0.0) };
+    let string = |k: &str, default: &str| -> Result<String> {
+        match get(k) {
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(v) => bail!("config field `{k}` is not a string: {v}"),
+            None => Ok(default.to_string()),
+        }
+    };
+
+    // Refuse what the KVM path of the reference does not compute as spec'd.
+    let mixer = string("token_mixer", "kvm")?;
+    if mixer != "kvm" {
+        bail!("config field `token_mixer` is {mixer:?}: only \"kvm\" is supported");
+    }
+    if flag("use_skip_connections", false)? {
+        bail!("config field `use_skip_connections` is set: U-Net skip connections are not supported");
+    }
+    if flag("use_block_lambdas", false)? {
+        bail!("config field `use_block_lambdas` is set: block lambdas are not supported");
+    }
+    let alt = num("alt_layer_every", Some(-1.0))?;
+    if alt > 0.0 {
+        bail!("config field `alt_layer_every` is {alt}: hybrid layer stacks are not supported");
+    }
+    let value_residual = flag("use_value_residual", true)?;
+    let vres_mode = string("kvm_value_residual_mode", "rwkv")?;
+    if value_residual && vres_mode != "rwkv" {
+        bail!("config field `kvm_value_residual_mode` is {vres_mode:?}: only \"rwkv\" is supported");
+    }
+    let tokenshift_att = flag("use_tokenshift_att", false)?;
+    let ts_mode = string("kvm_token_shift_mode", "rwkv")?;
+    if tokenshift_att && ts_mode != "rwkv" {
+        bail!("config field `kvm_token_shift_mode` is {ts_mode:?}: only \"rwkv\" is supported");
+    }
+
+    let d_model = uint("hidden_size", None)?;
+    let n_heads = uint("num_attention_heads", None)?;
+    if n_heads == 0 {
+        bail!("config field `num_attention_heads` is 0");
+    }
+    let d_head = get("d_head").map(|_| uint("d_head", None)).transpose()?;
+    let d_qk = get("d_qk_head").map(|_| uint("d_qk_head", None)).transpose()?.or(d_head).unwrap_or(d_model / n_heads);
+    let d_v = get("d_v_head").map(|_| uint("d_v_head", None)).transpose()?.or(d_head).unwrap_or(d_model / n_heads);
+    let ffn = num("ffn_expansion", Some(4.0))?;
+    let d_ff = ((ffn * d_model as f64).floor() as u64 / 32 * 32) as u32;
+    let rope_dim = num("rope_partial_dim", Some(64.0))?;
+    if rope_dim < 2.0 || rope_dim.fract() != 0.0 || rope_dim as u32 % 2 != 0 || rope_dim as u32 > d_qk {
+        bail!("config field `rope_partial_dim` is {rope_dim}: it must be even and in [2, d_qk = {d_qk}]");
+    }
+    let budget = match string("state_budget_mode", "fixed")?.as_str() {
+        "fixed" => StateBudget::Fixed,
+        "power_law" => StateBudget::PowerLaw {
+            factor: num("state_growth_factor", Some(1.0))?,
+            exponent: num("state_growth_exponent", Some(0.5))?,
+        },
+        "kvm_saturation" => StateBudget::Saturation {
+            n: num("state_saturation_n", None).context("`state_budget_mode` \"kvm_saturation\" needs it")?,
+        },
+        other => bail!("config field `state_budget_mode` is {other:?}: expected fixed, power_law or kvm_saturation"),
+    };
+    let state_min_len = num("state_min_len", Some(-1.0))?;
+    if state_min_len.fract() != 0.0 || state_min_len < -1.0 || state_min_len > i32::MAX as f64 {
+        bail!("config field `state_min_len` is {state_min_len}: expected an integer >= -1");
+    }
+    // The reference reads `residual_scale or 1.0`: 0 (like null) means 1.
+    let residual_scale = match num("residual_scale", Some(1.0))? {
+        0.0 => 1.0,
+        r => r,
+    };
+
+    let mut f = 0;
+    for (on, bit) in [
+        (tokenshift_att, flags::TOKENSHIFT_ATT),
+        (flag("use_tokenshift_ffn", false)?, flags::TOKENSHIFT_FFN),
+        (value_residual, flags::VALUE_RESIDUAL),
+        (flag("kvm_use_merge_gate_keys", true)?, flags::MERGE_GATE_KEYS),
+        (flag("kvm_use_merge_gate_values", true)?, flags::MERGE_GATE_VALUES),
+        (flag("kvm_use_head_temps", true)?, flags::HEAD_TEMPS),
+        (flag("kvm_use_vlens", true)?, flags::VLENS),
+        (flag("kvm_apply_merge_gate_to_initial_state", false)?, flags::GATE_INITIAL_STATE),
+        (flag("kvm_apply_merge_gate_to_appends", true)?, flags::GATE_APPENDS),
+    ] {
+        if on {
+            f |= bit;
+        }
+    }
+    let cfg = Config {
+        vocab_len: uint("vocab_size", None)?,
+        n_layers: uint("num_hidden_layers", None)?,
+        n_heads,
+        d_model,
+        d_qk,
+        d_v,
+        d_ff,
+        d_vgate: if value_residual { d_vgate } else { 0 },
+        rope_dim: rope_dim as u32,
+        rope_theta: num("rope_theta", Some(10000.0))?,
+        chunk_len: uint("chunk_len", Some(256.0))?,
+        window_chunks: uint("n_bswa_chunks", Some(2.0))?,
+        max_state_chunks: uint("n_max_d_chunks", Some(1.0))?,
+        budget,
+        state_min_len: state_min_len as i32,
+        state_round_down: uint("state_round_down", Some(1.0))?,
+        sink_len: uint("sink_len", Some(1.0))?,
+        logit_softcap: num("logit_softcap", Some(0.0))? as f32,
+        residual_scale: residual_scale as f32,
+        flags: f,
+    };
+    cfg.validate().map_err(|e| anyhow!("config.json: {e}"))?;
+    Ok(cfg)
+}

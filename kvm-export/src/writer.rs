@@ -1,0 +1,155 @@
+//! Writes a model file (format v1) one tensor at a time: peak memory is about one
+//! tensor in f32 plus its encoding.
+
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use kvm_core::config::Config;
+use kvm_core::format::{
+    self, crc32, crc32_update, Header, Role, TensorEntry, TokenizerKind, ENTRY_LEN, HEADER_LEN, TENSOR_ALIGN,
+};
+use kvm_core::kernels::{self, Matrix};
+use kvm_core::quant::DType;
+use kvm_core::state::Layout;
+
+/// What one tensor became.
+#[derive(Debug, Clone)]
+pub struct TensorReport {
+    pub name: String,
+    pub dtype: DType,
+    pub rows: u32,
+    pub cols: u32,
+    pub bytes: u64,
+    /// Root-mean-square and worst absolute error of the stored weights vs the source.
+    pub rmse: f64,
+    pub max_abs: f64,
+}
+
+/// What the whole file became.
+#[derive(Debug, Clone)]
+pub struct WriteReport {
+    pub tensors: Vec<TensorReport>,
+    pub file_len: u64,
+    pub arena_len: u64,
+    /// Largest number of bytes held for one tensor at once (source f32 + encoding).
+    pub peak_tensor_bytes: u64,
+}
+
+/// The tensor name as the checkpoint spells it.
+pub fn hf_name(role: Role, layer: u16) -> String {
+    role.hf_name().replace("{}", &layer.to_string())
+}
+
+/// Encodes `src` (`[rows, cols]` f32) as `dtype`, row by row.
+pub fn encode(dtype: DType, cols: usize, src: &[f32]) -> Result<Vec<u8>> {
+    let row_bytes =
+        dtype.row_bytes(cols).with_context(|| format!("{cols} columns do not fit {} blocks", dtype.name()))?;
+    let rows = src.len() / cols.max(1);
+    let mut out = vec![0u8; rows * row_bytes];
+    for (s, d) in src.chunks_exact(cols).zip(out.chunks_exact_mut(row_bytes)) {
+        kvm_core::quant::quantize_row(dtype, s, d).map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    Ok(out)
+}
+
+/// Writes `path`: `cfg`, the tokenizer section, and every tensor of the config in
+/// canonical order, each fetched from `source` (f32, `[rows, cols]` row-major) and
+/// stored as `dtype_for(role, rows, cols)`.
+pub fn write_model(
+    path: &Path,
+    cfg: &Config,
+    tokenizer: (TokenizerKind, &[u8]),
+    dtype_for: &dyn Fn(Role, u32, u32) -> DType,
+    source: &mut dyn FnMut(Role, u16, u32, u32) -> Result<Vec<f32>>,
+    on_tensor: &mut dyn FnMut(&TensorReport),
+) -> Result<WriteReport> {
+    cfg.validate().map_err(|e| anyhow::anyhow!("config: {e}"))?;
+    let state_capacity = cfg.natural_state_len();
+    let layout = Layout::new(cfg, state_capacity).map_err(|e| anyhow::anyhow!("arena: {e}"))?;
+    let tensors: Vec<(Role, u16)> = format::canonical_tensors(cfg).collect();
+    let align = |x: u64| x.div_ceil(TENSOR_ALIGN as u64) * TENSOR_ALIGN as u64;
+    let table_offset = HEADER_LEN as u64;
+    let table_len = (tensors.len() * ENTRY_LEN) as u64;
+    let tokenizer_offset = table_offset + table_len;
+    let mut offset = align(tokenizer_offset + tokenizer.1.len() as u64);
+
+    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut w = BufWriter::with_capacity(1 << 20, file);
+    // Header and table are written last, once every offset and checksum is known.
+    w.write_all(&vec![0u8; tokenizer_offset as usize])?;
+    w.write_all(tokenizer.1)?;
+    w.write_all(&vec![0u8; (offset - tokenizer_offset - tokenizer.1.len() as u64) as usize])?;
+
+    let mut entries = Vec::with_capacity(tensors.len());
+    let mut reports = Vec::with_capacity(tensors.len());
+    let mut peak = 0u64;
+    for &(role, layer) in &tensors {
+        let name = hf_name(role, layer);
+        let (rows, cols) = role.shape(cfg).expect("canonical tensors have shapes");
+        let src = source(role, layer, rows, cols).with_context(|| format!("tensor {name}"))?;
+        if src.len() != rows as usize * cols as usize {
+            bail!("tensor {name}: {} values for shape [{rows}, {cols}]", src.len());
+        }
+        if let Some(bad) = src.iter().position(|v| !v.is_finite()) {
+            bail!("tensor {name}: value {} at index {bad} is not finite", src[bad]);
+        }
+        let dtype = if role.is_matrix() { dtype_for(role, rows, cols) } else { DType::F32 };
+        let data = encode(dtype, cols as usize, &src).with_context(|| format!("tensor {name}"))?;
+        let (rmse, max_abs) = error_stats(dtype, rows as usize, cols as usize, &data, &src)?;
+        let pad = align(offset + data.len() as u64) - (offset + data.len() as u64);
+        w.write_all(&data)?;
+        w.write_all(&vec![0u8; pad as usize])?;
+        entries.push(TensorEntry { role, layer, dtype, rows, cols, offset, len: data.len() as u64, crc: crc32(&data) });
+        peak = peak.max((src.len() * 4 + data.len()) as u64);
+        let report = TensorReport { name, dtype, rows, cols, bytes: data.len() as u64, rmse, max_abs };
+        on_tensor(&report);
+        reports.push(report);
+        offset += data.len() as u64 + pad;
+    }
+    let file_len = offset;
+
+    let mut table = Vec::with_capacity(table_len as usize);
+    for e in &entries {
+        table.extend_from_slice(&e.encode());
+    }
+    let header = Header {
+        minor: format::VERSION_MINOR,
+        file_len,
+        arena_len: layout.arena_len() as u64,
+        state_capacity: state_capacity as u32,
+        n_tensors: entries.len() as u32,
+        table_offset,
+        table_len,
+        table_crc: crc32(&table),
+        tokenizer_kind: tokenizer.0,
+        tokenizer_offset,
+        tokenizer_len: tokenizer.1.len() as u64,
+        tokenizer_crc: crc32_update(0, tokenizer.1),
+        config: *cfg,
+    };
+    let mut head = [0u8; HEADER_LEN];
+    header.encode(&mut head);
+    w.seek(SeekFrom::Start(0))?;
+    w.write_all(&head)?;
+    w.write_all(&table)?;
+    w.flush()?;
+    Ok(WriteReport { tensors: reports, file_len, arena_len: layout.arena_len() as u64, peak_tensor_bytes: peak })
+}
+
+/// RMSE and max |error| of the encoded tensor against its source.
+fn error_stats(dtype: DType, rows: usize, cols: usize, data: &[u8], src: &[f32]) -> Result<(f64, f64)> {
+    let m = Matrix::new(dtype, rows, cols, data).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut row = vec![0f32; cols];
+    let (mut sq, mut max) = (0f64, 0f64);
+    for r in 0..rows {
+        kernels::dequant_row(&m, r, &mut row);
+        for (a, b) in row.iter().zip(&src[r * cols..(r + 1) * cols]) {
+            let e = (*a as f64 - *b as f64).abs();
+            sq += e * e;
+            max = max.max(e);
+        }
+    }
+    Ok(((sq / (rows * cols).max(1) as f64).sqrt(), max))
+}

@@ -1,0 +1,67 @@
+//! `kvm info`: what a model file holds and what running it costs.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Result;
+use kvm_core::config::{flags, StateBudget};
+use kvm_runtime::file::ModelFile;
+
+pub fn run(path: &Path) -> Result<()> {
+    let file = ModelFile::open(path)?;
+    let model = file.model()?;
+    let h = model.header();
+    let c = model.config();
+    println!("model          {}", path.display());
+    println!("format         v{}.{}, {} bytes", kvm_core::format::VERSION_MAJOR, h.minor, h.file_len);
+    println!("vocab_len      {}", c.vocab_len);
+    println!("n_layers       {}", c.n_layers);
+    println!("d_model        {}", c.d_model);
+    println!("n_heads        {} (d_qk {}, d_v {})", c.n_heads, c.d_qk, c.d_v);
+    println!("d_ff           {}", c.d_ff);
+    println!("chunk_len      {}", c.chunk_len);
+    println!("window_len     {} ({} chunks)", c.window_len(), c.window_chunks);
+    let budget = match c.budget {
+        StateBudget::Fixed => format!("fixed, state_min_len {}", c.state_min_len),
+        StateBudget::PowerLaw { factor, exponent } => format!("power_law {factor} * ctx^{exponent}"),
+        StateBudget::Saturation { n } => format!("kvm_saturation n={n}"),
+    };
+    println!("state          {budget}; {} slots max, sink {}", h.state_capacity, c.sink_len);
+    println!("rope           {} dims, theta {}", c.rope_dim, c.rope_theta);
+    let names = [
+        (flags::TOKENSHIFT_ATT, "tokenshift_att"),
+        (flags::TOKENSHIFT_FFN, "tokenshift_ffn"),
+        (flags::VALUE_RESIDUAL, "value_residual"),
+        (flags::MERGE_GATE_KEYS, "merge_gate_keys"),
+        (flags::MERGE_GATE_VALUES, "merge_gate_values"),
+        (flags::HEAD_TEMPS, "head_temps"),
+        (flags::VLENS, "vlens"),
+        (flags::GATE_INITIAL_STATE, "gate_initial_state"),
+        (flags::GATE_APPENDS, "gate_appends"),
+    ];
+    let on: Vec<&str> = names.iter().filter(|(f, _)| c.has(*f)).map(|(_, n)| *n).collect();
+    println!("flags          {}", on.join(" "));
+    if c.logit_softcap != 0.0 {
+        println!("logit_softcap  {}", c.logit_softcap);
+    }
+    println!("tokenizer      {:?}", h.tokenizer_kind);
+    let mut by_dtype: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
+    let mut total = 0;
+    for t in model.tensors() {
+        let e = by_dtype.entry(t.dtype.name()).or_default();
+        e.0 += 1;
+        e.1 += t.len;
+        total += t.len;
+    }
+    for (d, (n, bytes)) in &by_dtype {
+        println!("tensors        {n:>4} x {d:<5} {bytes:>12} bytes");
+    }
+    println!("weights        {total} bytes");
+    println!(
+        "arena          {} bytes ({} of state)",
+        model.arena_len(),
+        kvm_core::state::Layout::new(c, h.state_capacity as usize).map(|l| l.snapshot_len()).unwrap_or(0)
+    );
+    println!("kernel tier    {}", crate::kernel_tier());
+    Ok(())
+}

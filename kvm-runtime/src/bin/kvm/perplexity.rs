@@ -1,0 +1,61 @@
+//! `kvm perplexity`: how well a model predicts a text, scored with its own state (one
+//! pass, no windows): every token after the first is predicted from all before it.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use kvm_core::state::Phase;
+use kvm_core::Session;
+use kvm_runtime::arena::Arena;
+use kvm_runtime::file::ModelFile;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long)]
+    model: PathBuf,
+    /// UTF-8 text file to score.
+    #[arg(long)]
+    text: PathBuf,
+    /// Print one JSON object: tokens, bytes, bits_per_token, bits_per_byte, perplexity.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `-log p(target)` in nats under `softmax(logits)`, computed stably in f64.
+pub fn nll(logits: &[f32], target: u32) -> f64 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = logits.iter().map(|&z| (z as f64 - max).exp()).sum();
+    sum.ln() + max - logits[target as usize] as f64
+}
+
+pub fn run(a: &Args) -> Result<()> {
+    let text = std::fs::read_to_string(&a.text).with_context(|| format!("reading {}", a.text.display()))?;
+    let file = ModelFile::open(&a.model)?;
+    let model = file.model()?;
+    let tok = model.tokenizer();
+    let ids = crate::tokens::encode(&tok, &text)?;
+    if ids.len() < 2 {
+        bail!("{} has fewer than two tokens", a.text.display());
+    }
+    let mut arena = Arena::new(model.arena_len());
+    let mut session = Session::new(model, arena.bytes_mut())?;
+    let mut nats = 0f64;
+    for w in ids.windows(2) {
+        session.step(w[0], Phase::Prefill, true)?;
+        nats += nll(session.logits(), w[1]);
+    }
+    let tokens = ids.len() - 1;
+    // Bytes of the scored text: everything after the first token.
+    let bytes = text.len() - tok.token_bytes(ids[0]).map_or(0, <[u8]>::len);
+    let bits = nats / std::f64::consts::LN_2;
+    let (bpt, bpb, ppl) = (bits / tokens as f64, bits / bytes as f64, (nats / tokens as f64).exp());
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({"tokens": tokens, "bytes": bytes, "bits_per_token": bpt, "bits_per_byte": bpb, "perplexity": ppl})
+        );
+    } else {
+        println!("tokens {tokens}  bytes {bytes}  bits/token {bpt:.4}  bits/byte {bpb:.4}  perplexity {ppl:.4}");
+    }
+    Ok(())
+}

@@ -1,0 +1,45 @@
+//! `kvm tokenize`: the ids a model (or a tokenizer.json) gives a text.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use kvm_core::tokenizer::Tokenizer;
+use kvm_runtime::file::ModelFile;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Use this model's tokenizer.
+    #[arg(long, conflicts_with = "tokenizer", required_unless_present = "tokenizer")]
+    model: Option<PathBuf>,
+    /// Use an HF tokenizer.json.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// Print {"ids": [...]}.
+    #[arg(long)]
+    json: bool,
+    /// The text.
+    text: String,
+}
+
+pub fn run(a: &Args) -> Result<()> {
+    let ids = match (&a.model, &a.tokenizer) {
+        (Some(m), _) => {
+            let file = ModelFile::open(m)?;
+            let model = file.model()?;
+            crate::tokens::encode(&model.tokenizer(), &a.text)?
+        }
+        (None, Some(t)) => {
+            let json = std::fs::read_to_string(t).map_err(|e| anyhow::anyhow!("reading {}: {e}", t.display()))?;
+            let section = kvm_export::tokenizer::build_section(&json)?;
+            let tok = Tokenizer::from_bytes(&section).map_err(|e| anyhow::anyhow!("{}: {e}", t.display()))?;
+            crate::tokens::encode(&tok, &a.text)?
+        }
+        (None, None) => bail!("give --model or --tokenizer"),
+    };
+    if a.json {
+        println!("{}", serde_json::json!({ "ids": ids }));
+    } else {
+        println!("{}", ids.iter().map(u32::to_string).collect::<Vec<_>>().join(" "));
+    }
+    Ok(())
+}

@@ -1,0 +1,246 @@
+//! The `kvm` binary as a user runs it: converted golden cases through `kvm logits`
+//! match the reference; errors are one line and never a panic.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kvm_core::quant::DType;
+use kvm_export::convert::{convert, Policy, TokenizerSource};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("kvm-cli-{}-{name}", std::process::id()))
+}
+
+fn kvm(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kvm")).args(args).output().unwrap()
+}
+
+fn convert_case(case: &str, dtype: DType) -> PathBuf {
+    let out = tmp(&format!("{case}-{}.kvm", dtype.name()));
+    let policy = Policy { dtype, overrides: vec![] };
+    convert(&repo().join("tests/data/golden").join(case), &out, &policy, &TokenizerSource::Auto, &mut |_| {}).unwrap();
+    out
+}
+
+/// Reads a float32 .npy written by `kvm logits`: (shape, data).
+fn read_npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
+    let b = std::fs::read(path).unwrap();
+    assert_eq!(&b[..8], b"\x93NUMPY\x01\x00");
+    let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
+    let header = std::str::from_utf8(&b[10..10 + hlen]).unwrap();
+    assert!(header.contains("'descr': '<f4'"));
+    let shape_text = header.split("'shape': (").nth(1).unwrap().split(')').next().unwrap();
+    let shape = shape_text.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse().unwrap()).collect();
+    let data = b[10 + hlen..].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    (shape, data)
+}
+
+fn golden(case: &str) -> safetensors_owned::Golden {
+    safetensors_owned::Golden::read(&repo().join("tests/data/golden").join(case).join("golden.safetensors"))
+}
+
+mod safetensors_owned {
+    use std::collections::HashMap;
+    use std::path::Path;
+
+    pub struct Golden(pub HashMap<String, (Vec<usize>, Vec<u8>)>);
+
+    impl Golden {
+        pub fn read(path: &Path) -> Self {
+            let bytes = std::fs::read(path).unwrap();
+            let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+            Golden(st.tensors().into_iter().map(|(n, t)| (n, (t.shape().to_vec(), t.data().to_vec()))).collect())
+        }
+        pub fn f32(&self, k: &str) -> Vec<f32> {
+            self.0[k].1.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+        }
+        pub fn i32(&self, k: &str) -> Vec<i32> {
+            self.0[k].1.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()
+        }
+    }
+}
+
+#[test]
+fn logits_match_golden_vectors() {
+    for case in ["fixed_basic", "growable_saturation", "softcap_fullrope_3layers", "short_prompt_decode"] {
+        let model = convert_case(case, DType::F32);
+        let g = golden(case);
+        let ids: Vec<String> = g.i32("input_ids").iter().map(|i| i.to_string()).collect();
+        let p = g.i32("prompt_len")[0];
+        let out = tmp(&format!("{case}.npy"));
+        let o = kvm(&[
+            "logits",
+            "--model",
+            model.to_str().unwrap(),
+            "--tokens",
+            &ids.join(","),
+            "--prompt-len",
+            &p.to_string(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{case}: {}", String::from_utf8_lossy(&o.stderr));
+        let (shape, got) = read_npy(&out);
+        let want: Vec<f32> = g.f32("logits_prefill").into_iter().chain(g.f32("logits_decode")).collect();
+        assert_eq!(shape, vec![ids.len(), want.len() / ids.len()]);
+        let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst <= 1e-3, "{case}: max abs logit error {worst}");
+        for f in [model, out] {
+            std::fs::remove_file(f).ok();
+        }
+    }
+}
+
+#[test]
+fn tokens_file_and_info() {
+    let model = convert_case("fixed_basic", DType::F16);
+    let ids = tmp("ids.txt");
+    std::fs::write(&ids, "[1, 2, 3,\n 4 5]").unwrap();
+    let out = tmp("ids.npy");
+    let o = kvm(&[
+        "logits",
+        "--model",
+        model.to_str().unwrap(),
+        "--tokens-file",
+        ids.to_str().unwrap(),
+        "--prompt-len",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(read_npy(&out).0, vec![5, 96]);
+    let o = kvm(&["info", "--model", model.to_str().unwrap()]);
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(o.status.success());
+    for needle in ["vocab_len      96", "n_layers       2", "f16", "arena", "kernel tier"] {
+        assert!(text.contains(needle), "info lacks `{needle}`:\n{text}");
+    }
+    for f in [model, out, ids] {
+        std::fs::remove_file(f).ok();
+    }
+}
+
+#[test]
+fn errors_are_one_line_and_never_panics() {
+    let model = convert_case("fixed_basic", DType::F32);
+    let m = model.to_str().unwrap();
+    let mut corrupt = std::fs::read(&model).unwrap();
+    corrupt[1000] ^= 4;
+    let bad = tmp("corrupt.kvm");
+    std::fs::write(&bad, &corrupt).unwrap();
+    let out = tmp("never.npy");
+    let o = out.to_str().unwrap();
+    for args in [
+        vec!["info", "--model", "/nonexistent.kvm"],
+        vec!["info", "--model", bad.to_str().unwrap()],
+        vec!["logits", "--model", m, "--tokens", "1,2,999", "--prompt-len", "1", "--out", o],
+        vec!["logits", "--model", m, "--tokens", "1,x", "--prompt-len", "1", "--out", o],
+        vec!["logits", "--model", m, "--tokens", "1,2", "--prompt-len", "3", "--out", o],
+        vec!["logits", "--model", m, "--tokens", "1,2", "--prompt-len", "1", "--out", "/nonexistent/dir/x.npy"],
+    ] {
+        let r = kvm(&args);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(!r.status.success(), "{args:?} succeeded");
+        assert!(!err.contains("panicked") && !err.contains("internal error"), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("kvm: error: "), "{args:?}: {err}");
+    }
+    for f in [model, bad] {
+        std::fs::remove_file(f).ok();
+    }
+}
+
+#[test]
+fn logits_match_with_any_thread_count() {
+    let model = convert_case("growable_power_law", DType::F32);
+    let g = golden("growable_power_law");
+    let ids: Vec<String> = g.i32("input_ids").iter().map(|i| i.to_string()).collect();
+    let want: Vec<f32> = g.f32("logits_full");
+    for threads in ["1", "2", "3"] {
+        let out = tmp(&format!("threads-{threads}.npy"));
+        let o = kvm(&[
+            "logits",
+            "--model",
+            model.to_str().unwrap(),
+            "--tokens",
+            &ids.join(","),
+            "--prompt-len",
+            &ids.len().to_string(),
+            "--threads",
+            threads,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let (_, got) = read_npy(&out);
+        let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst <= 1e-3, "--threads {threads}: max abs logit error {worst}");
+        std::fs::remove_file(out).ok();
+    }
+    std::fs::remove_file(model).ok();
+}
+
+#[test]
+fn greedy_generation_reproduces_the_reference() {
+    let out = tmp("tiny-kjv-f32.kvm");
+    let policy = Policy { dtype: DType::F32, overrides: vec![] };
+    convert(&repo().join("models/tiny-kjv"), &out, &policy, &TokenizerSource::Auto, &mut |_| {}).unwrap();
+    let greedy: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(repo().join("models/tiny-kjv/reference/greedy.json")).unwrap())
+            .unwrap();
+    for (case, threads) in greedy.as_array().unwrap().iter().zip(["1", "2"].iter().cycle()) {
+        let prompt = case["prompt"].as_str().unwrap();
+        let want: Vec<u64> = case["greedy_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+        let n = want.len().to_string();
+        let o = kvm(&[
+            "generate",
+            "--model",
+            out.to_str().unwrap(),
+            "--prompt",
+            prompt,
+            "-n",
+            &n,
+            "--temperature",
+            "0",
+            "--threads",
+            threads,
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let got: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let ids: Vec<u64> = got["generated_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+        assert_eq!(ids, want, "prompt {prompt:?}");
+        assert_eq!(got["text"].as_str().unwrap(), case["text"].as_str().unwrap());
+        for key in ["prompt_tok_s", "decode_tok_s", "peak_rss_bytes"] {
+            assert!(got["stats"][key].as_f64().unwrap() > 0.0, "stats.{key}");
+        }
+        // Streaming mode prints the prompt, then the continuation.
+        let o =
+            kvm(&["generate", "--model", out.to_str().unwrap(), "--prompt", prompt, "-n", &n, "--temperature", "0"]);
+        assert_eq!(
+            String::from_utf8(o.stdout).unwrap().trim_end_matches('\n'),
+            format!("{prompt}{}", case["text"].as_str().unwrap())
+        );
+    }
+    std::fs::remove_file(out).ok();
+}
+
+#[test]
+fn tokenize_matches_the_reference_tokenizer() {
+    let tj = repo().join("tests/data/tokenizers/gpt2/tokenizer.json");
+    let vectors: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("tests/data/tokenizers/gpt2/encode_vectors.json")).unwrap(),
+    )
+    .unwrap();
+    for v in vectors.as_array().unwrap().iter().take(4) {
+        let o = kvm(&["tokenize", "--tokenizer", tj.to_str().unwrap(), "--json", v["text"].as_str().unwrap()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let got: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(got["ids"], v["ids"]);
+    }
+}

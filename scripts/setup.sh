@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what kvm's full test run needs beyond a Rust toolchain: cross targets,
+# QEMU, cross C compilers, valgrind and cbindgen. Idempotent; safe to re-run.
+set -euo pipefail
+
+sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+rustup component add rustfmt clippy >/dev/null
+rustup target add thumbv7em-none-eabihf thumbv6m-none-eabi thumbv8m.main-none-eabihf \
+    riscv32imac-unknown-none-elf aarch64-unknown-linux-gnu >/dev/null
+
+need=()
+for pkg in qemu-system-arm qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
+           gcc-arm-none-eabi libnewlib-arm-none-eabi valgrind; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    sudo_ apt-get update -qq
+    sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if ! command -v cbindgen >/dev/null || [ "$(cbindgen --version | cut -d' ' -f2)" != "0.29.4" ]; then
+    cargo install cbindgen --version 0.29.4 --locked --quiet
+fi

@@ -1,0 +1,109 @@
+//! Helpers shared by the integration tests: golden-case loading and model conversion.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use kvm_core::quant::DType;
+use kvm_export::convert::{convert, Policy, TokenizerSource};
+use safetensors::SafeTensors;
+
+/// Root of the repository.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Directory of golden case `name`.
+pub fn golden_dir(name: &str) -> PathBuf {
+    repo().join("tests/data/golden").join(name)
+}
+
+/// Every golden case shipped with the repo.
+pub fn golden_cases() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(repo().join("tests/data/golden"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("golden.safetensors").exists())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A tensor from a safetensors file, as f32 or i32 values with its shape.
+#[derive(Debug, Clone)]
+pub struct Tensor {
+    pub shape: Vec<usize>,
+    pub f32: Vec<f32>,
+    pub i32: Vec<i32>,
+}
+
+/// Reads every tensor of a safetensors file.
+pub fn read_safetensors(path: &Path) -> HashMap<String, Tensor> {
+    let bytes = std::fs::read(path).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    st.tensors()
+        .into_iter()
+        .map(|(name, t)| {
+            let d = t.data();
+            let (f, i) = match t.dtype() {
+                safetensors::Dtype::F32 => {
+                    (d.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect(), vec![])
+                }
+                safetensors::Dtype::I32 => {
+                    (vec![], d.chunks_exact(4).map(|b| i32::from_le_bytes(b.try_into().unwrap())).collect())
+                }
+                other => panic!("unexpected dtype {other:?} in {name}"),
+            };
+            (name, Tensor { shape: t.shape().to_vec(), f32: f, i32: i })
+        })
+        .collect()
+}
+
+/// Converts checkpoint `dir` to a temporary model file with `dtype` matrices; returns
+/// its bytes.
+pub fn convert_to_bytes(dir: &Path, dtype: DType) -> Vec<u8> {
+    static UNIQUE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let out = std::env::temp_dir().join(format!(
+        "kvm-test-{}-{}-{}-{}.kvm",
+        std::process::id(),
+        UNIQUE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        dir.file_name().unwrap().to_string_lossy(),
+        dtype.name()
+    ));
+    let policy = Policy { dtype, overrides: vec![] };
+    convert(dir, &out, &policy, &TokenizerSource::Auto, &mut |_| {}).unwrap();
+    let bytes = std::fs::read(&out).unwrap();
+    std::fs::remove_file(&out).ok();
+    bytes
+}
+
+/// A 64-byte aligned heap buffer of `len` bytes (an arena for tests).
+pub struct Arena {
+    buf: Vec<u128>,
+    len: usize,
+    offset: usize,
+}
+
+impl Arena {
+    pub fn new(len: usize) -> Self {
+        let buf = vec![0u128; len / 16 + 8];
+        let offset = (64 - (buf.as_ptr() as usize % 64)) % 64;
+        Arena { buf, len, offset }
+    }
+    pub fn bytes(&mut self) -> &mut [u8] {
+        let all: &mut [u8] = bytemuck_bytes(&mut self.buf);
+        &mut all[self.offset..self.offset + self.len]
+    }
+}
+
+fn bytemuck_bytes(v: &mut [u128]) -> &mut [u8] {
+    // SAFETY: u128 has no padding and any byte pattern is a valid u8.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, v.len() * 16) }
+}
+
+/// Max |a - b|.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}

@@ -1,0 +1,241 @@
+//! Malformed input never panics and is never accepted: truncations, flipped bits,
+//! version and config tampering, bad arenas, out-of-range tokens.
+
+use crate::common::*;
+use kvm_core::error::{Error, Section, Unsupported};
+use kvm_core::format::{Header, HEADER_LEN};
+use kvm_core::quant::DType;
+use kvm_core::{Model, Session};
+
+fn fixed_basic() -> Vec<u8> {
+    convert_to_bytes(&golden_dir("fixed_basic"), DType::F32)
+}
+
+/// Rewrites the header through `edit`, with a valid header CRC.
+fn with_header(blob: &[u8], edit: impl FnOnce(&mut Header)) -> Vec<u8> {
+    let mut h = Header::parse(blob).unwrap();
+    edit(&mut h);
+    let mut out = blob.to_vec();
+    let mut head = [0u8; HEADER_LEN];
+    h.encode(&mut head);
+    out[..HEADER_LEN].copy_from_slice(&head);
+    out
+}
+
+#[test]
+fn every_truncation_is_refused() {
+    let blob = fixed_basic();
+    assert!(Model::from_bytes(&blob).is_ok());
+    let cuts = (0..4096).chain((4096..blob.len()).step_by(331)).chain([blob.len() - 1]);
+    for cut in cuts {
+        assert!(Model::from_bytes(&blob[..cut]).is_err(), "truncated at {cut} accepted");
+        assert!(Model::from_bytes_trusted(&blob[..cut]).is_err(), "truncated at {cut} accepted (trusted)");
+    }
+    let mut longer = blob.clone();
+    longer.push(0);
+    assert!(Model::from_bytes(&longer).is_err(), "trailing byte accepted");
+}
+
+#[test]
+fn every_flipped_bit_is_refused() {
+    let blob = fixed_basic();
+    // Every byte of header, table and the first tensors; a stride through the rest
+    // (tensor data and padding alike).
+    let positions = (0..8192).chain((8192..blob.len()).step_by(97));
+    for pos in positions {
+        let mut bad = blob.clone();
+        bad[pos] ^= 1 << (pos % 8);
+        match Model::from_bytes(&bad) {
+            Ok(_) => panic!("flipped bit at byte {pos} accepted"),
+            Err(e) if pos >= 8192 => {
+                assert!(matches!(e, Error::Checksum { .. }), "byte {pos}: expected a checksum error, got {e:?}")
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+#[test]
+fn flips_name_the_damaged_section() {
+    let blob = fixed_basic();
+    let h = Header::parse(&blob).unwrap();
+    let flip = |pos: usize| {
+        let mut bad = blob.clone();
+        bad[pos] ^= 0x10;
+        Model::from_bytes(&bad).unwrap_err()
+    };
+    assert_eq!(flip(200), Error::Checksum { section: Section::Header });
+    assert_eq!(flip(h.table_offset as usize + 5), Error::Checksum { section: Section::TensorTable });
+    let first = Model::from_bytes(&blob).unwrap().tensors().next().unwrap();
+    assert_eq!(flip(first.offset as usize + 3), Error::Checksum { section: Section::Tensor { index: 0 } });
+    let padded = Model::from_bytes(&blob).unwrap().tensors().find(|t| t.len % 64 != 0).unwrap();
+    assert_eq!(flip(padded.offset as usize + padded.len as usize + 1), Error::Checksum { section: Section::Padding });
+    // The trusted loader skips data checksums but still checks structure.
+    let mut bad = blob.clone();
+    bad[first.offset as usize + 3] ^= 0x10;
+    assert!(Model::from_bytes_trusted(&bad).is_ok());
+}
+
+#[test]
+fn random_garbage_is_refused() {
+    let mut seed = 0x1234_5678_9abc_def0u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let blob = fixed_basic();
+    for len in [0usize, 1, 4, 16, 255, 256, 257, 1000, 4096, 70_000] {
+        let garbage: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        assert!(Model::from_bytes(&garbage).is_err());
+        // A valid magic and version on garbage.
+        let mut g = garbage.clone();
+        if g.len() >= 8 {
+            g[..8].copy_from_slice(&blob[..8]);
+            assert!(Model::from_bytes(&g).is_err());
+        }
+    }
+    // Random bytes written over a valid header: the header CRC refuses them.
+    for _ in 0..2000 {
+        let mut bad = blob.clone();
+        let pos = 20 + (next() as usize % (HEADER_LEN - 20));
+        bad[pos] = blob[pos] ^ (1 + (next() % 255) as u8);
+        assert!(Model::from_bytes(&bad).is_err(), "random header byte at {pos} accepted");
+    }
+}
+
+#[test]
+fn versions_and_byte_order() {
+    let blob = fixed_basic();
+    let mut major = blob.clone();
+    major[4] = 2;
+    assert_eq!(Model::from_bytes(&major).unwrap_err(), Error::UnsupportedVersion { major: 2, minor: 0 });
+    // A newer minor version is read.
+    let newer = with_header(&blob, |h| h.minor = 7);
+    assert_eq!(Model::from_bytes(&newer).unwrap().header().minor, 7);
+    let mut swapped = blob.clone();
+    swapped[8..12].reverse();
+    assert_eq!(Model::from_bytes(&swapped).unwrap_err(), Error::BadEndianness);
+    let mut magic = blob.clone();
+    magic[0] = b'X';
+    assert_eq!(Model::from_bytes(&magic).unwrap_err(), Error::BadMagic);
+}
+
+#[test]
+fn unsupported_and_invalid_configs_are_refused() {
+    use kvm_core::config::{flags, StateBudget};
+    let blob = fixed_basic();
+    let no_vlens_growable = with_header(&blob, |h| {
+        h.config.flags &= !flags::VLENS;
+        h.config.budget = StateBudget::PowerLaw { factor: 2.0, exponent: 0.5 };
+    });
+    assert_eq!(Model::from_bytes(&no_vlens_growable).unwrap_err(), Error::Unsupported(Unsupported::NoVlensShape));
+    for edit in [
+        (|h: &mut Header| h.config.rope_dim = 3) as fn(&mut Header),
+        |h| h.config.rope_dim = 64,
+        |h| h.config.chunk_len = 0,
+        |h| h.config.n_heads = 0,
+        |h| h.config.sink_len = 8,
+        |h| h.config.flags |= 1 << 20,
+        |h| h.config.residual_scale = f32::NAN,
+        |h| h.config.vocab_len = 97,
+        |h| h.config.d_model = 65,
+        |h| h.arena_len += 64,
+        |h| h.state_capacity = 4,
+        |h| h.n_tensors -= 1,
+        |h| h.table_offset += 48,
+        |h| h.tokenizer_len = 1,
+        |h| h.file_len = u64::MAX,
+        |h| h.table_len = u64::MAX - 10,
+    ] {
+        let bad = with_header(&blob, edit);
+        assert!(Model::from_bytes(&bad).is_err(), "edited header accepted: {:?}", Header::parse(&bad));
+    }
+}
+
+#[test]
+fn sessions_refuse_bad_arenas_and_tokens() {
+    let blob = fixed_basic();
+    let model = Model::from_bytes(&blob).unwrap();
+    let len = model.arena_len();
+    for wrong in [0, len - 1, len + 1, len - 64] {
+        let mut arena = Arena::new(wrong);
+        assert_eq!(Session::new(model, arena.bytes()).unwrap_err(), Error::ArenaSize { expected: len, got: wrong });
+    }
+    let mut big = Arena::new(len + 4);
+    assert_eq!(Session::new(model, &mut big.bytes()[4..]).unwrap_err(), Error::ArenaMisaligned);
+    let mut arena = Arena::new(len);
+    let mut session = Session::new(model, arena.bytes()).unwrap();
+    assert_eq!(session.decode(96).unwrap_err(), Error::TokenOutOfRange { token: 96, vocab_len: 96 });
+    assert_eq!(session.prefill(&[]).unwrap_err(), Error::InvalidArgument);
+    assert_eq!(session.pos(), 0, "a refused token consumes nothing");
+    session.decode(95).unwrap();
+    assert_eq!(session.pos(), 1);
+    // Capacities outside [chunk_len, natural] are refused.
+    assert!(model.arena_len_for(7).is_err());
+    assert!(model.arena_len_for(9).is_err());
+}
+
+#[test]
+fn export_refuses_unsupported_checkpoints() {
+    let src = golden_dir("fixed_basic");
+    let tmp = std::env::temp_dir().join(format!("kvm-unsupported-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::copy(src.join("model.safetensors"), tmp.join("model.safetensors")).unwrap();
+    let base: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    for (field, value, needle) in [
+        ("use_skip_connections", serde_json::json!(1), "use_skip_connections"),
+        ("use_block_lambdas", serde_json::json!(1), "use_block_lambdas"),
+        ("alt_layer_every", serde_json::json!(2), "alt_layer_every"),
+        ("token_mixer", serde_json::json!("swa"), "token_mixer"),
+        ("kvm_value_residual_mode", serde_json::json!("linear"), "kvm_value_residual_mode"),
+        ("rope_partial_dim", serde_json::json!(15), "rope_partial_dim"),
+        ("hidden_size", serde_json::json!(128), "transformer"),
+    ] {
+        let mut cfg = base.clone();
+        cfg[field] = value;
+        std::fs::write(tmp.join("config.json"), cfg.to_string()).unwrap();
+        let policy = kvm_export::convert::Policy { dtype: DType::F32, overrides: vec![] };
+        let err = kvm_export::convert::convert(
+            &tmp,
+            &tmp.join("out.kvm"),
+            &policy,
+            &kvm_export::convert::TokenizerSource::Bytes,
+            &mut |_| {},
+        )
+        .unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains(needle), "{field}: error `{msg}` does not name `{needle}`");
+    }
+    std::fs::remove_dir_all(&tmp).ok();
+}
+
+#[test]
+fn snapshots_restore_exactly_and_forged_ones_are_refused() {
+    let blob = convert_to_bytes(&golden_dir("growable_power_law"), DType::F32);
+    let model = Model::from_bytes(&blob).unwrap();
+    let (mut a1, mut a2) = (Arena::new(model.arena_len()), Arena::new(model.arena_len()));
+    let mut s1 = Session::new(model, a1.bytes()).unwrap();
+    let ids: Vec<u32> = (0..150).map(|i| (i * 13 % 96) as u32).collect();
+    s1.prefill(&ids[..70]).unwrap();
+    let mut snap = vec![0u8; s1.snapshot_len()];
+    s1.snapshot(&mut snap).unwrap();
+    let mut s2 = Session::new(model, a2.bytes()).unwrap();
+    s2.restore(&snap).unwrap();
+    for &t in &ids[70..] {
+        let l1 = s1.decode(t).unwrap().to_vec();
+        assert_eq!(l1, s2.decode(t).unwrap(), "restored session diverged");
+    }
+    // Counters no session can reach are refused, as are foreign lengths.
+    for (word, value) in [(1usize, 5u32), (2, 10_000), (3, 1_000)] {
+        let mut bad = snap.clone();
+        if word == 1 {
+            bad[8..12].copy_from_slice(&0u32.to_le_bytes()); // slots > pos once pos = 5
+        }
+        bad[word * 4..word * 4 + 4].copy_from_slice(&value.to_le_bytes());
+        assert_eq!(s2.restore(&bad).unwrap_err(), Error::BadSnapshot, "word {word} = {value}");
+    }
+    assert_eq!(s2.restore(&snap[1..]).unwrap_err(), Error::BadSnapshot);
+}

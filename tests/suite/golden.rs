@@ -1,0 +1,174 @@
+//! Every golden case: the f32 conversion reproduces the reference's logits (prefill,
+//! decode and full forward), hidden states and final state to 1e-3.
+
+use crate::common::*;
+use kvm_core::model::{Logits, Serial, Tap};
+use kvm_core::quant::DType;
+use kvm_core::state::Phase;
+use kvm_core::{Model, Session};
+
+const TOL: f32 = 1e-3;
+
+struct Run {
+    logits: Vec<Vec<f32>>,
+    /// `taps[i]` = per-token values at tap i (0 = embed, 1 + l = block l).
+    taps: Vec<Vec<Vec<f32>>>,
+}
+
+fn run<'m, 'a>(model: Model<'m>, arena: &'a mut Arena, ids: &[u32], prompt_len: usize) -> (Run, Session<'m, 'a>) {
+    let mut session = Session::new(model, arena.bytes()).unwrap();
+    let n_taps = model.config().n_layers as usize + 1;
+    let mut run = Run { logits: vec![], taps: vec![vec![]; n_taps] };
+    for (t, &id) in ids.iter().enumerate() {
+        let phase = if t < prompt_len { Phase::Prefill } else { Phase::Decode };
+        let taps = &mut run.taps;
+        session
+            .step_tapped(id, phase, true, &mut |tap, x| {
+                let i = match tap {
+                    Tap::Embed => 0,
+                    Tap::Block(l) => l + 1,
+                };
+                taps[i].push(x.to_vec());
+            })
+            .unwrap();
+        run.logits.push(session.logits().to_vec());
+    }
+    (run, session)
+}
+
+fn rows(t: &Tensor) -> Vec<&[f32]> {
+    let w = *t.shape.last().unwrap();
+    t.f32.chunks_exact(w).collect()
+}
+
+fn check_case(name: &str) {
+    let dir = golden_dir(name);
+    let g = read_safetensors(&dir.join("golden.safetensors"));
+    let blob = convert_to_bytes(&dir, DType::F32);
+    let model = Model::from_bytes(&blob).unwrap();
+    let cfg = *model.config();
+    let ids: Vec<u32> = g["input_ids"].i32.iter().map(|&i| i as u32).collect();
+    let p = g["prompt_len"].i32[0] as usize;
+    let mut arena = Arena::new(model.arena_len());
+
+    // Prompt as prefill, then one token at a time.
+    let (split, _) = run(model, &mut arena, &ids, p);
+    let expected: Vec<&[f32]> = rows(&g["logits_prefill"]).into_iter().chain(rows(&g["logits_decode"])).collect();
+    let mut worst = 0f32;
+    for (t, (got, want)) in split.logits.iter().zip(&expected).enumerate() {
+        let d = max_abs_diff(got, want);
+        worst = worst.max(d);
+        assert!(d <= TOL, "{name}: prefill/decode logits at t={t} differ by {d}");
+    }
+    eprintln!("{name}: prefill+decode max abs logit error {worst:.2e}");
+
+    // The prompt in batches (matrix products over several tokens at once), in
+    // several batch sizes, then decode: same logits.
+    for batch_len in [1, 5, p, ids.len()] {
+        let mut arena = Arena::new(model.arena_len());
+        let mut session = Session::new(model, arena.bytes()).unwrap();
+        let mut got = vec![0f32; ids.len() * cfg.vocab_len as usize];
+        for (chunk, out) in ids.chunks(batch_len.max(1)).zip(got.chunks_mut(batch_len.max(1) * cfg.vocab_len as usize))
+        {
+            let start = session.pos();
+            let phase = if start < p { Phase::Prefill } else { Phase::Decode };
+            let mut batch = vec![0f32; session.layout().acts_len(chunk.len()).unwrap()];
+            session.step_batch(chunk, phase, &mut batch, &Serial, Logits::All(out)).unwrap();
+        }
+        let want: Vec<f32> = if batch_len >= ids.len() { g["logits_full"].f32.clone() } else { expected.concat() };
+        let d = max_abs_diff(&got, &want);
+        assert!(d <= TOL, "{name}: batches of {batch_len}: logits differ by {d}");
+    }
+
+    // The whole sequence as one prompt.
+    let mut arena = Arena::new(model.arena_len());
+    let (full, session) = run(model, &mut arena, &ids, ids.len());
+    let mut worst = 0f32;
+    for (t, (got, want)) in full.logits.iter().zip(rows(&g["logits_full"])).enumerate() {
+        let d = max_abs_diff(got, want);
+        worst = worst.max(d);
+        assert!(d <= TOL, "{name}: full logits at t={t} differ by {d}");
+    }
+    eprintln!("{name}: full max abs logit error {worst:.2e}");
+    for (i, key) in
+        std::iter::once("embed".to_string()).chain((0..cfg.n_layers).map(|l| format!("hidden.{l}"))).enumerate()
+    {
+        for (t, (got, want)) in full.taps[i].iter().zip(rows(&g[&key])).enumerate() {
+            let d = max_abs_diff(got, want);
+            assert!(d <= TOL, "{name}: {key} at t={t} differs by {d}");
+        }
+    }
+
+    // Final state of every layer.
+    let (h_n, dk, dv) = (cfg.n_heads as usize, cfg.d_qk as usize, cfg.d_v as usize);
+    for l in 0..cfg.n_layers as usize {
+        let view = session.layer_view(l).unwrap();
+        let s_k = &g[&format!("state.{l}.s_k")];
+        let slots = s_k.shape[1];
+        assert_eq!(view.slots, slots, "{name}: layer {l} slot count");
+        assert_eq!(view.coverage as i32, g[&format!("state.{l}.state_coverage_len")].i32[0], "{name}: coverage");
+        assert_eq!(view.window_begin as i32, g[&format!("state.{l}.bswa_begin")].i32[0], "{name}: bswa_begin");
+        let (s_v, s_r) = (&g[&format!("state.{l}.s_v")], &g[&format!("state.{l}.s_vlen")]);
+        let (w_k, w_v) = (&g[&format!("state.{l}.bswa_k")], &g[&format!("state.{l}.bswa_v")]);
+        let n_window = w_k.shape[1];
+        assert_eq!(n_window, view.pos - view.window_begin, "{name}: window length");
+        for h in 0..h_n {
+            for s in 0..slots {
+                let at = h * slots + s;
+                let dkey = max_abs_diff(view.state_key(h, s), &s_k.f32[at * dk..(at + 1) * dk]);
+                let dval = max_abs_diff(view.state_value(h, s), &s_v.f32[at * dv..(at + 1) * dv]);
+                let drad = (view.state_radius(h, s) - s_r.f32[at]).abs();
+                assert!(
+                    dkey <= TOL && dval <= TOL && drad <= TOL,
+                    "{name}: layer {l} head {h} slot {s}: key {dkey} value {dval} radius {drad}"
+                );
+            }
+            for j in 0..n_window {
+                let at = h * n_window + j;
+                let pos = view.window_begin + j;
+                assert!(
+                    max_abs_diff(view.window_key(h, pos), &w_k.f32[at * dk..(at + 1) * dk]) <= TOL,
+                    "{name}: window key {j}"
+                );
+                assert!(
+                    max_abs_diff(view.window_value(h, pos), &w_v.f32[at * dv..(at + 1) * dv]) <= TOL,
+                    "{name}: window value {j}"
+                );
+            }
+        }
+    }
+}
+
+macro_rules! golden {
+    ($($case:ident),* $(,)?) => { $( #[test] fn $case() { check_case(stringify!($case)); } )* };
+}
+
+golden!(
+    fixed_basic,
+    fixed_multi_dchunk,
+    growable_power_law,
+    growable_saturation,
+    ablate_no_vlens_no_gate_no_temps,
+    ablate_no_sink_no_shift_no_vres,
+    softcap_fullrope_3layers,
+    short_prompt_decode,
+    growable_ungated_appends,
+    release_layout,
+);
+
+#[test]
+fn every_shipped_case_is_tested() {
+    let listed = [
+        "ablate_no_sink_no_shift_no_vres",
+        "ablate_no_vlens_no_gate_no_temps",
+        "fixed_basic",
+        "fixed_multi_dchunk",
+        "growable_power_law",
+        "growable_saturation",
+        "growable_ungated_appends",
+        "release_layout",
+        "short_prompt_decode",
+        "softcap_fullrope_3layers",
+    ];
+    assert_eq!(golden_cases(), listed);
+}
