@@ -237,8 +237,9 @@ fn table(tier: Tier) -> &'static Table {
 unsafe fn run<K: Kernels, const R: usize, const T: usize>(w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]) {
     let cols = w.cols;
     let rb = w.dtype.row_bytes(cols).unwrap_or(0);
-    if rb == 0 {
-        debug_assert!(cols == 0, "cols {cols} is not a whole number of {:?} blocks", w.dtype);
+    if rb == 0 || w.rows == 0 {
+        debug_assert!(w.dtype.row_bytes(cols).is_some(), "cols {cols} is not a whole number of {:?} blocks", w.dtype);
+        // Empty sums (`cols == 0`) or nothing to write (`rows == 0`).
         ys.fill(0.0);
         return;
     }
@@ -529,8 +530,33 @@ pub(crate) mod tests {
             assert_eq!(tier(), t);
             suite(t);
         }
+        #[cfg(feature = "std")]
+        env_selects_tier();
         // SAFETY: it was active before.
         unsafe { force_tier(before) };
+    }
+
+    /// `KVM_KERNELS` through `init_from_env`; runs inside the one test that switches the
+    /// process-wide tier, so that no other test sees it change.
+    #[cfg(feature = "std")]
+    fn env_selects_tier() {
+        let set = |v: Option<&str>| match v {
+            Some(v) => std::env::set_var("KVM_KERNELS", v),
+            None => std::env::remove_var("KVM_KERNELS"),
+        };
+        set(Some("scalar"));
+        assert_eq!(init_from_env(), Ok(Tier::Scalar));
+        assert_eq!(tier(), Tier::Scalar);
+        set(Some("sse9"));
+        assert_eq!(init_from_env(), Err(TierError::UnknownName));
+        assert_eq!(tier(), Tier::Scalar, "a refused value leaves the tier alone");
+        if let Some(missing) = Tier::ALL.into_iter().find(|&t| !tier::supported(t)) {
+            set(Some(missing.name()));
+            assert_eq!(init_from_env(), Err(TierError::Unsupported(missing)));
+        }
+        set(None);
+        assert_eq!(init_from_env(), Ok(detect()));
+        assert_eq!(tier(), detect());
     }
 
     #[test]
@@ -587,6 +613,44 @@ pub(crate) mod tests {
                 assert!(err <= 0.2 * bound, "{dtype:?} row {r}: error {err}, worst case {bound}");
             }
         }
+    }
+
+    /// Files may hold q8_0 weights of -128 (our quantizer never writes them): the sign
+    /// trick and the biased dots must keep them exact, against activations of +-127.
+    #[test]
+    fn extreme_q8_0_weights_stay_exact() {
+        let (rows, cols) = (5, 256);
+        let mut bytes = encode(DType::Q8_0, rows, cols, 3);
+        for (i, b) in bytes.iter_mut().enumerate() {
+            let in_block = i % 34;
+            if in_block >= 2 {
+                *b = [0x80, 0x7f, 0x80, 0x81][(i / 34 + in_block) % 4];
+            }
+        }
+        let w = Matrix::new(DType::Q8_0, rows, cols, &bytes).unwrap();
+        let x: Vec<f32> = (0..cols).map(|c| if c % 3 == 0 { -1.0 } else { 1.0 }).collect();
+        let (want, mag) = (reference(&w, &x), magnitudes(&w, &x));
+        for t in supported_tiers() {
+            let mut y = vec![f32::NAN; rows];
+            let mut act = vec![0u8; act_scratch_len(cols)];
+            // SAFETY: the CPU supports `t`; the table is called directly, not installed.
+            unsafe { (table(t).matvec)(&w, &x, &mut y, &mut act) };
+            assert_close(&y, &want, &mag, &format_args!("{t} q8_0 extremes"));
+        }
+    }
+
+    #[test]
+    fn empty_shapes() {
+        for dtype in DTYPES {
+            let w = Matrix::new(dtype, 0, 64, &[]).unwrap();
+            let mut act = vec![0u8; act_scratch_len(64)];
+            matvec(&w, &values(64, 1), &mut [], &mut act);
+            matmul(&w, &values(128, 1), &mut [], &mut act);
+        }
+        let w = Matrix::new(DType::F32, 3, 0, &[]).unwrap();
+        let mut y = [f32::NAN; 3];
+        matvec(&w, &[], &mut y, &mut []);
+        assert_eq!(y, [0.0; 3]);
     }
 
     #[test]

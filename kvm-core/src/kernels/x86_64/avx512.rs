@@ -2,13 +2,14 @@
 //! Rapids, Zen 4).
 //!
 //! Floats use 16-lane vectors. Integer formats keep the AVX2 tier's 32-byte blocks but let
-//! VNNI's `vpdpbusd` do `maddubs` + `madd` in one instruction, without the 16-bit
-//! saturation. Activation quantization and row decoding are the AVX2 ones.
+//! VNNI's `vpdpbusd` do `maddubs` + `madd` in one instruction; having no 16-bit
+//! saturation, it takes every format's weights biased to unsigned. Activation quantization
+//! and row decoding are the AVX2 ones.
 
 use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
-use super::avx2::{self, act_scale, scale, Blocks32, Q4, Q8};
+use super::avx2::{self, act_scale, prefetch, scales, Blocks32, Q4, Q8};
 use crate::kernels::{scalar, FloatType, Kernel, Kernels, BF16, F16, F32};
 use crate::quant::{DType, QK};
 
@@ -78,6 +79,7 @@ impl<W: Widen16> Kernel for Float<W> {
     unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], cols: usize) -> [[f32; T]; R] {
         let es = W::DTYPE.block_bytes();
         let body = cols - cols % 16;
+        let ahead = R * w[0].len();
         let mut acc = [[_mm512_setzero_ps(); T]; R];
         let mut c = 0;
         while c < body {
@@ -88,7 +90,12 @@ impl<W: Widen16> Kernel for Float<W> {
             }
             for r in 0..R {
                 // SAFETY: `w[r]` holds `cols` weights of `es` bytes.
-                let wv = unsafe { W::load16(w[r].as_ptr().add(c * es)) };
+                let p = unsafe { w[r].as_ptr().add(c * es) };
+                if (c * es) % 64 == 0 {
+                    prefetch(p, ahead);
+                }
+                // SAFETY: as above.
+                let wv = unsafe { W::load16(p) };
                 for t in 0..T {
                     acc[r][t] = _mm512_fmadd_ps(wv, x[t], acc[r][t]);
                 }
@@ -106,7 +113,9 @@ impl<W: Widen16> Kernel for Float<W> {
     }
 }
 
-/// Integer kernel: the AVX2 sign trick with one `vpdpbusd` per block pair.
+/// Integer kernel: one `vpdpbusd` per block pair on biased weights, its accumulator
+/// starting at `-BIAS * sum(a)` (found once per activation block with another
+/// `vpdpbusd`), so the i32 sums are exact without the AVX2 tier's sign juggling.
 pub(crate) struct Quant<B>(PhantomData<B>);
 
 impl<B: Blocks32> Kernel for Quant<B> {
@@ -115,27 +124,35 @@ impl<B: Blocks32> Kernel for Quant<B> {
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[u8]; T], cols: usize) -> [[f32; T]; R] {
         let bb = B::DTYPE.block_bytes();
+        let ahead = R * w[0].len();
+        let bias = _mm256_set1_epi8(B::BIAS as u8 as i8);
+        let lane: [__m256i; R] = core::array::from_fn(|r| _mm256_set1_epi32(r as i32));
         let mut acc = [[_mm256_setzero_ps(); T]; R];
         for b in 0..cols / QK {
             let mut av = [_mm256_setzero_si256(); T];
-            let mut ad = [0.0f32; T];
+            let mut ad = [_mm_setzero_ps(); T];
+            let mut init = [_mm256_setzero_si256(); T];
             for t in 0..T {
                 // SAFETY: `a[t]` is a whole activation of `cols` values.
                 unsafe {
                     av[t] = _mm256_loadu_si256(a[t].as_ptr().add(b * QK).cast());
-                    ad[t] = act_scale(a[t], cols, b);
+                    ad[t] = _mm_set1_ps(act_scale(a[t], cols, b));
                 }
+                let corr = _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, av[t]);
+                init[t] = _mm256_sub_epi32(_mm256_setzero_si256(), corr);
             }
+            // SAFETY: `w[r]` holds `cols / QK` blocks.
+            let dw = unsafe { scales(w, b * bb) };
             for r in 0..R {
-                // SAFETY: `w[r]` holds `cols / QK` blocks.
-                let (wv, dw) = unsafe {
-                    let p = w[r].as_ptr().add(b * bb);
-                    (B::load32(p), scale(p))
-                };
-                let uw = _mm256_sign_epi8(wv, wv);
+                // SAFETY: as above.
+                let p = unsafe { w[r].as_ptr().add(b * bb) };
+                prefetch(p, ahead);
+                // SAFETY: as above.
+                let wb = unsafe { B::load_biased(p) };
                 for t in 0..T {
-                    let s32 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), uw, _mm256_sign_epi8(av[t], wv));
-                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * ad[t]), _mm256_cvtepi32_ps(s32), acc[r][t]);
+                    let s32 = _mm256_dpbusd_epi32(init[t], wb, av[t]);
+                    let d = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_mul_ps(dw, ad[t])), lane[r]);
+                    acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s32), acc[r][t]);
                 }
             }
         }
