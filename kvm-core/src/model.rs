@@ -21,6 +21,7 @@ pub struct Model<'a> {
     /// Table entries per layer.
     per_layer: usize,
     tokenizer: Tokenizer<'a>,
+    arena_len: usize,
 }
 
 /// An f32 vector tensor read in place (the blob may be unaligned).
@@ -91,10 +92,9 @@ impl<'a> Model<'a> {
         } else {
             Tokenizer::from_section_trusted(header.tokenizer_kind, section, cfg.vocab_len)?
         };
+        // The header's arena_len is what the writer's kvm computed; this build's own layout
+        // decides (the two agree within a release), so only the capacity is checked here.
         let layout = Layout::new(cfg, header.state_capacity as usize)?;
-        if layout.arena_len() as u64 != header.arena_len {
-            return Err(Error::BadConfig(crate::error::ConfigField::StateCapacity));
-        }
         let mut layer_slot = [u8::MAX; LAYER_ROLES];
         let mut per_layer = 0;
         for (i, role) in Role::ALL[N_GLOBAL_ROLES..].iter().enumerate() {
@@ -103,7 +103,7 @@ impl<'a> Model<'a> {
                 per_layer += 1;
             }
         }
-        Ok(Model { blob, header, layer_slot, per_layer, tokenizer })
+        Ok(Model { blob, header, layer_slot, per_layer, tokenizer, arena_len: layout.arena_len() })
     }
 
     /// The model's hyper-parameters.
@@ -124,10 +124,11 @@ impl<'a> Model<'a> {
         self.blob
     }
 
-    /// Exact arena bytes of a session at the file's default state capacity.
+    /// Exact arena bytes of a session at the file's default state capacity, as this
+    /// build lays the arena out.
     #[inline]
     pub fn arena_len(&self) -> usize {
-        self.header.arena_len as usize
+        self.arena_len
     }
 
     /// Exact arena bytes of a session holding at most `state_len` slots.

@@ -141,7 +141,6 @@ fn unsupported_and_invalid_configs_are_refused() {
         |h| h.config.residual_scale = f32::NAN,
         |h| h.config.vocab_len = 97,
         |h| h.config.d_model = 65,
-        |h| h.arena_len += 64,
         |h| h.state_capacity = 4,
         |h| h.n_tensors -= 1,
         |h| h.table_offset += 48,
