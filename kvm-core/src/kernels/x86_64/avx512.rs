@@ -1,17 +1,18 @@
 //! The AVX-512 tier: the AVX2 tier plus AVX-512 F/BW/VL and VNNI (Ice Lake, Sapphire
 //! Rapids, Zen 4).
 //!
-//! Floats use 16-lane vectors. Integer formats keep the AVX2 tier's 32-byte blocks but let
-//! VNNI's `vpdpbusd` do `maddubs` + `madd` in one instruction; having no 16-bit
-//! saturation, it takes every format's weights biased to unsigned. Activation quantization
+//! Floats use 16-lane vectors. Integer formats run the AVX2 tier's tile (256-bit, so its
+//! float steps are the ones every tier shares) but let VNNI's `vpdpbusd` do `maddubs` +
+//! `madd` in one instruction; having no 16-bit saturation, it takes every format's weights
+//! biased to unsigned. Activation quantization
 //! and row decoding are the AVX2 ones.
 
 use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
-use super::avx2::{self, act_scale, prefetch, scales, Blocks32, Q4, Q8};
+use super::avx2::{self, prefetch, quant_tile, BlockDot, Blocks32, Q4, Q8};
 use crate::kernels::{scalar, FloatType, Kernel, Kernels, BF16, F16, F32};
-use crate::quant::{DType, QK};
+use crate::quant::DType;
 
 /// The AVX-512 tier.
 pub(crate) struct Avx512;
@@ -113,9 +114,30 @@ impl<W: Widen16> Kernel for Float<W> {
     }
 }
 
-/// Integer kernel: one `vpdpbusd` per block pair on biased weights, its accumulator
-/// starting at `-BIAS * sum(a)` (found once per activation block with another
-/// `vpdpbusd`), so the i32 sums are exact without the AVX2 tier's sign juggling.
+/// `vpdpbusd` on biased weights, its accumulator starting at `-BIAS * sum(a)` (found once
+/// per activation block with another `vpdpbusd`), so the i32 sums are exact without the
+/// AVX2 tier's sign juggling.
+pub(crate) struct Vnni;
+
+impl BlockDot for Vnni {
+    #[inline(always)]
+    unsafe fn prep<B: Blocks32>(av: __m256i) -> __m256i {
+        // SAFETY: AVX-512 VNNI is enabled in the (inlining) caller.
+        unsafe {
+            let bias = _mm256_set1_epi8(B::BIAS as u8 as i8);
+            let corr = _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, av);
+            _mm256_sub_epi32(_mm256_setzero_si256(), corr)
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn dot<B: Blocks32>(p: *const u8, av: __m256i, init: __m256i) -> __m256i {
+        // SAFETY: AVX-512 VNNI is enabled in the (inlining) caller; `p` is forwarded.
+        unsafe { _mm256_dpbusd_epi32(init, B::load_biased(p), av) }
+    }
+}
+
+/// Integer kernel of this tier: the AVX2 tier's [`quant_tile`] with [`Vnni`].
 pub(crate) struct Quant<B>(PhantomData<B>);
 
 impl<B: Blocks32> Kernel for Quant<B> {
@@ -123,45 +145,7 @@ impl<B: Blocks32> Kernel for Quant<B> {
 
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[u8]; T], cols: usize) -> [[f32; T]; R] {
-        let bb = B::DTYPE.block_bytes();
-        let ahead = R * w[0].len();
-        let bias = _mm256_set1_epi8(B::BIAS as u8 as i8);
-        let lane: [__m256i; R] = core::array::from_fn(|r| _mm256_set1_epi32(r as i32));
-        let mut acc = [[_mm256_setzero_ps(); T]; R];
-        for b in 0..cols / QK {
-            let mut av = [_mm256_setzero_si256(); T];
-            let mut ad = [_mm_setzero_ps(); T];
-            let mut init = [_mm256_setzero_si256(); T];
-            for t in 0..T {
-                // SAFETY: `a[t]` is a whole activation of `cols` values.
-                unsafe {
-                    av[t] = _mm256_loadu_si256(a[t].as_ptr().add(b * QK).cast());
-                    ad[t] = _mm_set1_ps(act_scale(a[t], cols, b));
-                }
-                let corr = _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, av[t]);
-                init[t] = _mm256_sub_epi32(_mm256_setzero_si256(), corr);
-            }
-            // SAFETY: `w[r]` holds `cols / QK` blocks.
-            let dw = unsafe { scales(w, b * bb) };
-            for r in 0..R {
-                // SAFETY: as above.
-                let p = unsafe { w[r].as_ptr().add(b * bb) };
-                prefetch(p, ahead);
-                // SAFETY: as above.
-                let wb = unsafe { B::load_biased(p) };
-                for t in 0..T {
-                    let s32 = _mm256_dpbusd_epi32(init[t], wb, av[t]);
-                    let d = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_mul_ps(dw, ad[t])), lane[r]);
-                    acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s32), acc[r][t]);
-                }
-            }
-        }
-        let mut out = [[0.0; T]; R];
-        for r in 0..R {
-            for t in 0..T {
-                out[r][t] = avx2::hsum(acc[r][t]);
-            }
-        }
-        out
+        // SAFETY: forwarded; the tier's features are enabled here.
+        unsafe { quant_tile::<B, Vnni, R, T>(w, a, cols) }
     }
 }
