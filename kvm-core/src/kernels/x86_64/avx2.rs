@@ -385,13 +385,58 @@ unsafe fn quad<B: Blocks32, D: BlockDot, const R: usize, const T: usize>(
     }
 }
 
+/// How a tier finds the exact block sums of a group of 8 blocks.
+pub(super) trait GroupSums {
+    /// `out[r][t]` lane `j`: the exact i32 dot product of block `b0 + j` of `w[r]` and
+    /// `a[t]` for `j < n` (`n <= 8`), zero for the others.
+    ///
+    /// # Safety
+    /// The tier's features are enabled in the (inlining) caller; the rows and
+    /// activations hold blocks `b0..b0 + n`.
+    unsafe fn sums<B: Blocks32, const R: usize, const T: usize>(
+        w: [&[u8]; R],
+        a: [&[u8]; T],
+        b0: usize,
+        n: usize,
+        ahead: usize,
+    ) -> [[__m256i; T]; R];
+}
+
+impl<D: BlockDot> GroupSums for D {
+    #[inline(always)]
+    unsafe fn sums<B: Blocks32, const R: usize, const T: usize>(
+        w: [&[u8]; R],
+        a: [&[u8]; T],
+        b0: usize,
+        n: usize,
+        ahead: usize,
+    ) -> [[__m256i; T]; R] {
+        // SAFETY: forwarded; the caller enables the features.
+        unsafe {
+            let lo = quad::<B, D, R, T>(w, a, b0, 0, n, ahead);
+            let hi = quad::<B, D, R, T>(w, a, b0, 4, n, ahead);
+            let mut s = [[_mm256_setzero_si256(); T]; R];
+            for r in 0..R {
+                for t in 0..T {
+                    let (l, h) = (lo[r][t], hi[r][t]);
+                    s[r][t] = _mm256_add_epi32(
+                        _mm256_permute2x128_si256::<0x20>(l, h),
+                        _mm256_permute2x128_si256::<0x31>(l, h),
+                    );
+                }
+            }
+            s
+        }
+    }
+}
+
 /// Adds the terms of blocks `b0..b0 + n` (`n <= 8`, lane `j` for block `b0 + j`) into
 /// `acc`.
 ///
 /// # Safety
-/// As [`pair`].
+/// As [`GroupSums::sums`].
 #[inline(always)]
-unsafe fn group<B: Blocks32, D: BlockDot, const R: usize, const T: usize>(
+unsafe fn group<B: Blocks32, G: GroupSums, const R: usize, const T: usize>(
     w: [&[u8]; R],
     a: [&[u8]; T],
     cols: usize,
@@ -402,8 +447,7 @@ unsafe fn group<B: Blocks32, D: BlockDot, const R: usize, const T: usize>(
     let (bb, ahead) = (B::DTYPE.block_bytes(), R * w[0].len());
     // SAFETY: forwarded; the caller enables the features.
     unsafe {
-        let lo = quad::<B, D, R, T>(w, a, b0, 0, n, ahead);
-        let hi = quad::<B, D, R, T>(w, a, b0, 4, n, ahead);
+        let isum = G::sums::<B, R, T>(w, a, b0, n, ahead);
         let mut da = [_mm256_setzero_ps(); T];
         for t in 0..T {
             da[t] = act_scales(a[t], cols, b0, n);
@@ -411,10 +455,7 @@ unsafe fn group<B: Blocks32, D: BlockDot, const R: usize, const T: usize>(
         for r in 0..R {
             let dw = weight_scales(w[r], bb, b0, n);
             for t in 0..T {
-                let (l, h) = (lo[r][t], hi[r][t]);
-                let isum =
-                    _mm256_add_epi32(_mm256_permute2x128_si256::<0x20>(l, h), _mm256_permute2x128_si256::<0x31>(l, h));
-                let term = _mm256_mul_ps(_mm256_mul_ps(dw, da[t]), _mm256_cvtepi32_ps(isum));
+                let term = _mm256_mul_ps(_mm256_mul_ps(dw, da[t]), _mm256_cvtepi32_ps(isum[r][t]));
                 acc[r][t] = _mm256_add_ps(acc[r][t], term);
             }
         }
@@ -424,7 +465,7 @@ unsafe fn group<B: Blocks32, D: BlockDot, const R: usize, const T: usize>(
 /// [`prefetch`] without the target-feature attribute (SSE is baseline on x86_64), for
 /// the `inline(always)` bodies shared by the tiers.
 #[inline(always)]
-fn prefetch_any(p: *const u8, ahead: usize) {
+pub(super) fn prefetch_any(p: *const u8, ahead: usize) {
     // SAFETY: a hint; SSE is part of x86_64.
     unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead).cast()) }
 }
@@ -436,9 +477,9 @@ fn prefetch_any(p: *const u8, ahead: usize) {
 /// `(d_w * d_a) * isum` with two multiplies and an add (no FMA).
 ///
 /// # Safety
-/// As [`Kernel::tile`], with AVX2/FMA/F16C and `D`'s features enabled in the caller.
+/// As [`Kernel::tile`], with AVX2/FMA/F16C and `G`'s features enabled in the caller.
 #[inline(always)]
-pub(super) unsafe fn quant_tile<B: Blocks32, D: BlockDot, const R: usize, const T: usize>(
+pub(super) unsafe fn quant_tile<B: Blocks32, G: GroupSums, const R: usize, const T: usize>(
     w: [&[u8]; R],
     a: [&[u8]; T],
     cols: usize,
@@ -449,11 +490,11 @@ pub(super) unsafe fn quant_tile<B: Blocks32, D: BlockDot, const R: usize, const 
         let mut acc = [[_mm256_setzero_ps(); T]; R];
         let mut b0 = 0;
         while b0 + 8 <= nb {
-            group::<B, D, R, T>(w, a, cols, b0, 8, &mut acc);
+            group::<B, G, R, T>(w, a, cols, b0, 8, &mut acc);
             b0 += 8;
         }
         if b0 < nb {
-            group::<B, D, R, T>(w, a, cols, b0, nb - b0, &mut acc);
+            group::<B, G, R, T>(w, a, cols, b0, nb - b0, &mut acc);
         }
         let mut out = [[0.0; T]; R];
         for r in 0..R {
