@@ -19,6 +19,6 @@ if [ ${#need[@]} -gt 0 ]; then
     sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-if ! command -v cbindgen >/dev/null || [ "$(cbindgen --version | cut -d' ' -f2)" != "0.29.2" ]; then
-    cargo install cbindgen --version 0.29.2 --locked --quiet
+if ! command -v cbindgen >/dev/null || [ "$(cbindgen --version | cut -d' ' -f2)" != "0.29.4" ]; then
+    cargo install cbindgen --version 0.29.4 --locked --quiet
 fi

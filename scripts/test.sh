@@ -24,4 +24,25 @@ for target in thumbv7em-none-eabihf thumbv6m-none-eabi riscv32imac-unknown-none-
 done
 cargo build -p kvm-core --target thumbv7em-none-eabihf --features defmt --quiet
 
+step "aarch64 kernels under QEMU (NEON, then NEON + dotprod)"
+cargo test -p kvm-core --target aarch64-unknown-linux-gnu --lib --quiet
+CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu -cpu neoverse-n1" \
+    cargo test -p kvm-core --target aarch64-unknown-linux-gnu --lib --quiet
+
+step "C API: header drift, example under valgrind, output equals the CLI's"
+bash scripts/gen-header.sh --check
+cargo build --release -p kvm-runtime --quiet
+prompt="And God said"
+want=$(target/release/kvm generate --model models/tiny-kjv-q8_0.kvm --prompt "$prompt" -n 64 --temperature 0 2>/dev/null)
+c_out=$(KVM_VALGRIND=1 bash examples/c/run.sh models/tiny-kjv-q8_0.kvm "$prompt" 64)
+got=$(printf '%s\n' "$c_out" | sed -n '2p')
+if [ "$got" != "$want" ]; then
+    printf 'C example printed:\n%s\nkvm generate printed:\n%s\n' "$got" "$want" >&2
+    exit 1
+fi
+echo "C example (valgrind clean) = kvm generate: $want"
+
+step "firmware in QEMU: Rust on Cortex-M4F (an386) and Cortex-M33 (an505), C on an386, all equal to the host"
+bash scripts/mcu-check.sh
+
 step "all checks passed"

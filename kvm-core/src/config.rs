@@ -136,7 +136,7 @@ impl Config {
         check(self.rope_theta.is_finite() && self.rope_theta > 0.0, F::RopeTheta)?;
         check(self.chunk_len >= 1 && self.chunk_len <= 1 << 16, F::ChunkLen)?;
         check(self.window_chunks >= 1 && self.window_chunks <= 1 << 10, F::WindowChunks)?;
-        check(self.max_state_chunks >= 1 && self.max_state_chunks <= 1 << 10, F::MaxStateChunks)?;
+        check(self.max_state_chunks <= 1 << 10, F::MaxStateChunks)?;
         check(self.window_len() <= 1 << 20 && self.max_state_len() <= 1 << 20, F::ChunkLen)?;
         check(self.state_round_down >= 1, F::StateRoundDown)?;
         check(self.state_min_len >= -1, F::StateMinLen)?;
@@ -148,11 +148,11 @@ impl Config {
             StateBudget::Saturation { n } => check(n.is_finite() && n > 0.0, F::StateSaturation)?,
         }
         check(self.sink_len <= 1 << 20, F::SinkLen)?;
-        check(self.logit_softcap.is_finite() && self.logit_softcap >= 0.0, F::LogitSoftcap)?;
+        check(self.logit_softcap.is_finite(), F::LogitSoftcap)?;
         check(self.residual_scale.is_finite(), F::ResidualScale)?;
         check(self.flags & !flags::ALL == 0, F::Flags)?;
-        // A merge needs a non-sink slot to land in.
-        check((self.sink_len as usize) < self.chunk_len as usize, F::SinkLen)?;
+        // A merge needs a non-sink slot to land in, at least once the state is full.
+        check((self.sink_len as usize) < self.natural_state_len(), F::SinkLen)?;
         if !self.has(flags::VLENS) {
             // The reference adds a per-merged-token row to every slot's count, which only
             // broadcasts when each fold merges exactly as many tokens as there are slots.

@@ -1,11 +1,6 @@
-//! # kvm-core
+#![doc = include_str!("../README.md")]
 //!
-//! Allocation-free decoding of Key-Value Means (KVM) language models.
-//!
-//! The crate borrows a model blob (`&[u8]` from flash, `include_bytes!` or an mmap),
-//! validates it once ([`Model::from_bytes`]) and decodes tokens into a session that lives
-//! entirely inside one caller-provided arena ([`Session::new`]). Nothing here allocates,
-//! does I/O or panics on untrusted input: every failure is a small [`Error`].
+//! ## Layout
 //!
 //! Modules follow the data: [`format`] (the file) -> [`quant`] (weight blocks) ->
 //! [`kernels`] (matrix x vector) -> [`config`] + [`model`] (weights view, forward) ->

@@ -98,13 +98,13 @@ impl Layout {
             d,
         ];
         let step_sizes = [
-            cfg.vocab_len as usize,           // logits of the last token
-            s.checked_add(w).ok_or(too_big)?, // attention scores
-            mul(c, dk)?,                      // prepared overflow keys
-            c,                                // novelty scores
-            c,                                // appended flags (u32)
-            mul(s, dk)?,                      // merged key deltas
-            mul(s, dv)?,                      // merged value deltas
+            cfg.vocab_len as usize,                    // logits of the last token
+            mul(h, s.checked_add(w).ok_or(too_big)?)?, // attention scores, per head
+            mul(c, dk)?,                               // prepared overflow keys
+            c,                                         // novelty scores
+            c,                                         // appended flags (u32)
+            mul(s, dk)?,                               // merged key deltas
+            mul(s, dv)?,                               // merged value deltas
         ];
         let row_widths = [
             d,                         // x: residual stream
@@ -142,7 +142,8 @@ impl Layout {
         Ok(lay)
     }
 
-    /// f32s of the activations of `n` tokens processed together (see [`Acts`]).
+    /// f32s of the activations of `n` tokens processed together (the `batch` of
+    /// [`Session::step_batch`]).
     pub fn acts_len(&self, n: usize) -> Option<usize> {
         let rows = self.row_widths.iter().try_fold(0usize, |acc, &w| acc.checked_add(pad(w.checked_mul(n)?)))?;
         rows.checked_add(pad(kernels::matmul_scratch_len(self.widest_input, n).div_ceil(4)))
@@ -437,11 +438,11 @@ impl HeadState<'_, '_> {
     }
     #[inline]
     fn slot(&self, s: usize) -> usize {
-        self.h * self.state_len + s
+        slot_index(self.h, self.state_len, s)
     }
     #[inline]
     fn ring(&self, j: usize) -> usize {
-        self.h * self.cfg.window_len() + j % self.cfg.window_len()
+        ring_index(self.cfg, self.h, j)
     }
 
     /// `pk = LN_s_k(k with dims [0, rope_dim) zeroed)`.
@@ -538,7 +539,9 @@ impl HeadState<'_, '_> {
             }
             let novelty = &fs.novelty[..c];
             for (i, (flag, &mine)) in appended.iter_mut().zip(novelty).enumerate() {
-                let below = novelty.iter().enumerate().filter(|&(j, &x)| x < mine || (x == mine && j < i)).count();
+                // A total order (NaN included), so exactly n_append tokens rank below the cut.
+                let below =
+                    novelty.iter().enumerate().filter(|&(j, x)| x.total_cmp(&mine).then(j.cmp(&i)).is_lt()).count();
                 *flag = (below < n_append) as u32;
             }
         }
@@ -583,7 +586,9 @@ impl HeadState<'_, '_> {
             let km = if gate_keys { m } else { 1.0 };
             let vm = if gate_values { m } else { 1.0 };
             let pk = &fs.pk[i * dk..(i + 1) * dk];
-            let mut best = protected;
+            // With every slot a sink (a growable state's early fold whose sink_len is not
+            // yet exceeded; the reference asserts there) the last slot takes the token.
+            let mut best = protected.min(slots_after - 1);
             let mut best_score = f32::NEG_INFINITY;
             for s in protected..slots_after {
                 let si = self.slot(s);
@@ -623,10 +628,42 @@ impl HeadState<'_, '_> {
         }
     }
 
+    /// Stores the new token's key, value and merge gate in the window ring.
+    pub fn push_window(&mut self, t: usize, k: &[f32], v: &[f32], m: f32) {
+        let (dk, dv) = (self.dk(), self.dv());
+        let ri = self.ring(t);
+        self.st.wk[ri * dk..(ri + 1) * dk].copy_from_slice(k);
+        self.st.wv[ri * dv..(ri + 1) * dv].copy_from_slice(v);
+        self.st.wm[ri] = m;
+    }
+}
+
+/// A head's read-only view of one layer's state: what attention needs, shareable across
+/// threads so heads can attend in parallel.
+pub(crate) struct HeadReader<'l, 's> {
+    pub st: &'l LayerState<'s>,
+    pub h: usize,
+    pub cfg: &'l Config,
+    pub state_len: usize,
+}
+
+/// Index of head `h`'s slot `s` in `[n_heads, state_len]` arrays.
+#[inline]
+fn slot_index(h: usize, state_len: usize, s: usize) -> usize {
+    h * state_len + s
+}
+
+/// Index of head `h`'s window entry for position `j` in `[n_heads, window_len]` rings.
+#[inline]
+fn ring_index(cfg: &Config, h: usize, j: usize) -> usize {
+    h * cfg.window_len() + j % cfg.window_len()
+}
+
+impl HeadReader<'_, '_> {
     /// Attention of one head's query `q` (post LN_q, post RoPE) over the state (when
     /// `read_state`) and window tokens `[window_begin, t]`; writes `out` (`d_v`).
     pub fn attend(&self, q: &[f32], plan: &Plan, slots: usize, temps: (f32, f32), scores: &mut [f32], out: &mut [f32]) {
-        let (dk, dv) = (self.dk(), self.dv());
+        let (dk, dv) = (self.cfg.d_qk as usize, self.cfg.d_v as usize);
         let scale = 1.0 / libm::sqrtf(dk as f32);
         let (front_temp, state_temp) = temps;
         let n_state = if plan.read_state { slots } else { 0 };
@@ -634,11 +671,11 @@ impl HeadState<'_, '_> {
         let scores = &mut scores[..n_state + n_window];
         let (state_scores, window_scores) = scores.split_at_mut(n_state);
         for (s, score) in state_scores.iter_mut().enumerate() {
-            let si = self.slot(s);
+            let si = slot_index(self.h, self.state_len, s);
             *score = dot(q, &self.st.nk[si * dk..(si + 1) * dk]) * state_temp * scale;
         }
         for (j, score) in window_scores.iter_mut().enumerate() {
-            let ri = self.ring(plan.window_begin + j);
+            let ri = ring_index(self.cfg, self.h, plan.window_begin + j);
             *score = dot(q, &self.st.wk[ri * dk..(ri + 1) * dk]) * front_temp * scale;
         }
         let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -650,22 +687,13 @@ impl HeadState<'_, '_> {
         out.fill(0.0);
         let (state_scores, window_scores) = scores.split_at(n_state);
         for (s, &p) in state_scores.iter().enumerate() {
-            let si = self.slot(s);
+            let si = slot_index(self.h, self.state_len, s);
             crate::math::axpy(out, p / sum, &self.st.nv[si * dv..(si + 1) * dv]);
         }
         for (j, &p) in window_scores.iter().enumerate() {
-            let ri = self.ring(plan.window_begin + j);
+            let ri = ring_index(self.cfg, self.h, plan.window_begin + j);
             crate::math::axpy(out, p / sum, &self.st.wv[ri * dv..(ri + 1) * dv]);
         }
-    }
-
-    /// Stores the new token's key, value and merge gate in the window ring.
-    pub fn push_window(&mut self, t: usize, k: &[f32], v: &[f32], m: f32) {
-        let (dk, dv) = (self.dk(), self.dv());
-        let ri = self.ring(t);
-        self.st.wk[ri * dk..(ri + 1) * dk].copy_from_slice(k);
-        self.st.wv[ri * dv..(ri + 1) * dv].copy_from_slice(v);
-        self.st.wm[ri] = m;
     }
 }
 
@@ -738,7 +766,7 @@ impl<'m, 'a> Session<'m, 'a> {
             return Err(Error::ArenaSize { expected: layout.arena_len(), got: arena.len() });
         }
         let arena: &mut [f32] = bytemuck::try_cast_slice_mut(arena).map_err(|_| Error::ArenaMisaligned)?;
-        if arena.as_ptr() as usize % ARENA_ALIGN != 0 {
+        if !(arena.as_ptr() as usize).is_multiple_of(ARENA_ALIGN) {
             return Err(Error::ArenaMisaligned);
         }
         let mut session = Session { model, layout, arena };
@@ -955,9 +983,16 @@ impl<'m, 'a> Session<'m, 'a> {
             return Err(Error::BadSnapshot);
         }
         let word = |i: usize| u32::from_le_bytes([snap[i * 4], snap[i * 4 + 1], snap[i * 4 + 2], snap[i * 4 + 3]]);
+        let (pos, slots, coverage) = (word(counter::POS), word(counter::SLOTS), word(counter::COVERAGE));
+        // Counters a session could have reached; anything else could index past the state.
+        let chunk = self.model.config().chunk_len;
         if word(counter::STAMP) != STAMP
             || word(counter::STATE_LEN) as usize != self.layout.state_len
             || word(counter::ARENA_LEN) as usize != self.layout.arena_len() as u32 as usize
+            || slots as usize > self.layout.state_len
+            || slots > pos
+            || coverage > pos
+            || slots < pos.min(chunk)
         {
             return Err(Error::BadSnapshot);
         }

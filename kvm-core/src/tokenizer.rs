@@ -164,10 +164,30 @@ impl<'a> Tokenizer<'a> {
     /// is malformed, or it has more tokens than the model; [`Error::InvalidArgument`] if
     /// `vocab_len` is 0.
     pub fn from_section(kind: TokenizerKind, section: &'a [u8], vocab_len: u32) -> Result<Self> {
+        Tokenizer::with_tables(kind, section, vocab_len, Tables::new)
+    }
+
+    /// As [`from_section`](Self::from_section), but checks only the section's header and
+    /// bounds, in constant time: for a section already validated, e.g. by
+    /// [`Model::from_bytes`](crate::Model::from_bytes). A section that would not validate
+    /// still never causes a panic or an out-of-bounds read, only wrong tokens or errors.
+    ///
+    /// # Errors
+    /// As [`from_section`](Self::from_section), for the checks it makes.
+    pub fn from_section_trusted(kind: TokenizerKind, section: &'a [u8], vocab_len: u32) -> Result<Self> {
+        Tokenizer::with_tables(kind, section, vocab_len, Tables::new_trusted)
+    }
+
+    fn with_tables(
+        kind: TokenizerKind,
+        section: &'a [u8],
+        vocab_len: u32,
+        tables: fn(&'a [u8]) -> Result<Tables<'a>>,
+    ) -> Result<Self> {
         let t = match kind {
             TokenizerKind::Bytes if section.is_empty() => Tokenizer::bytes(vocab_len)?,
             TokenizerKind::Bytes => return Err(Error::BadTokenizer),
-            TokenizerKind::Bpe => Tokenizer::from_bytes(section)?,
+            TokenizerKind::Bpe => Tokenizer { kind: Kind::Bpe(tables(section)?) },
         };
         if t.vocab_len() > vocab_len {
             return Err(Error::BadTokenizer);
@@ -269,8 +289,10 @@ fn find_added(t: &Tables<'_>, text: &str) -> Option<(usize, usize, u32)> {
         let rest = bytes.get(start..).unwrap_or_default();
         let mut best: Option<(usize, u32)> = None;
         for id in t.added() {
+            // Validation rules out empty tokens; an unvalidated section must not make
+            // the caller's loop stand still.
             let tok = t.token_bytes(id).unwrap_or_default();
-            if rest.starts_with(tok) && best.is_none_or(|(len, _)| tok.len() > len) {
+            if !tok.is_empty() && rest.starts_with(tok) && best.is_none_or(|(len, _)| tok.len() > len) {
                 best = Some((tok.len(), id));
             }
         }

@@ -90,7 +90,11 @@ pub fn parse(json: &Value, d_vgate: u32) -> Result<Config> {
     if state_min_len.fract() != 0.0 || state_min_len < -1.0 || state_min_len > i32::MAX as f64 {
         bail!("config field `state_min_len` is {state_min_len}: expected an integer >= -1");
     }
-    let residual_scale = num("residual_scale", Some(1.0))?;
+    // The reference reads `residual_scale or 1.0`: 0 (like null) means 1.
+    let residual_scale = match num("residual_scale", Some(1.0))? {
+        0.0 => 1.0,
+        r => r,
+    };
 
     let mut f = 0;
     for (on, bit) in [

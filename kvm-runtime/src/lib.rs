@@ -7,6 +7,7 @@
 
 #[cfg(feature = "std")]
 pub mod arena;
+pub mod capi;
 #[cfg(feature = "std")]
 pub mod file;
 #[cfg(feature = "std")]

@@ -141,7 +141,6 @@ fn unsupported_and_invalid_configs_are_refused() {
         |h| h.config.residual_scale = f32::NAN,
         |h| h.config.vocab_len = 97,
         |h| h.config.d_model = 65,
-        |h| h.arena_len += 64,
         |h| h.state_capacity = 4,
         |h| h.n_tensors -= 1,
         |h| h.table_offset += 48,
@@ -210,4 +209,32 @@ fn export_refuses_unsupported_checkpoints() {
         assert!(msg.contains(needle), "{field}: error `{msg}` does not name `{needle}`");
     }
     std::fs::remove_dir_all(&tmp).ok();
+}
+
+#[test]
+fn snapshots_restore_exactly_and_forged_ones_are_refused() {
+    let blob = convert_to_bytes(&golden_dir("growable_power_law"), DType::F32);
+    let model = Model::from_bytes(&blob).unwrap();
+    let (mut a1, mut a2) = (Arena::new(model.arena_len()), Arena::new(model.arena_len()));
+    let mut s1 = Session::new(model, a1.bytes()).unwrap();
+    let ids: Vec<u32> = (0..150).map(|i| (i * 13 % 96) as u32).collect();
+    s1.prefill(&ids[..70]).unwrap();
+    let mut snap = vec![0u8; s1.snapshot_len()];
+    s1.snapshot(&mut snap).unwrap();
+    let mut s2 = Session::new(model, a2.bytes()).unwrap();
+    s2.restore(&snap).unwrap();
+    for &t in &ids[70..] {
+        let l1 = s1.decode(t).unwrap().to_vec();
+        assert_eq!(l1, s2.decode(t).unwrap(), "restored session diverged");
+    }
+    // Counters no session can reach are refused, as are foreign lengths.
+    for (word, value) in [(1usize, 5u32), (2, 10_000), (3, 1_000)] {
+        let mut bad = snap.clone();
+        if word == 1 {
+            bad[8..12].copy_from_slice(&0u32.to_le_bytes()); // slots > pos once pos = 5
+        }
+        bad[word * 4..word * 4 + 4].copy_from_slice(&value.to_le_bytes());
+        assert_eq!(s2.restore(&bad).unwrap_err(), Error::BadSnapshot, "word {word} = {value}");
+    }
+    assert_eq!(s2.restore(&snap[1..]).unwrap_err(), Error::BadSnapshot);
 }

@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod configs;
 mod corrupt;
 mod golden;
 mod tiny_kjv;

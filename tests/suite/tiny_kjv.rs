@@ -63,3 +63,13 @@ fn bits_per_byte_match_the_reference() {
     let want = nll[file]["nats_per_byte"].as_f64().unwrap();
     assert!((got - want).abs() < 1e-4, "nats/byte {got} vs reference {want}");
 }
+
+#[test]
+fn the_bundled_model_is_what_its_rebuild_command_writes() {
+    // scripts/build-bundled-model.sh: `convert models/tiny-kjv --dtype q8_0`.
+    let fresh = convert_to_bytes(&repo().join("models/tiny-kjv"), DType::Q8_0);
+    let shipped = std::fs::read(repo().join("models/tiny-kjv-q8_0.kvm")).unwrap();
+    assert!(fresh == shipped, "models/tiny-kjv-q8_0.kvm is stale: run scripts/build-bundled-model.sh");
+    let model = Model::from_bytes(&shipped).unwrap();
+    assert_eq!(model.header().arena_len as usize, model.arena_len(), "the file states this build's arena size");
+}

@@ -237,8 +237,9 @@ fn table(tier: Tier) -> &'static Table {
 unsafe fn run<K: Kernels, const R: usize, const T: usize>(w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]) {
     let cols = w.cols;
     let rb = w.dtype.row_bytes(cols).unwrap_or(0);
-    if rb == 0 {
-        debug_assert!(cols == 0, "cols {cols} is not a whole number of {:?} blocks", w.dtype);
+    if rb == 0 || w.rows == 0 {
+        debug_assert!(w.dtype.row_bytes(cols).is_some(), "cols {cols} is not a whole number of {:?} blocks", w.dtype);
+        // Empty sums (`cols == 0`) or nothing to write (`rows == 0`).
         ys.fill(0.0);
         return;
     }
@@ -410,7 +411,8 @@ pub(crate) mod tests {
     fn cols_of(dtype: DType) -> &'static [usize] {
         match dtype.block_len() {
             1 => &[1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 127, 255, 1023],
-            _ => &[32, 96, 224, 256, 416, 1024],
+            // 1, 3, 7, 8, 9, 13, 32 blocks: whole groups of 8 and every kind of remainder.
+            _ => &[32, 96, 224, 256, 288, 416, 1024],
         }
     }
 
@@ -448,9 +450,26 @@ pub(crate) mod tests {
         out
     }
 
-    /// Tiers differ from the reference only in summation order (and FMA's single rounding):
-    /// a few ulps of the magnitude for every dtype, integer sums being exact.
+    /// Float tiers differ from the reference only in summation order (and FMA's single
+    /// rounding): a few ulps of the magnitude.
     const BUDGET: f32 = 1e-5;
+
+    /// Integer formats: every tier gives the reference's bits exactly.
+    fn assert_bits(got: &[f32], want: &[f32], what: &dyn core::fmt::Display) {
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert_eq!(g.to_bits(), w.to_bits(), "{what}: [{i}] {g} vs {w}");
+        }
+    }
+
+    /// [`assert_bits`] for integer dtypes, [`assert_close`] for float ones.
+    fn assert_matches(dtype: DType, got: &[f32], want: &[f32], mag: &[f32], what: &dyn core::fmt::Display) {
+        if dtype.block_len() == QK {
+            assert_bits(got, want, what);
+        } else {
+            assert_close(got, want, mag, what);
+        }
+    }
 
     fn assert_close(got: &[f32], want: &[f32], mag: &[f32], what: &dyn core::fmt::Display) {
         assert_eq!(got.len(), want.len(), "{what}");
@@ -460,7 +479,8 @@ pub(crate) mod tests {
     }
 
     /// `matvec`, `matmul` (with scratch for 1, 3 and all tokens) and `dequant_row` through
-    /// the public dispatch, against the scalar reference, for every dtype and shape.
+    /// the public dispatch, against the scalar reference, for every dtype and shape: integer
+    /// formats bit for bit, float ones within [`BUDGET`].
     fn suite(t: Tier) {
         for dtype in DTYPES {
             for &cols in cols_of(dtype) {
@@ -472,7 +492,7 @@ pub(crate) mod tests {
                     let mut act = vec![0u8; act_scratch_len(cols)];
                     matvec(&w, &x, &mut y, &mut act);
                     let what = format_args!("{t} matvec {dtype:?} [{rows}, {cols}]");
-                    assert_close(&y, &reference(&w, &x), &magnitudes(&w, &x), &what);
+                    assert_matches(dtype, &y, &reference(&w, &x), &magnitudes(&w, &x), &what);
                     let mut out = vec![f32::NAN; cols];
                     dequant_row(&w, rows - 1, &mut out);
                     let mut want = vec![0.0; cols];
@@ -491,7 +511,7 @@ pub(crate) mod tests {
                         matmul(&w, &xs, &mut ys, &mut act);
                         let what =
                             format_args!("{t} matmul {dtype:?} [{rows}, {cols}] x {n} tokens, {group} at a time");
-                        assert_close(&ys, &want, &mag, &what);
+                        assert_matches(dtype, &ys, &want, &mag, &what);
                     }
                 }
             }
@@ -529,8 +549,33 @@ pub(crate) mod tests {
             assert_eq!(tier(), t);
             suite(t);
         }
+        #[cfg(feature = "std")]
+        env_selects_tier();
         // SAFETY: it was active before.
         unsafe { force_tier(before) };
+    }
+
+    /// `KVM_KERNELS` through `init_from_env`; runs inside the one test that switches the
+    /// process-wide tier, so that no other test sees it change.
+    #[cfg(feature = "std")]
+    fn env_selects_tier() {
+        let set = |v: Option<&str>| match v {
+            Some(v) => std::env::set_var("KVM_KERNELS", v),
+            None => std::env::remove_var("KVM_KERNELS"),
+        };
+        set(Some("scalar"));
+        assert_eq!(init_from_env(), Ok(Tier::Scalar));
+        assert_eq!(tier(), Tier::Scalar);
+        set(Some("sse9"));
+        assert_eq!(init_from_env(), Err(TierError::UnknownName));
+        assert_eq!(tier(), Tier::Scalar, "a refused value leaves the tier alone");
+        if let Some(missing) = Tier::ALL.into_iter().find(|&t| !tier::supported(t)) {
+            set(Some(missing.name()));
+            assert_eq!(init_from_env(), Err(TierError::Unsupported(missing)));
+        }
+        set(None);
+        assert_eq!(init_from_env(), Ok(detect()));
+        assert_eq!(tier(), detect());
     }
 
     #[test]
@@ -587,6 +632,146 @@ pub(crate) mod tests {
                 assert!(err <= 0.2 * bound, "{dtype:?} row {r}: error {err}, worst case {bound}");
             }
         }
+    }
+
+    /// Files may hold q8_0 weights of -128 (our quantizer never writes them): the sign
+    /// trick and the biased dots must keep them exact, against activations of +-127.
+    #[test]
+    fn extreme_q8_0_weights_stay_exact() {
+        let (rows, cols) = (5, 256);
+        let mut bytes = encode(DType::Q8_0, rows, cols, 3);
+        for (i, b) in bytes.iter_mut().enumerate() {
+            let in_block = i % 34;
+            if in_block >= 2 {
+                *b = [0x80, 0x7f, 0x80, 0x81][(i / 34 + in_block) % 4];
+            }
+        }
+        let w = Matrix::new(DType::Q8_0, rows, cols, &bytes).unwrap();
+        let x: Vec<f32> = (0..cols).map(|c| if c % 3 == 0 { -1.0 } else { 1.0 }).collect();
+        let want = reference(&w, &x);
+        for t in supported_tiers() {
+            let mut y = vec![f32::NAN; rows];
+            let mut act = vec![0u8; act_scratch_len(cols)];
+            // SAFETY: the CPU supports `t`; the table is called directly, not installed.
+            unsafe { (table(t).matvec)(&w, &x, &mut y, &mut act) };
+            assert_bits(&y, &want, &format_args!("{t} q8_0 extremes"));
+        }
+    }
+
+    /// Raw `[rows, nb blocks]` of `dtype` with adversarial contents: scales from the
+    /// largest f16 down to subnormals, zeros and negatives; weights at both ends of their
+    /// range (q8_0's -128, which our quantizer never writes, included) and zero blocks.
+    fn adversarial_weights(dtype: DType, rows: usize, nb: usize, seed: u32) -> Vec<u8> {
+        const SCALES: [u16; 8] = [0x7bff, 0x0001, 0x03ff, 0x3c00, 0xbc00, 0x0000, 0x8000, 0x5a1f];
+        let bb = dtype.block_bytes();
+        let mut bits = values(rows * nb * bb, seed).into_iter().map(|v| v.to_bits() >> 7);
+        let mut out = vec![0u8; rows * nb * bb];
+        for (i, block) in out.chunks_exact_mut(bb).enumerate() {
+            let pick = bits.next().unwrap_or(0);
+            let d = if i % 3 == 0 { SCALES[pick as usize % 8] } else { 0x2000 | (pick as u16 & 0x3fff) };
+            block[..2].copy_from_slice(&d.to_le_bytes());
+            for q in &mut block[2..] {
+                let r = bits.next().unwrap_or(0);
+                *q = match (i % 5, r % 4) {
+                    (0, _) => 0,
+                    (1, _) if dtype == DType::Q8_0 => [0x80, 0x7f][r as usize % 2],
+                    (1, _) => [0x00, 0xff, 0x0f, 0xf0][r as usize % 4],
+                    (_, 0) => 0x80,
+                    _ => (r >> 3) as u8,
+                };
+            }
+        }
+        out
+    }
+
+    /// Activations of `n` tokens with large magnitudes, zero and tiny blocks, and ties.
+    fn adversarial_activations(n: usize, cols: usize, seed: u32) -> Vec<f32> {
+        let mut x = values(n * cols, seed);
+        for (b, block) in x.chunks_exact_mut(QK).enumerate() {
+            match b % 6 {
+                0 => block.iter_mut().for_each(|v| *v *= 3.0e4),
+                1 => block.fill(0.0),
+                2 => block.iter_mut().for_each(|v| *v *= 1e-36),
+                3 => block.iter_mut().enumerate().for_each(|(i, v)| *v = i as f32 - 15.5),
+                _ => {}
+            }
+        }
+        x
+    }
+
+    /// Every tier's integer matvec and matmul (1, 3 or all tokens per group) give the
+    /// scalar reference's bits, on odd block counts, every small tile remainder and
+    /// adversarial data: the canonical order of `scalar::sum_blocks` holds everywhere.
+    #[test]
+    fn integer_tiers_are_bit_identical() {
+        for dtype in [DType::Q8_0, DType::Q4_0] {
+            for nb in [1, 3, 7, 8, 9, 17, 24, 100] {
+                let cols = nb * QK;
+                for rows in 1..=9 {
+                    let seed = (nb * 31 + rows) as u32;
+                    let plain = encode(dtype, rows, cols, seed);
+                    let wild = adversarial_weights(dtype, rows, nb, seed);
+                    for (kind, bytes) in [("plain", &plain), ("adversarial", &wild)] {
+                        let w = Matrix::new(dtype, rows, cols, bytes).unwrap();
+                        let tokens: &[usize] = if rows % 4 == 1 { &[1, 2, 3, 4, 5, 7, 8, 16, 17] } else { &[1, 4, 5] };
+                        for &n in tokens {
+                            let xs = if kind == "plain" {
+                                values(n * cols, seed + n as u32)
+                            } else {
+                                adversarial_activations(n, cols, seed + n as u32)
+                            };
+                            let want = reference(&w, &xs);
+                            for t in supported_tiers() {
+                                for group in [1, 3, n] {
+                                    let mut ys = vec![f32::NAN; n * rows];
+                                    let mut act = vec![0u8; act_scratch_len(cols) * group];
+                                    // SAFETY: the CPU supports `t`; the table is called directly.
+                                    unsafe { (table(t).matmul)(&w, &xs, &mut ys, &mut act) };
+                                    let what = format_args!("{t} {kind} {dtype:?} [{rows}, {nb} blocks] x {n}/{group}");
+                                    assert_bits(&ys, &want, &what);
+                                }
+                                let mut y = vec![f32::NAN; rows];
+                                let mut act = vec![0u8; act_scratch_len(cols)];
+                                // SAFETY: as above.
+                                unsafe { (table(t).matvec)(&w, &xs[..cols], &mut y, &mut act) };
+                                assert_bits(
+                                    &y,
+                                    &want[..rows],
+                                    &format_args!("{t} {kind} {dtype:?} matvec [{rows}, {nb}]"),
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The canonical order itself: 8 lanes, block `b` in lane `b % 8`, then the fixed tree.
+    #[test]
+    fn canonical_block_sum_order() {
+        let terms = [1.0e8f32, 1.0, -1.0e8, 1.0, 3.0, 0.5, 0.25, 0.125, 1.0, 2.0];
+        let mut acc = [0.0f32; 8];
+        for (b, &t) in terms.iter().enumerate() {
+            acc[b % 8] += t;
+        }
+        let want = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        assert_eq!(scalar::sum_blocks(terms.into_iter()).to_bits(), want.to_bits());
+        assert_eq!(scalar::sum_blocks(core::iter::empty()).to_bits(), 0.0f32.to_bits());
+    }
+
+    #[test]
+    fn empty_shapes() {
+        for dtype in DTYPES {
+            let w = Matrix::new(dtype, 0, 64, &[]).unwrap();
+            let mut act = vec![0u8; act_scratch_len(64)];
+            matvec(&w, &values(64, 1), &mut [], &mut act);
+            matmul(&w, &values(128, 1), &mut [], &mut act);
+        }
+        let w = Matrix::new(DType::F32, 3, 0, &[]).unwrap();
+        let mut y = [f32::NAN; 3];
+        matvec(&w, &[], &mut y, &mut []);
+        assert_eq!(y, [0.0; 3]);
     }
 
     #[test]

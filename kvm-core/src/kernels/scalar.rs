@@ -3,7 +3,8 @@
 //!
 //! [`dot_row`] is the exact oracle (f32 products of the decoded weights); the integer
 //! formats run [`dot_q8_0`]/[`dot_q4_0`] against a q8-quantized activation
-//! ([`quantize_act`]), which is what every SIMD tier reproduces.
+//! ([`quantize_act`]), which every SIMD tier reproduces bit for bit: same activation bytes,
+//! same exact integer block sums, same f32 operations on them in the same order.
 
 use core::marker::PhantomData;
 
@@ -93,38 +94,58 @@ fn act_parts(act: &[u8], cols: usize) -> (&[i8], &[u8]) {
     (bytemuck::cast_slice(qs), ds)
 }
 
+/// Lanes of the canonical block sum ([`sum_blocks`]).
+pub const LANES: usize = 8;
+
+/// The canonical sum of a row's per-block terms, which every tier reproduces bit for bit:
+/// term `b` goes into accumulator `b % 8` (each starting at `+0.0`), then the 8 are summed
+/// in a fixed tree ([`reduce_lanes`]). It is what 8-lane SIMD does naturally, so the SIMD
+/// tiers pay nothing for agreeing with the scalar one.
+#[inline]
+pub fn sum_blocks(terms: impl Iterator<Item = f32>) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    for (b, term) in terms.enumerate() {
+        acc[b % LANES] += term;
+    }
+    reduce_lanes(acc)
+}
+
+/// `((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))`: the final step of [`sum_blocks`].
+#[inline]
+pub fn reduce_lanes(a: [f32; LANES]) -> f32 {
+    ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
+}
+
+/// Block `b`'s term: `(d_w * d_a) * isum`, two f32 multiplies and no FMA.
+#[inline]
+pub fn block_term(dw: [u8; 2], da: &[u8], isum: i32) -> f32 {
+    f16_le(dw) * f32::from_le_bytes([da[0], da[1], da[2], da[3]]) * isum as f32
+}
+
 /// Reference q8_0 row . q8 activation: exact integer block sums, each scaled by
-/// `d_w * d_a`, summed in order.
+/// `d_w * d_a`, summed as [`sum_blocks`] says.
 pub fn dot_q8_0(row: &[u8], act: &[u8], cols: usize) -> f32 {
     let blocks: &[BlockQ8_0] = bytemuck::cast_slice(row);
     let (qs, ds) = act_parts(act, cols);
-    blocks
-        .iter()
-        .zip(qs.chunks_exact(QK).zip(ds.chunks_exact(4)))
-        .map(|(b, (q, d))| {
-            let s: i32 = b.qs.iter().zip(q).map(|(&w, &a)| w as i32 * a as i32).sum();
-            f16_le(b.d) * f32::from_le_bytes([d[0], d[1], d[2], d[3]]) * s as f32
-        })
-        .sum()
+    sum_blocks(blocks.iter().zip(qs.chunks_exact(QK).zip(ds.chunks_exact(4))).map(|(b, (q, d))| {
+        let s: i32 = b.qs.iter().zip(q).map(|(&w, &a)| w as i32 * a as i32).sum();
+        block_term(b.d, d, s)
+    }))
 }
 
 /// Reference q4_0 row . q8 activation, as [`dot_q8_0`].
 pub fn dot_q4_0(row: &[u8], act: &[u8], cols: usize) -> f32 {
     let blocks: &[BlockQ4_0] = bytemuck::cast_slice(row);
     let (qs, ds) = act_parts(act, cols);
-    blocks
-        .iter()
-        .zip(qs.chunks_exact(QK).zip(ds.chunks_exact(4)))
-        .map(|(b, (q, d))| {
-            let (lo, hi) = q.split_at(QK / 2);
-            let s: i32 =
-                b.qs.iter()
-                    .zip(lo.iter().zip(hi))
-                    .map(|(&w, (&a0, &a1))| ((w & 15) as i32 - 8) * a0 as i32 + ((w >> 4) as i32 - 8) * a1 as i32)
-                    .sum();
-            f16_le(b.d) * f32::from_le_bytes([d[0], d[1], d[2], d[3]]) * s as f32
-        })
-        .sum()
+    sum_blocks(blocks.iter().zip(qs.chunks_exact(QK).zip(ds.chunks_exact(4))).map(|(b, (q, d))| {
+        let (lo, hi) = q.split_at(QK / 2);
+        let s: i32 =
+            b.qs.iter()
+                .zip(lo.iter().zip(hi))
+                .map(|(&w, (&a0, &a1))| ((w & 15) as i32 - 8) * a0 as i32 + ((w >> 4) as i32 - 8) * a1 as i32)
+                .sum();
+        block_term(b.d, d, s)
+    }))
 }
 
 /// Reference row decode: `out[c] = w[c]` for one row of `dtype`.

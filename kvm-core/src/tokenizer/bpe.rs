@@ -16,18 +16,19 @@ use super::section::{Tables, MAX_COUNT};
 const PAIR: u32 = MAX_COUNT;
 
 impl Tables<'_> {
-    /// The slot of symbol `left` followed by `right`.
+    /// The slot of symbol `left` followed by `right`. Validated ids are below `PAIR`; the
+    /// mask keeps an unvalidated one from passing for a merge index.
     fn slot(&self, left: u32, right: Option<u32>) -> u32 {
         match right.and_then(|r| self.find_merge(left, r)) {
             Some(m) => PAIR | m as u32,
-            None => left,
+            None => left & !PAIR,
         }
     }
 
     /// The token a slot holds.
     fn slot_id(&self, slot: u32) -> u32 {
         if slot & PAIR != 0 {
-            self.merge((slot & !PAIR) as usize).left
+            self.merge_left((slot & !PAIR) as usize)
         } else {
             slot
         }
@@ -35,7 +36,7 @@ impl Tables<'_> {
 
     /// The rank of the merge a slot forms with its right neighbour, if any.
     fn slot_rank(&self, slot: u32) -> Option<u32> {
-        (slot & PAIR != 0).then(|| self.merge((slot & !PAIR) as usize).rank)
+        (slot & PAIR != 0).then(|| self.merge_rank((slot & !PAIR) as usize))
     }
 }
 
@@ -88,8 +89,8 @@ fn merge_pass(t: &Tables<'_>, s: &mut [u32], k: u32) -> (usize, Option<u32>) {
     // symbol under the sweep, s[r] its right neighbour; w < r always.
     let (mut w, mut r, mut cur) = (0usize, 1usize, first);
     loop {
-        if !stop && t.slot_rank(cur) == Some(k) {
-            let merged = t.merge((cur & !PAIR) as usize).merged;
+        if !stop && r < s.len() && t.slot_rank(cur) == Some(k) {
+            let merged = t.merged((cur & !PAIR) as usize);
             r += 1;
             cur = t.slot(merged, s.get(r).map(|&x| t.slot_id(x)));
             if let Some(prev) = w.checked_sub(1).and_then(|i| s.get_mut(i)) {

@@ -163,7 +163,7 @@ fn array(section: &[u8], at: u32, count: u32, elem: usize) -> Result<&[u8]> {
     let start = at as usize;
     let len = (count as usize).checked_mul(elem).ok_or(Error::BadTokenizer)?;
     let end = start.checked_add(len).ok_or(Error::BadTokenizer)?;
-    if start % 4 != 0 && elem % 4 == 0 {
+    if !start.is_multiple_of(4) && elem.is_multiple_of(4) {
         return Err(Error::BadTokenizer);
     }
     section.get(start..end).ok_or(Error::BadTokenizer)
@@ -202,6 +202,19 @@ impl<'a> Tables<'a> {
     /// every token's bytes lie in the byte pool, and every order binary search relies on
     /// holds.
     pub(crate) fn new(section: &'a [u8]) -> Result<Tables<'a>> {
+        let (t, h) = Tables::bounds(section)?;
+        t.check_contents(&h)?;
+        Ok(t)
+    }
+
+    /// Checks only the header and that every array lies in the section, in O(1). All
+    /// reads stay bounds-checked, so a section that would fail [`Tables::new`] gives
+    /// wrong tokens or errors, never a panic or an out-of-bounds read.
+    pub(crate) fn new_trusted(section: &'a [u8]) -> Result<Tables<'a>> {
+        Tables::bounds(section).map(|(t, _)| t)
+    }
+
+    fn bounds(section: &'a [u8]) -> Result<(Tables<'a>, SectionHeader)> {
         let h = SectionHeader::parse(section)?;
         let bad = Error::BadTokenizer;
         let n = h.vocab_len;
@@ -221,6 +234,11 @@ impl<'a> Tables<'a> {
             eos: (h.eos != NO_EOS).then_some(h.eos),
             max_token_len: h.max_token_len,
         };
+        Ok((t, h))
+    }
+
+    fn check_contents(&self, h: &SectionHeader) -> Result<()> {
+        let (t, bad, n) = (self, Error::BadTokenizer, h.vocab_len);
         // Offsets: start at 0, strictly increase (no empty token), end at the pool's end.
         let mut prev = t.offsets.at(0);
         let mut longest = 0;
@@ -283,7 +301,7 @@ impl<'a> Tables<'a> {
             let tok = t.token_bytes(id).ok_or(bad)?;
             core::str::from_utf8(tok).map_err(|_| bad)?;
         }
-        Ok(t)
+        Ok(())
     }
 
     pub(crate) fn vocab_len(&self) -> u32 {
@@ -334,23 +352,38 @@ impl<'a> Tables<'a> {
 
     /// Merge entry `m` (`m < n_merges`).
     pub(crate) fn merge(&self, m: usize) -> Merge {
-        let w = m.saturating_mul(4);
         Merge {
-            left: self.merges.at(w),
-            right: self.merges.at(w + 1),
-            rank: self.merges.at(w + 2),
-            merged: self.merges.at(w + 3),
+            left: self.merge_word(m, 0),
+            right: self.merge_word(m, 1),
+            rank: self.merge_rank(m),
+            merged: self.merged(m),
         }
+    }
+
+    /// Word `k` of merge entry `m`.
+    fn merge_word(&self, m: usize, k: usize) -> u32 {
+        self.merges.at(m.saturating_mul(4).saturating_add(k))
+    }
+
+    pub(crate) fn merge_left(&self, m: usize) -> u32 {
+        self.merge_word(m, 0)
+    }
+
+    pub(crate) fn merge_rank(&self, m: usize) -> u32 {
+        self.merge_word(m, 2)
+    }
+
+    pub(crate) fn merged(&self, m: usize) -> u32 {
+        self.merge_word(m, 3)
     }
 
     /// Index of the merge entry of the pair `(left, right)`.
     pub(crate) fn find_merge(&self, left: u32, right: u32) -> Option<usize> {
-        let key = (left, right);
         let (mut lo, mut hi) = (0, self.n_merges());
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            let w = mid * 4;
-            match (self.merges.at(w), self.merges.at(w + 1)).cmp(&key) {
+            let ord = self.merge_word(mid, 0).cmp(&left).then_with(|| self.merge_word(mid, 1).cmp(&right));
+            match ord {
                 core::cmp::Ordering::Less => lo = mid + 1,
                 core::cmp::Ordering::Greater => hi = mid,
                 core::cmp::Ordering::Equal => return Some(mid),

@@ -1,7 +1,9 @@
 //! No section, however damaged, makes the tokenizer panic or misbehave: validation either
 //! refuses it or the tokenizer still works (and round-trips, since merges must spell
-//! their parts).
+//! their parts). Loaded without validation (`from_section_trusted`), a damaged section
+//! may give wrong results but still must not panic or hang.
 
+use kvm_core::format::TokenizerKind;
 use kvm_core::tokenizer::section::{SectionHeader, HEADER_LEN};
 use kvm_core::tokenizer::{StreamDecoder, Tokenizer};
 use kvm_core::Error;
@@ -22,6 +24,24 @@ fn exercise(t: &Tokenizer<'_>) {
     let mut d = StreamDecoder::new();
     for id in [0, 1, t.vocab_len() - 1, t.vocab_len()] {
         let _ = d.push(t, id, &mut text);
+    }
+    let _ = t.token_id(b"abc");
+}
+
+/// Runs everything on a section loaded without validation; any result but a panic will do.
+fn exercise_trusted(section: &[u8]) {
+    let Ok(t) = Tokenizer::from_section_trusted(TokenizerKind::Bpe, section, u32::MAX) else { return };
+    let mut ids = [0u32; 512];
+    let mut text = [0u8; 4096];
+    for s in TEXTS {
+        let n = t.encode(s, &mut ids).unwrap_or(0);
+        let _ = t.decode_into(&ids[..n], &mut text);
+        let _ = t.encode(s, &mut ids[..2]);
+    }
+    let _ = t.decode_into(&[0, 1, 2, 255, t.vocab_len() - 1], &mut text);
+    let mut d = StreamDecoder::new();
+    for id in [0, 1, 200, t.vocab_len() - 1] {
+        let _ = d.push(&t, id, &mut text);
     }
     let _ = t.token_id(b"abc");
 }
@@ -61,6 +81,7 @@ fn truncations_are_refused() {
         cuts.extend(section.len() - 5..section.len());
         for cut in cuts {
             assert_eq!(Tokenizer::from_bytes(&section[..cut]).unwrap_err(), Error::BadTokenizer, "cut at {cut}");
+            assert!(Tokenizer::from_section_trusted(TokenizerKind::Bpe, &section[..cut], u32::MAX).is_err());
         }
         exercise(&Tokenizer::from_bytes(&section).unwrap());
     }
@@ -82,6 +103,7 @@ fn every_single_byte_corruption_is_refused_or_harmless() {
                 accepted += 1;
                 exercise(&t);
             }
+            exercise_trusted(&bad);
         }
     }
     // Some changes are legitimately harmless (e.g. a merge rank or the eos id).
@@ -102,9 +124,42 @@ fn random_corruption_of_gpt2_is_refused_or_harmless() {
         if let Ok(t) = Tokenizer::from_bytes(&bad) {
             exercise(&t);
         }
+        exercise_trusted(&bad);
         for &i in &hits {
             bad[i] = good[i];
         }
+    }
+}
+
+/// Ids with the top bit set, where the BPE scratch keeps its tag, in every table a
+/// trusted load does not check.
+#[test]
+fn out_of_range_ids_in_a_trusted_section_are_harmless() {
+    let good = tiny_section();
+    let h = SectionHeader::parse(&good).unwrap();
+    // (offset, whether validation must refuse the change): any rank is valid.
+    let mut words: Vec<(usize, bool)> = (0..256).map(|b| (h.byte_ids_at as usize + 4 * b, true)).collect();
+    words.extend((0..4 * h.n_merges as usize).map(|w| (h.merges_at as usize + 4 * w, w % 4 != 2)));
+    words.extend((0..h.n_added as usize).map(|w| (h.added_at as usize + 4 * w, true)));
+    for (at, refused) in words {
+        let old = u32::from_le_bytes(good[at..at + 4].try_into().unwrap());
+        for v in [old | 1 << 31, u32::MAX, h.vocab_len] {
+            let mut bad = good.clone();
+            bad[at..at + 4].copy_from_slice(&v.to_le_bytes());
+            assert_eq!(Tokenizer::from_bytes(&bad).is_err(), refused && v != old, "word at {at} = {v:#x}");
+            exercise_trusted(&bad);
+        }
+    }
+    // A merge whose result reads as a tagged index of itself, applied to its own pair.
+    let t = Tokenizer::from_bytes(&good).unwrap();
+    for m in 0..h.n_merges as usize {
+        let at = h.merges_at as usize + 16 * m;
+        let word = |k: usize| u32::from_le_bytes(good[at + 4 * k..at + 4 * k + 4].try_into().unwrap());
+        let pair = [t.token_bytes(word(0)).unwrap(), t.token_bytes(word(1)).unwrap()].concat();
+        let mut bad = good.clone();
+        bad[at + 12..at + 16].copy_from_slice(&(1u32 << 31 | m as u32).to_le_bytes());
+        let bad = Tokenizer::from_section_trusted(TokenizerKind::Bpe, &bad, u32::MAX).unwrap();
+        let _ = bad.encode(std::str::from_utf8(&pair).unwrap(), &mut [0; 8]);
     }
 }
 

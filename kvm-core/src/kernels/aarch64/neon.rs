@@ -6,7 +6,7 @@
 //! newer compiler than the crate's MSRV. Integer formats take `i8 x i8` products of a whole
 //! block: `smull` + `smlal2` pairs (at most 2 * 128 * 127, which fits i16) widened into
 //! i32 lanes, or four `sdot`-accumulated byte quads per lane. The two tiers share
-//! everything but that one step.
+//! everything but that one step, and give the scalar tier's bits (see [`Quant`]).
 
 use core::arch::aarch64::*;
 use core::arch::asm;
@@ -250,8 +250,8 @@ impl Dot32 for SDot {
     }
 }
 
-/// Integer kernel: per block, exact i32 sums of 4 lanes scaled by `d_w * d_a` into f32
-/// accumulators.
+/// Integer kernel: the canonical sum of [`scalar::sum_blocks`], its 8 f32 accumulators as
+/// two f32x4 (blocks `8g..8g + 4` feed the first, `8g + 4..8g + 8` the second).
 pub(crate) struct Quant<B, D>(PhantomData<(B, D)>);
 
 impl<B: Blocks32> Kernel for Quant<B, Mull> {
@@ -285,34 +285,128 @@ unsafe fn quant_tile<B: Blocks32, D: Dot32, const R: usize, const T: usize>(
     a: [&[u8]; T],
     cols: usize,
 ) -> [[f32; T]; R] {
-    let bb = B::DTYPE.block_bytes();
-    // SAFETY: NEON is present; every load stays inside a whole block or activation.
+    let nb = cols / QK;
+    // SAFETY: NEON is present; every quad stays inside the `nb` blocks.
     unsafe {
-        let mut acc = [[vdupq_n_f32(0.0); T]; R];
-        for b in 0..cols / QK {
-            let mut av = [[vdupq_n_s8(0); 2]; T];
-            let mut ad = [0.0f32; T];
-            for t in 0..T {
-                let p = a[t].as_ptr().add(b * QK).cast::<i8>();
-                av[t] = [vld1q_s8(p), vld1q_s8(p.add(16))];
-                ad[t] = f32::from_le_bytes(a[t].as_ptr().add(cols + 4 * b).cast::<[u8; 4]>().read());
-            }
-            for r in 0..R {
-                let p = w[r].as_ptr().add(b * bb);
-                let (wv, dw) = (B::load32(p), scale(p));
-                for t in 0..T {
-                    let s = vcvtq_f32_s32(D::dot32(wv, av[t]));
-                    acc[r][t] = vfmaq_n_f32(acc[r][t], s, dw * ad[t]);
-                }
-            }
+        let mut lo = [[vdupq_n_f32(0.0); T]; R];
+        let mut hi = [[vdupq_n_f32(0.0); T]; R];
+        let mut b0 = 0;
+        while b0 + 8 <= nb {
+            quad::<B, D, R, T>(w, a, cols, b0, 4, &mut lo);
+            quad::<B, D, R, T>(w, a, cols, b0 + 4, 4, &mut hi);
+            b0 += 8;
+        }
+        let n = nb - b0;
+        if n > 0 {
+            quad::<B, D, R, T>(w, a, cols, b0, n.min(4), &mut lo);
+        }
+        if n > 4 {
+            quad::<B, D, R, T>(w, a, cols, b0 + 4, n - 4, &mut hi);
         }
         let mut out = [[0.0; T]; R];
         for r in 0..R {
             for t in 0..T {
-                out[r][t] = vaddvq_f32(acc[r][t]);
+                // `[a0 + a1, a2 + a3, a4 + a5, a6 + a7]`, then `scalar::reduce_lanes`' tree
+                // (`vaddvq` would not promise an order).
+                let p = vpaddq_f32(lo[r][t], hi[r][t]);
+                let q = vpaddq_f32(p, p);
+                out[r][t] = vgetq_lane_f32::<0>(q) + vgetq_lane_f32::<1>(q);
             }
         }
         out
+    }
+}
+
+/// Adds the terms of blocks `b0..b0 + n` (`n <= 4`, lane `k` for block `b0 + k`) into
+/// `acc`: exact block sums side by side, scaled by `d_w * d_a` with two multiplies and an
+/// add (no FMA).
+///
+/// # Safety
+/// NEON and `D`'s features are enabled in the caller; the rows and activations hold
+/// blocks `b0..b0 + n`.
+#[inline(always)]
+unsafe fn quad<B: Blocks32, D: Dot32, const R: usize, const T: usize>(
+    w: [&[u8]; R],
+    a: [&[u8]; T],
+    cols: usize,
+    b0: usize,
+    n: usize,
+    acc: &mut [[float32x4_t; T]; R],
+) {
+    let bb = B::DTYPE.block_bytes();
+    // SAFETY: forwarded; reads stay inside blocks `b0..b0 + n`.
+    unsafe {
+        let x = pair::<B, D, R, T>(w, a, b0, 0, n);
+        let y = pair::<B, D, R, T>(w, a, b0, 2, n);
+        let mut da = [vdupq_n_f32(0.0); T];
+        for t in 0..T {
+            let p = a[t].as_ptr().add(cols + 4 * b0);
+            da[t] = if n == 4 {
+                vld1q_f32(p.cast())
+            } else {
+                let mut d = [0.0f32; 4];
+                for (k, d) in d.iter_mut().enumerate().take(n) {
+                    *d = f32::from_le_bytes(p.add(4 * k).cast::<[u8; 4]>().read());
+                }
+                vld1q_f32(d.as_ptr())
+            };
+        }
+        for r in 0..R {
+            let mut bits = [0u16; 8];
+            for (k, bits) in bits.iter_mut().enumerate().take(n) {
+                *bits = u16::from_le_bytes(w[r].as_ptr().add((b0 + k) * bb).cast::<[u8; 2]>().read());
+            }
+            let dw = f16_to_f32::<false>(vld1q_u16(bits.as_ptr()));
+            for t in 0..T {
+                let isum = vpaddq_s32(x[r][t], y[r][t]);
+                let term = vmulq_f32(vmulq_f32(dw, da[t]), vcvtq_f32_s32(isum));
+                acc[r][t] = vaddq_f32(acc[r][t], term);
+            }
+        }
+    }
+}
+
+/// The lanes of blocks `b0 + j` and `b0 + j + 1`, for each of `R x T` pairs, pairwise
+/// added (`[s_j 0+1, s_j 2+3, s_j+1 0+1, s_j+1 2+3]`). Blocks at or past `b0 + n` are zero.
+///
+/// # Safety
+/// As [`quad`].
+#[inline(always)]
+unsafe fn pair<B: Blocks32, D: Dot32, const R: usize, const T: usize>(
+    w: [&[u8]; R],
+    a: [&[u8]; T],
+    b0: usize,
+    j: usize,
+    n: usize,
+) -> [[int32x4_t; T]; R] {
+    let bb = B::DTYPE.block_bytes();
+    // SAFETY: forwarded; reads stay inside blocks `b0..b0 + n`.
+    unsafe {
+        let mut s = [[[vdupq_n_s32(0); T]; R]; 2];
+        for (k, sk) in s.iter_mut().enumerate() {
+            if j + k >= n {
+                break;
+            }
+            let b = b0 + j + k;
+            let mut av = [[vdupq_n_s8(0); 2]; T];
+            for t in 0..T {
+                let p = a[t].as_ptr().add(b * QK).cast::<i8>();
+                av[t] = [vld1q_s8(p), vld1q_s8(p.add(16))];
+            }
+            for r in 0..R {
+                let wv = B::load32(w[r].as_ptr().add(b * bb));
+                for t in 0..T {
+                    sk[r][t] = D::dot32(wv, av[t]);
+                }
+            }
+        }
+        let mut h = [[vdupq_n_s32(0); T]; R];
+        for r in 0..R {
+            for t in 0..T {
+                h[r][t] = vpaddq_s32(s[0][r][t], s[1][r][t]);
+            }
+        }
+        h
     }
 }
 

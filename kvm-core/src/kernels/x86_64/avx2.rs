@@ -77,6 +77,20 @@ pub(super) fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
 
+/// Prefetches the cache line `ahead` bytes past `p` (a hint: never faults).
+///
+/// A tile reads several short rows side by side, which the hardware stream prefetcher
+/// does not follow (it tracks about one stream per 4 KiB page); without this, weights
+/// coming from DRAM arrive at half the bandwidth. Tiles ask for the same position in the
+/// next tile's rows (`ahead = R * row bytes`, rows being contiguous).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn prefetch(p: *const u8, ahead: usize) {
+    // `wrapping_add`: the address may lie past the end of the matrix, which is fine for a
+    // hint but not for `add`.
+    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead).cast())
+}
+
 /// Float kernel: `R x T` accumulators of 8 lanes, the `cols % 8` tail in scalar.
 pub(crate) struct Float<W>(PhantomData<W>);
 
@@ -87,6 +101,7 @@ impl<W: Widen8> Kernel for Float<W> {
     unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], cols: usize) -> [[f32; T]; R] {
         let es = W::DTYPE.block_bytes();
         let body = cols - cols % 8;
+        let ahead = R * w[0].len();
         let mut acc = [[_mm256_setzero_ps(); T]; R];
         let mut c = 0;
         while c < body {
@@ -97,7 +112,12 @@ impl<W: Widen8> Kernel for Float<W> {
             }
             for r in 0..R {
                 // SAFETY: `w[r]` holds `cols` weights of `es` bytes.
-                let wv = unsafe { W::load8(w[r].as_ptr().add(c * es)) };
+                let p = unsafe { w[r].as_ptr().add(c * es) };
+                if (c * es) % 64 == 0 {
+                    prefetch(p, ahead);
+                }
+                // SAFETY: as above.
+                let wv = unsafe { W::load8(p) };
                 for t in 0..T {
                     acc[r][t] = _mm256_fmadd_ps(wv, x[t], acc[r][t]);
                 }
@@ -114,15 +134,24 @@ impl<W: Widen8> Kernel for Float<W> {
     }
 }
 
-/// An integer format whose blocks widen to 32 signed bytes, with an f16 scale first.
+/// An integer format whose blocks widen to 32 bytes, with an f16 scale first.
 pub(super) trait Blocks32 {
     const DTYPE: DType;
+    /// What [`Blocks32::load_biased`] adds to every weight to make it unsigned.
+    const BIAS: i32;
 
     /// The 32 weights of the block at `p`, as i8.
     ///
     /// # Safety
     /// AVX2, FMA and F16C are present; `p` points at one whole block.
     unsafe fn load32(p: *const u8) -> __m256i;
+
+    /// The 32 weights plus [`Blocks32::BIAS`], as u8: the unsigned operand of
+    /// `maddubs`/`vpdpbusd` with no sign juggling; `BIAS * sum(a)` is taken off after.
+    ///
+    /// # Safety
+    /// As [`Blocks32::load32`].
+    unsafe fn load_biased(p: *const u8) -> __m256i;
 }
 
 /// q8_0 blocks.
@@ -132,6 +161,7 @@ pub(crate) struct Q4;
 
 impl Blocks32 for Q8 {
     const DTYPE: DType = DType::Q8_0;
+    const BIAS: i32 = 128;
 
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -139,20 +169,36 @@ impl Blocks32 for Q8 {
         // SAFETY: a block is the 2 scale bytes then 32 weights.
         unsafe { _mm256_loadu_si256(p.add(2).cast()) }
     }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load_biased(p: *const u8) -> __m256i {
+        // SAFETY: forwarded. Flipping the top bit adds 128 to an i8 read as u8.
+        _mm256_xor_si256(unsafe { Self::load32(p) }, _mm256_set1_epi8(i8::MIN))
+    }
 }
 
 impl Blocks32 for Q4 {
     const DTYPE: DType = DType::Q4_0;
+    const BIAS: i32 = 8;
 
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn load32(p: *const u8) -> __m256i {
-        // SAFETY: a block is the 2 scale bytes then 16 bytes of nibbles.
+        // SAFETY: forwarded.
+        _mm256_sub_epi8(unsafe { Self::load_biased(p) }, _mm256_set1_epi8(8))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load_biased(p: *const u8) -> __m256i {
+        // SAFETY: a block is the 2 scale bytes then 16 bytes of nibbles, which already
+        // hold the weights plus 8.
         let q = unsafe { _mm_loadu_si128(p.add(2).cast()) };
         let m = _mm_set1_epi8(15);
         let lo = _mm_and_si128(q, m);
         let hi = _mm_and_si128(_mm_srli_epi16::<4>(q), m);
-        _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8))
+        _mm256_set_m128i(hi, lo)
     }
 }
 
@@ -168,18 +214,314 @@ pub(super) unsafe fn scale(p: *const u8) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
 }
 
-/// Block `b`'s scale in a q8 activation of `cols` values.
-///
-/// # Safety
-/// `a` is a whole activation of `cols` values and `b < cols / QK`.
-#[inline]
-pub(super) unsafe fn act_scale(a: &[u8], cols: usize, b: usize) -> f32 {
-    // SAFETY: the scales follow the `cols` values.
-    f32::from_le_bytes(unsafe { a.as_ptr().add(cols + 4 * b).cast::<[u8; 4]>().read() })
+/// The exact i32 sums of 8 lanes for one weight block and one activation block, in a tier.
+pub(super) trait BlockDot {
+    /// Per-activation-block work shared by every row (the bias correction).
+    ///
+    /// # Safety
+    /// The tier's features are enabled in the (inlining) caller.
+    unsafe fn prep<B: Blocks32>(av: __m256i) -> __m256i;
+
+    /// Lanes summing to `w . a` for the block at `p`, with `av` the activation block.
+    ///
+    /// # Safety
+    /// As [`BlockDot::prep`]; `p` points at one whole block.
+    unsafe fn dot<B: Blocks32>(p: *const u8, av: __m256i, prep: __m256i) -> __m256i;
 }
 
-/// Integer kernel: per block, exact i32 sums of 8 lanes scaled by `d_w * d_a` into f32
-/// accumulators.
+/// `maddubs` + `madd`: formats whose biased weights keep `maddubs`' i16 pair sums exact
+/// (q4_0: `2 * 15 * 127`) take the bias route, the others (q8_0: `2 * 255 * 127` would
+/// saturate) the sign trick.
+pub(crate) struct Maddubs;
+
+impl BlockDot for Maddubs {
+    #[inline(always)]
+    unsafe fn prep<B: Blocks32>(av: __m256i) -> __m256i {
+        // SAFETY: AVX2 is enabled in the (inlining) caller.
+        unsafe {
+            if biased::<B>() {
+                _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(B::BIAS as i8), av), _mm256_set1_epi16(1))
+            } else {
+                _mm256_setzero_si256()
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn dot<B: Blocks32>(p: *const u8, av: __m256i, corr: __m256i) -> __m256i {
+        // SAFETY: AVX2 is enabled in the (inlining) caller; `p` is forwarded.
+        unsafe {
+            let ones = _mm256_set1_epi16(1);
+            if biased::<B>() {
+                let uw = B::load_biased(p);
+                _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(uw, av), ones), corr)
+            } else {
+                let wv = B::load32(p);
+                _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(av, wv)), ones)
+            }
+        }
+    }
+}
+
+/// Whether `B`'s biased weights times activations fit `maddubs`' i16 pair sums.
+#[inline(always)]
+const fn biased<B: Blocks32>() -> bool {
+    2 * (2 * B::BIAS - 1) * 127 <= i16::MAX as i32
+}
+
+/// The f16 scales of blocks `b0..b0 + n` (`n <= 8`) of row `w`, converted at once, in
+/// lanes `0..n` (the others zero). F16C converts exactly, as the scalar tier does.
+///
+/// # Safety
+/// F16C is enabled in the caller; `w` holds blocks `b0..b0 + n` of `bb` bytes.
+#[inline(always)]
+unsafe fn weight_scales(w: &[u8], bb: usize, b0: usize, n: usize) -> __m256 {
+    let bits = |j: usize| {
+        if j < n {
+            // SAFETY: block `b0 + j` exists.
+            i16::from_le_bytes(unsafe { w.as_ptr().add((b0 + j) * bb).cast::<[u8; 2]>().read() })
+        } else {
+            0
+        }
+    };
+    // SAFETY: F16C is enabled in the caller.
+    unsafe { _mm256_cvtph_ps(_mm_setr_epi16(bits(0), bits(1), bits(2), bits(3), bits(4), bits(5), bits(6), bits(7))) }
+}
+
+/// The scales of blocks `b0..b0 + n` (`n <= 8`) of a q8 activation of `cols` values, in
+/// lanes `0..n` (the others zero).
+///
+/// # Safety
+/// AVX is enabled in the caller; `a` is a whole activation and holds those blocks.
+#[inline(always)]
+unsafe fn act_scales(a: &[u8], cols: usize, b0: usize, n: usize) -> __m256 {
+    // SAFETY: the scales follow the `cols` values, 4 bytes each.
+    unsafe {
+        let p = a.as_ptr().add(cols + 4 * b0);
+        if n == 8 {
+            _mm256_loadu_ps(p.cast())
+        } else {
+            let mut d = [0.0f32; 8];
+            for (j, d) in d.iter_mut().enumerate().take(n) {
+                *d = f32::from_le_bytes(p.add(4 * j).cast::<[u8; 4]>().read());
+            }
+            _mm256_loadu_ps(d.as_ptr())
+        }
+    }
+}
+
+/// The lanes of blocks `b0 + j` and `b0 + j + 1`, for each of `R x T` pairs, pairwise
+/// added: `hadd(s_j, s_j+1)`. Blocks at or past `b0 + n` count as zero.
+///
+/// # Safety
+/// As [`quant_tile`]; the rows and activations hold blocks `b0..b0 + n`.
+#[inline(always)]
+unsafe fn pair<B: Blocks32, D: BlockDot, const R: usize, const T: usize>(
+    w: [&[u8]; R],
+    a: [&[u8]; T],
+    b0: usize,
+    j: usize,
+    n: usize,
+    ahead: usize,
+) -> [[__m256i; T]; R] {
+    let bb = B::DTYPE.block_bytes();
+    // SAFETY: the caller enables the features; every read is inside a block `< b0 + n`.
+    unsafe {
+        let mut s = [[[_mm256_setzero_si256(); T]; R]; 2];
+        for (k, sk) in s.iter_mut().enumerate() {
+            if j + k >= n {
+                break;
+            }
+            let b = b0 + j + k;
+            let mut av = [_mm256_setzero_si256(); T];
+            let mut prep = [_mm256_setzero_si256(); T];
+            for t in 0..T {
+                av[t] = _mm256_loadu_si256(a[t].as_ptr().add(b * QK).cast());
+                prep[t] = D::prep::<B>(av[t]);
+            }
+            for r in 0..R {
+                let p = w[r].as_ptr().add(b * bb);
+                prefetch_any(p, ahead);
+                for t in 0..T {
+                    sk[r][t] = D::dot::<B>(p, av[t], prep[t]);
+                }
+            }
+        }
+        let mut h = [[_mm256_setzero_si256(); T]; R];
+        for r in 0..R {
+            for t in 0..T {
+                h[r][t] = _mm256_hadd_epi32(s[0][r][t], s[1][r][t]);
+            }
+        }
+        h
+    }
+}
+
+/// Blocks `b0 + j..b0 + j + 4` folded to `[s_j, s_j+1, s_j+2, s_j+3]` with each block's
+/// lanes 0..4 summed, then the same with lanes 4..8 summed.
+///
+/// # Safety
+/// As [`pair`].
+#[inline(always)]
+unsafe fn quad<B: Blocks32, D: BlockDot, const R: usize, const T: usize>(
+    w: [&[u8]; R],
+    a: [&[u8]; T],
+    b0: usize,
+    j: usize,
+    n: usize,
+    ahead: usize,
+) -> [[__m256i; T]; R] {
+    // SAFETY: forwarded.
+    unsafe {
+        let x = pair::<B, D, R, T>(w, a, b0, j, n, ahead);
+        let y = pair::<B, D, R, T>(w, a, b0, j + 2, n, ahead);
+        let mut q = [[_mm256_setzero_si256(); T]; R];
+        for r in 0..R {
+            for t in 0..T {
+                q[r][t] = _mm256_hadd_epi32(x[r][t], y[r][t]);
+            }
+        }
+        q
+    }
+}
+
+/// How a tier finds the exact block sums of a group of 8 blocks.
+pub(super) trait GroupSums {
+    /// `out[r][t]` lane `j`: the exact i32 dot product of block `b0 + j` of `w[r]` and
+    /// `a[t]` for `j < n` (`n <= 8`), zero for the others.
+    ///
+    /// # Safety
+    /// The tier's features are enabled in the (inlining) caller; the rows and
+    /// activations hold blocks `b0..b0 + n`.
+    unsafe fn sums<B: Blocks32, const R: usize, const T: usize>(
+        w: [&[u8]; R],
+        a: [&[u8]; T],
+        b0: usize,
+        n: usize,
+        ahead: usize,
+    ) -> [[__m256i; T]; R];
+}
+
+impl<D: BlockDot> GroupSums for D {
+    #[inline(always)]
+    unsafe fn sums<B: Blocks32, const R: usize, const T: usize>(
+        w: [&[u8]; R],
+        a: [&[u8]; T],
+        b0: usize,
+        n: usize,
+        ahead: usize,
+    ) -> [[__m256i; T]; R] {
+        // SAFETY: forwarded; the caller enables the features.
+        unsafe {
+            let lo = quad::<B, D, R, T>(w, a, b0, 0, n, ahead);
+            let hi = quad::<B, D, R, T>(w, a, b0, 4, n, ahead);
+            let mut s = [[_mm256_setzero_si256(); T]; R];
+            for r in 0..R {
+                for t in 0..T {
+                    let (l, h) = (lo[r][t], hi[r][t]);
+                    s[r][t] = _mm256_add_epi32(
+                        _mm256_permute2x128_si256::<0x20>(l, h),
+                        _mm256_permute2x128_si256::<0x31>(l, h),
+                    );
+                }
+            }
+            s
+        }
+    }
+}
+
+/// Adds the terms of blocks `b0..b0 + n` (`n <= 8`, lane `j` for block `b0 + j`) into
+/// `acc`.
+///
+/// # Safety
+/// As [`GroupSums::sums`].
+#[inline(always)]
+unsafe fn group<B: Blocks32, G: GroupSums, const R: usize, const T: usize>(
+    w: [&[u8]; R],
+    a: [&[u8]; T],
+    cols: usize,
+    b0: usize,
+    n: usize,
+    acc: &mut [[__m256; T]; R],
+) {
+    let (bb, ahead) = (B::DTYPE.block_bytes(), R * w[0].len());
+    // SAFETY: forwarded; the caller enables the features.
+    unsafe {
+        let isum = G::sums::<B, R, T>(w, a, b0, n, ahead);
+        let mut da = [_mm256_setzero_ps(); T];
+        for t in 0..T {
+            da[t] = act_scales(a[t], cols, b0, n);
+        }
+        for r in 0..R {
+            let dw = weight_scales(w[r], bb, b0, n);
+            for t in 0..T {
+                let term = _mm256_mul_ps(_mm256_mul_ps(dw, da[t]), _mm256_cvtepi32_ps(isum[r][t]));
+                acc[r][t] = _mm256_add_ps(acc[r][t], term);
+            }
+        }
+    }
+}
+
+/// [`prefetch`] without the target-feature attribute (SSE is baseline on x86_64), for
+/// the `inline(always)` bodies shared by the tiers.
+#[inline(always)]
+pub(super) fn prefetch_any(p: *const u8, ahead: usize) {
+    // SAFETY: a hint; SSE is part of x86_64.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead).cast()) }
+}
+
+/// The integer tile of both x86 tiers: the canonical sum of [`scalar::sum_blocks`], 8
+/// blocks a step. The 8 i32 lanes of each block's dot product fold, 8 blocks side by side,
+/// into one vector of exact block sums (a `hadd` tree; integer adds are exact in any
+/// order); lane `k` of the f32 accumulator is the scalar tier's `acc[k]`, fed
+/// `(d_w * d_a) * isum` with two multiplies and an add (no FMA).
+///
+/// # Safety
+/// As [`Kernel::tile`], with AVX2/FMA/F16C and `G`'s features enabled in the caller.
+#[inline(always)]
+pub(super) unsafe fn quant_tile<B: Blocks32, G: GroupSums, const R: usize, const T: usize>(
+    w: [&[u8]; R],
+    a: [&[u8]; T],
+    cols: usize,
+) -> [[f32; T]; R] {
+    let nb = cols / QK;
+    // SAFETY: the caller enables the features; groups stay inside the `nb` blocks.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); T]; R];
+        let mut b0 = 0;
+        while b0 + 8 <= nb {
+            group::<B, G, R, T>(w, a, cols, b0, 8, &mut acc);
+            b0 += 8;
+        }
+        if b0 < nb {
+            group::<B, G, R, T>(w, a, cols, b0, nb - b0, &mut acc);
+        }
+        let mut out = [[0.0; T]; R];
+        for r in 0..R {
+            for t in 0..T {
+                out[r][t] = reduce_lanes(acc[r][t]);
+            }
+        }
+        out
+    }
+}
+
+/// [`scalar::reduce_lanes`] of the 8 lanes: two `hadd`s make `(a0 + a1) + (a2 + a3)` in
+/// the low half and `(a4 + a5) + (a6 + a7)` in the high half, then one add.
+///
+/// # Safety
+/// AVX is enabled in the (inlining) caller.
+#[inline(always)]
+pub(super) unsafe fn reduce_lanes(v: __m256) -> f32 {
+    // SAFETY: AVX is enabled in the (inlining) caller.
+    unsafe {
+        let h = _mm256_hadd_ps(v, v);
+        let h = _mm256_hadd_ps(h, h);
+        _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h)))
+    }
+}
+
+/// Integer kernel of this tier: [`quant_tile`] with [`Maddubs`].
 pub(crate) struct Quant<B>(PhantomData<B>);
 
 impl<B: Blocks32> Kernel for Quant<B> {
@@ -187,40 +529,8 @@ impl<B: Blocks32> Kernel for Quant<B> {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[u8]; T], cols: usize) -> [[f32; T]; R] {
-        let bb = B::DTYPE.block_bytes();
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = [[_mm256_setzero_ps(); T]; R];
-        for b in 0..cols / QK {
-            let mut av = [_mm256_setzero_si256(); T];
-            let mut ad = [0.0f32; T];
-            for t in 0..T {
-                // SAFETY: `a[t]` is a whole activation of `cols` values.
-                unsafe {
-                    av[t] = _mm256_loadu_si256(a[t].as_ptr().add(b * QK).cast());
-                    ad[t] = act_scale(a[t], cols, b);
-                }
-            }
-            for r in 0..R {
-                // SAFETY: `w[r]` holds `cols / QK` blocks.
-                let (wv, dw) = unsafe {
-                    let p = w[r].as_ptr().add(b * bb);
-                    (B::load32(p), scale(p))
-                };
-                let uw = _mm256_sign_epi8(wv, wv);
-                for t in 0..T {
-                    let s16 = _mm256_maddubs_epi16(uw, _mm256_sign_epi8(av[t], wv));
-                    let s32 = _mm256_madd_epi16(s16, ones);
-                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * ad[t]), _mm256_cvtepi32_ps(s32), acc[r][t]);
-                }
-            }
-        }
-        let mut out = [[0.0; T]; R];
-        for r in 0..R {
-            for t in 0..T {
-                out[r][t] = hsum(acc[r][t]);
-            }
-        }
-        out
+        // SAFETY: forwarded; the tier's features are enabled here.
+        unsafe { quant_tile::<B, Maddubs, R, T>(w, a, cols) }
     }
 }
 

@@ -1,14 +1,16 @@
 //! The AVX-512 tier: the AVX2 tier plus AVX-512 F/BW/VL and VNNI (Ice Lake, Sapphire
 //! Rapids, Zen 4).
 //!
-//! Floats use 16-lane vectors. Integer formats keep the AVX2 tier's 32-byte blocks but let
-//! VNNI's `vpdpbusd` do `maddubs` + `madd` in one instruction, without the 16-bit
-//! saturation. Activation quantization and row decoding are the AVX2 ones.
+//! Floats use 16-lane vectors. Integer formats run the AVX2 tier's tile (its 8-lane float
+//! steps are the ones every tier shares) with exact block sums from VNNI: `vpdpbusd` does
+//! `maddubs` + `madd` in one instruction, two blocks at a time; having no 16-bit
+//! saturation, it takes every format's weights biased to unsigned. Activation quantization
+//! and row decoding are the AVX2 ones.
 
 use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
-use super::avx2::{self, act_scale, scale, Blocks32, Q4, Q8};
+use super::avx2::{self, prefetch, prefetch_any, quant_tile, Blocks32, GroupSums, Q4, Q8};
 use crate::kernels::{scalar, FloatType, Kernel, Kernels, BF16, F16, F32};
 use crate::quant::{DType, QK};
 
@@ -78,6 +80,7 @@ impl<W: Widen16> Kernel for Float<W> {
     unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], cols: usize) -> [[f32; T]; R] {
         let es = W::DTYPE.block_bytes();
         let body = cols - cols % 16;
+        let ahead = R * w[0].len();
         let mut acc = [[_mm512_setzero_ps(); T]; R];
         let mut c = 0;
         while c < body {
@@ -88,7 +91,12 @@ impl<W: Widen16> Kernel for Float<W> {
             }
             for r in 0..R {
                 // SAFETY: `w[r]` holds `cols` weights of `es` bytes.
-                let wv = unsafe { W::load16(w[r].as_ptr().add(c * es)) };
+                let p = unsafe { w[r].as_ptr().add(c * es) };
+                if (c * es) % 64 == 0 {
+                    prefetch(p, ahead);
+                }
+                // SAFETY: as above.
+                let wv = unsafe { W::load16(p) };
                 for t in 0..T {
                     acc[r][t] = _mm512_fmadd_ps(wv, x[t], acc[r][t]);
                 }
@@ -106,7 +114,127 @@ impl<W: Widen16> Kernel for Float<W> {
     }
 }
 
-/// Integer kernel: the AVX2 sign trick with one `vpdpbusd` per block pair.
+/// `vpdpbusd` on biased weights, its accumulator starting at `-BIAS * sum(a)` (found once
+/// per activation with another `vpdpbusd`), so the i32 sums are exact without the AVX2
+/// tier's sign juggling. Two blocks share a 512-bit vector, and the group's 64 lanes fold
+/// to 8 block sums with two-source permutes (which, unlike `hadd`, reach all 32 registers).
+pub(crate) struct Vnni;
+
+impl GroupSums for Vnni {
+    #[inline(always)]
+    unsafe fn sums<B: Blocks32, const R: usize, const T: usize>(
+        w: [&[u8]; R],
+        a: [&[u8]; T],
+        b0: usize,
+        n: usize,
+        ahead: usize,
+    ) -> [[__m256i; T]; R] {
+        // SAFETY: the caller enables the tier's features; pairs read only blocks `< b0 + n`.
+        unsafe {
+            // Lanes 0..4 of each 8-lane block plus lanes 4..8: four blocks of 4 lanes.
+            let i = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+            let x = pair::<B, R, T>(w, a, b0, 0, n, ahead);
+            let y = pair::<B, R, T>(w, a, b0, 2, n, ahead);
+            let lo = fold(x, y, i, _mm512_set1_epi32(4));
+            let x = pair::<B, R, T>(w, a, b0, 4, n, ahead);
+            let y = pair::<B, R, T>(w, a, b0, 6, n, ahead);
+            let hi = fold(x, y, i, _mm512_set1_epi32(4));
+            // Then lanes 0..2 plus 2..4: eight blocks of 2 lanes.
+            let i = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
+            let two = fold(lo, hi, i, _mm512_set1_epi32(2));
+            let mut s = [[_mm256_setzero_si256(); T]; R];
+            for r in 0..R {
+                for t in 0..T {
+                    // Each 64-bit lane holds one block's 2 lanes: add the high one to the
+                    // low one and keep the low halves.
+                    let v = two[r][t];
+                    s[r][t] = _mm512_cvtepi64_epi32(_mm512_add_epi32(v, _mm512_srli_epi64::<32>(v)));
+                }
+            }
+            s
+        }
+    }
+}
+
+/// `u` and `v` (16 lanes each) folded to 16 lanes: lanes `i` of the pair plus lanes
+/// `i + step`, for every `R x T`.
+///
+/// # Safety
+/// AVX-512 F is enabled in the (inlining) caller.
+#[inline(always)]
+unsafe fn fold<const R: usize, const T: usize>(
+    u: [[__m512i; T]; R],
+    v: [[__m512i; T]; R],
+    i: __m512i,
+    step: __m512i,
+) -> [[__m512i; T]; R] {
+    // SAFETY: forwarded.
+    unsafe {
+        let j = _mm512_add_epi32(i, step);
+        let mut out = [[_mm512_setzero_si512(); T]; R];
+        for r in 0..R {
+            for t in 0..T {
+                out[r][t] = _mm512_add_epi32(
+                    _mm512_permutex2var_epi32(u[r][t], i, v[r][t]),
+                    _mm512_permutex2var_epi32(u[r][t], j, v[r][t]),
+                );
+            }
+        }
+        out
+    }
+}
+
+/// The 8 i32 lanes of blocks `b0 + j` (low half) and `b0 + j + 1` (high half) for each
+/// of `R x T` pairs; blocks at or past `b0 + n` are zero.
+///
+/// # Safety
+/// As [`GroupSums::sums`].
+#[inline(always)]
+unsafe fn pair<B: Blocks32, const R: usize, const T: usize>(
+    w: [&[u8]; R],
+    a: [&[u8]; T],
+    b0: usize,
+    j: usize,
+    n: usize,
+    ahead: usize,
+) -> [[__m512i; T]; R] {
+    let bb = B::DTYPE.block_bytes();
+    // SAFETY: the caller enables the features; reads stay inside blocks `< b0 + n`.
+    unsafe {
+        let mut s = [[_mm512_setzero_si512(); T]; R];
+        if j >= n {
+            return s;
+        }
+        let (b, both) = (b0 + j, j + 1 < n);
+        let bias = _mm512_set1_epi8(B::BIAS as u8 as i8);
+        let mut av = [_mm512_setzero_si512(); T];
+        let mut init = [_mm512_setzero_si512(); T];
+        for t in 0..T {
+            let p = a[t].as_ptr().add(b * QK);
+            av[t] =
+                if both { _mm512_loadu_si512(p.cast()) } else { _mm512_zextsi256_si512(_mm256_loadu_si256(p.cast())) };
+            init[t] =
+                _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, av[t]));
+        }
+        for r in 0..R {
+            let p = w[r].as_ptr().add(b * bb);
+            prefetch_any(p, ahead);
+            let lo = _mm512_zextsi256_si512(B::load_biased(p));
+            let wv = if both {
+                prefetch_any(p.add(bb), ahead);
+                _mm512_inserti64x4::<1>(lo, B::load_biased(p.add(bb)))
+            } else {
+                lo
+            };
+            for t in 0..T {
+                s[r][t] = _mm512_dpbusd_epi32(init[t], wv, av[t]);
+            }
+        }
+        s
+    }
+}
+
+/// Integer kernel of this tier: the AVX2 tier's [`quant_tile`] with [`Vnni`].
 pub(crate) struct Quant<B>(PhantomData<B>);
 
 impl<B: Blocks32> Kernel for Quant<B> {
@@ -114,37 +242,7 @@ impl<B: Blocks32> Kernel for Quant<B> {
 
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[u8]; T], cols: usize) -> [[f32; T]; R] {
-        let bb = B::DTYPE.block_bytes();
-        let mut acc = [[_mm256_setzero_ps(); T]; R];
-        for b in 0..cols / QK {
-            let mut av = [_mm256_setzero_si256(); T];
-            let mut ad = [0.0f32; T];
-            for t in 0..T {
-                // SAFETY: `a[t]` is a whole activation of `cols` values.
-                unsafe {
-                    av[t] = _mm256_loadu_si256(a[t].as_ptr().add(b * QK).cast());
-                    ad[t] = act_scale(a[t], cols, b);
-                }
-            }
-            for r in 0..R {
-                // SAFETY: `w[r]` holds `cols / QK` blocks.
-                let (wv, dw) = unsafe {
-                    let p = w[r].as_ptr().add(b * bb);
-                    (B::load32(p), scale(p))
-                };
-                let uw = _mm256_sign_epi8(wv, wv);
-                for t in 0..T {
-                    let s32 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), uw, _mm256_sign_epi8(av[t], wv));
-                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * ad[t]), _mm256_cvtepi32_ps(s32), acc[r][t]);
-                }
-            }
-        }
-        let mut out = [[0.0; T]; R];
-        for r in 0..R {
-            for t in 0..T {
-                out[r][t] = avx2::hsum(acc[r][t]);
-            }
-        }
-        out
+        // SAFETY: forwarded; the tier's features are enabled here.
+        unsafe { quant_tile::<B, Vnni, R, T>(w, a, cols) }
     }
 }

@@ -1,0 +1,181 @@
+//! Kernel throughput per dtype and tier, single thread, in bytes of weights per second.
+//!
+//! `cargo bench --bench kernels` (add a filter such as `matvec/768x768/q8_0` to narrow).
+//! Shapes are `[rows, cols]`: a `d_model` projection, the `d_ff` up-projection and the
+//! GPT-2-sized lm head, whose weights no cache holds. `matmul` counts the weights once per
+//! token, so its GB/s compare directly with `matvec`'s.
+//!
+//! The clock is the benchmark thread's CPU time (unix only): the build machines are shared, and
+//! wall time there mostly measures the neighbours. Memory stalls still count, so
+//! bandwidth-bound kernels are timed honestly.
+
+use std::time::Duration;
+
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use kvm_core::kernels::{self, act_scratch_len, matmul_scratch_len, tier, Matrix, Tier};
+use kvm_core::quant::{quantize_row, DType};
+
+const DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0];
+
+/// Deterministic values in `[-1, 1)` (xorshift32).
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2_654_435_761) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// A cache line, so that buffers start where model tensors do (the format aligns them to
+/// 64 bytes; a plain `Vec` would make every 64-byte load straddle two lines).
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// `len` zeroed bytes starting on a cache line.
+struct Aligned {
+    lines: Vec<Line>,
+    len: usize,
+}
+
+impl Aligned {
+    fn zeroed(len: usize) -> Self {
+        Aligned { lines: vec![Line([0; 64]); len.div_ceil(64)], len }
+    }
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `lines` holds at least `len` initialised bytes.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast(), self.len) }
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, borrowed uniquely.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast(), self.len) }
+    }
+    fn floats_mut(&mut self) -> &mut [f32] {
+        // SAFETY: a line is 4-aligned and any bytes are a valid f32.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast(), self.len / 4) }
+    }
+}
+
+/// `[n]` values from [`values`], cache-line aligned.
+fn aligned_values(n: usize, seed: u32) -> Aligned {
+    let mut a = Aligned::zeroed(4 * n);
+    a.floats_mut().copy_from_slice(&values(n, seed));
+    a
+}
+
+/// A `[rows, cols]` matrix of `dtype`, encoded.
+fn weights(dtype: DType, rows: usize, cols: usize) -> Aligned {
+    let rb = dtype.row_bytes(cols).expect("whole blocks");
+    let row = values(cols, 1);
+    let mut w = Aligned::zeroed(rows * rb);
+    for chunk in w.bytes_mut().chunks_exact_mut(rb) {
+        quantize_row(dtype, &row, chunk).expect("row length");
+    }
+    w
+}
+
+fn tiers() -> Vec<Tier> {
+    Tier::ALL.into_iter().filter(|&t| tier::supported(t)).collect()
+}
+
+/// CPU time of the calling thread (`CLOCK_THREAD_CPUTIME_ID`), formatted as durations.
+struct ThreadTime(WallTime);
+
+impl ThreadTime {
+    fn now() -> Duration {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid out-pointer; this clock exists on every Linux.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        assert_eq!(rc, 0, "clock_gettime");
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    }
+}
+
+impl Measurement for ThreadTime {
+    type Intermediate = Duration;
+    type Value = Duration;
+
+    fn start(&self) -> Duration {
+        Self::now()
+    }
+    fn end(&self, start: Duration) -> Duration {
+        Self::now() - start
+    }
+    fn add(&self, a: &Duration, b: &Duration) -> Duration {
+        *a + *b
+    }
+    fn zero(&self) -> Duration {
+        Duration::ZERO
+    }
+    fn to_f64(&self, v: &Duration) -> f64 {
+        v.as_nanos() as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        self.0.formatter()
+    }
+}
+
+type Bench = Criterion<ThreadTime>;
+
+fn bench_matvec(c: &mut Bench) {
+    for (rows, cols) in [(768, 768), (3072, 768), (50304, 768)] {
+        let mut g = c.benchmark_group(format!("matvec/{rows}x{cols}"));
+        if rows > 10_000 {
+            g.sample_size(10).measurement_time(Duration::from_secs(3));
+        }
+        let mut x = aligned_values(cols, 2);
+        let x = x.floats_mut();
+        let mut y = vec![0.0; rows];
+        let mut act = vec![0u8; act_scratch_len(cols)];
+        for dtype in DTYPES {
+            let bytes = weights(dtype, rows, cols);
+            let w = Matrix::new(dtype, rows, cols, bytes.bytes()).expect("shape");
+            g.throughput(Throughput::Bytes(w.data.len() as u64));
+            for t in tiers() {
+                // SAFETY: `supported` checked the CPU.
+                unsafe { tier::force_tier(t) };
+                g.bench_function(BenchmarkId::new(dtype.name(), t), |b| {
+                    b.iter(|| kernels::matvec(&w, x, &mut y, &mut act))
+                });
+            }
+        }
+        g.finish();
+    }
+}
+
+fn bench_matmul(c: &mut Bench) {
+    let (rows, cols, n) = (3072, 768, 16);
+    let mut g = c.benchmark_group(format!("matmul/{rows}x{cols}x{n}"));
+    let mut xs = aligned_values(n * cols, 3);
+    let xs = xs.floats_mut();
+    let mut ys = vec![0.0; n * rows];
+    let mut act = vec![0u8; matmul_scratch_len(cols, n)];
+    for dtype in DTYPES {
+        let bytes = weights(dtype, rows, cols);
+        let w = Matrix::new(dtype, rows, cols, bytes.bytes()).expect("shape");
+        g.throughput(Throughput::Bytes((n * w.data.len()) as u64));
+        for t in tiers() {
+            // SAFETY: `supported` checked the CPU.
+            unsafe { tier::force_tier(t) };
+            g.bench_function(BenchmarkId::new(dtype.name(), t), |b| {
+                b.iter(|| kernels::matmul(&w, xs, &mut ys, &mut act))
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .with_measurement(ThreadTime(WallTime))
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = bench_matvec, bench_matmul
+}
+criterion_main!(benches);

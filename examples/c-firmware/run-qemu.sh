@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Builds the C firmware (arm-none-eabi-gcc + kvm's C API as a no_std staticlib) for QEMU
+# mps2-an386 and runs it under a timeout.
+#
+# usage: examples/c-firmware/run-qemu.sh [--dtype D] [--out FILE] [--expect FILE]
+#                                        [--timeout SECS] [MODEL]
+#
+#   MODEL           the .kvm file to link (default: models/tiny-kjv-q8_0.kvm)
+#   --dtype D       instead of MODEL, convert models/tiny-kjv with kvm-export --dtype D
+#   --out FILE      write the text (exactly the bytes between the markers) to FILE
+#   --expect FILE   fail (exit 3) unless the text is exactly FILE's bytes
+#   --timeout SECS  QEMU wall-clock limit (default 300); on expiry exit 124
+#
+# Output contract and exit codes as examples/mcu/run-qemu.sh: the text is the generated
+# continuation, between the lines `--- kvm output ---` and `--- end ---` (the newline
+# before the end marker is not part of it). Environment: ARENA_BYTES (default 655360)
+# sizes the static arena. Needs kvm-runtime/include/kvm.h (the C API).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+target=thumbv7em-none-eabihf
+
+model=""
+dtype=""
+out=""
+expect=""
+timeout_s=300
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --dtype) dtype="${2:?--dtype needs a value}"; shift 2 ;;
+        --out) out="${2:?--out needs a file}"; shift 2 ;;
+        --expect) expect="${2:?--expect needs a file}"; shift 2 ;;
+        --timeout) timeout_s="${2:?--timeout needs seconds}"; shift 2 ;;
+        -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        -*) echo "run-qemu.sh: unknown option $1" >&2; exit 2 ;;
+        *) model="$1"; shift ;;
+    esac
+done
+
+header="$root/kvm-runtime/include/kvm.h"
+if [[ ! -f "$header" ]]; then
+    echo "run-qemu.sh: $header is missing: this firmware needs kvm's C API" >&2
+    exit 2
+fi
+
+build="$here/build"
+mkdir -p "$build"
+if [[ -n "$dtype" ]]; then
+    [[ -z "$model" ]] || { echo "run-qemu.sh: give MODEL or --dtype, not both" >&2; exit 2; }
+    model="$build/tiny-kjv-$dtype.kvm"
+    (cd "$root" && cargo run --quiet --release -p kvm-export -- \
+        convert models/tiny-kjv -o "$model" --dtype "$dtype" --quiet) || exit 2
+fi
+model="${model:-$root/models/tiny-kjv-q8_0.kvm}"
+[[ -f "$model" ]] || { echo "run-qemu.sh: no model at $model (try --dtype f16)" >&2; exit 2; }
+model="$(cd "$(dirname "$model")" && pwd)/$(basename "$model")"
+
+# kvm as a static library (kvm-runtime's C API + the panic handler).
+(cd "$here/kvm-fw" && cargo build --quiet --release --target "$target") || exit 2
+lib="$here/kvm-fw/target/$target/release/libkvm_fw.a"
+
+# The firmware. -nostdlib: no C library at all; the Rust archive brings memcpy/memset and
+# libgcc the remaining compiler helpers.
+cflags=(-mcpu=cortex-m4 -mthumb -mfpu=fpv4-sp-d16 -mfloat-abi=hard -O2 -g -std=c11 -ffreestanding
+        -ffunction-sections -fdata-sections -Wall -Wextra -Werror -I "$root/kvm-runtime/include")
+[[ -z "${ARENA_BYTES:-}" ]] || cflags+=("-DARENA_BYTES=${ARENA_BYTES}u")
+elf="$build/c-firmware.elf"
+arm-none-eabi-gcc "${cflags[@]}" -DMODEL_FILE="\"$model\"" -nostdlib -T "$here/link.ld" \
+    -Wl,--gc-sections -Wl,-z,noexecstack -Wl,-Map="$build/c-firmware.map" \
+    "$here/startup.c" "$here/semihosting.c" "$here/main.c" "$here/model.S" "$lib" -lgcc -o "$elf" || exit 2
+arm-none-eabi-size -A "$elf" | grep -E '^\.(vectors|text|rodata|ARM\.exidx|data|bss) ' >&2
+
+log="$(mktemp)"
+text="$(mktemp)"
+trap 'rm -f "$log" "$text"' EXIT
+set +e
+timeout --foreground "$timeout_s" qemu-system-arm -M mps2-an386 -cpu cortex-m4 -nographic -monitor none \
+    -semihosting-config enable=on,target=native -kernel "$elf" </dev/null >"$log"
+rc=$?
+set -e
+cat "$log"
+if [[ $rc -eq 124 ]]; then
+    echo "run-qemu.sh: QEMU timed out after ${timeout_s}s" >&2
+    exit 124
+fi
+[[ $rc -eq 0 ]] || { echo "run-qemu.sh: firmware exited with $rc" >&2; exit "$rc"; }
+
+perl -0777 -ne 'exit 1 unless /^--- kvm output ---\n(.*)\n--- end ---$/ms; print $1' "$log" >"$text" \
+    || { echo "run-qemu.sh: no output markers in the firmware's output" >&2; exit 1; }
+[[ -z "$out" ]] || cp "$text" "$out"
+if [[ -n "$expect" ]]; then
+    if cmp -s "$text" "$expect"; then
+        echo "run-qemu.sh: text matches $expect" >&2
+    else
+        echo "run-qemu.sh: text differs from $expect" >&2
+        exit 3
+    fi
+fi

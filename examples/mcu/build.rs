@@ -1,0 +1,76 @@
+//! Picks the board's memory map, links with `cortex-m-rt`'s `link.x`, and reads the model
+//! file at build time: it is validated here, its path is handed to `include_bytes!`, and
+//! its arena and vocabulary sizes become the consts that size the firmware's statics.
+//!
+//! Inputs (environment):
+//! - `KVM_MCU_MODEL`: the `.kvm` file to flash; relative paths are taken from this
+//!   directory. Default `../../models/tiny-kjv-q8_0.kvm`.
+//! - `KVM_MCU_BOARD`: `an386` or `an505`; default from the target (`thumbv8m.*` is an505).
+//! - `KVM_MCU_ARENA_LEN`: overrides the arena size the firmware is built with (only to
+//!   exercise its start-up check).
+
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+const DEFAULT_MODEL: &str = "../../models/tiny-kjv-q8_0.kvm";
+
+fn main() {
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    for var in ["KVM_MCU_MODEL", "KVM_MCU_BOARD", "KVM_MCU_ARENA_LEN"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+
+    // Memory map.
+    let target = env::var("TARGET").unwrap_or_default();
+    let board = env::var("KVM_MCU_BOARD")
+        .unwrap_or_else(|_| if target.starts_with("thumbv8m") { "an505" } else { "an386" }.to_owned());
+    let memory = manifest.join(format!("memory-{board}.x"));
+    let map = fs::read(&memory).unwrap_or_else(|e| fail(&format!("board `{board}`: {}: {e}", memory.display())));
+    fs::write(out.join("memory.x"), map).expect("write memory.x");
+    println!("cargo:rerun-if-changed={}", memory.display());
+    println!("cargo:rustc-link-search={}", out.display());
+    // Exactly once, and only here: twice fails with "region FLASH already defined".
+    println!("cargo:rustc-link-arg-bins=-Tlink.x");
+
+    // Model.
+    let model_path = env::var("KVM_MCU_MODEL").unwrap_or_else(|_| DEFAULT_MODEL.to_owned());
+    let model_path = absolute(&manifest, Path::new(&model_path));
+    println!("cargo:rerun-if-changed={}", model_path.display());
+    let blob = fs::read(&model_path).unwrap_or_else(|e| {
+        fail(&format!(
+            "model {}: {e}\n  build one with `cargo run --release -p kvm-export -- convert models/tiny-kjv \
+             -o <file> --dtype q8_0` and pass it as KVM_MCU_MODEL=<file>",
+            model_path.display()
+        ))
+    });
+    let model =
+        kvm_core::Model::from_bytes(&blob).unwrap_or_else(|e| fail(&format!("model {}: {e}", model_path.display())));
+    let arena_len = match env::var("KVM_MCU_ARENA_LEN") {
+        Ok(v) => v.parse().unwrap_or_else(|_| fail(&format!("KVM_MCU_ARENA_LEN=`{v}` is not a byte count"))),
+        Err(_) => model.arena_len(),
+    };
+    let vocab_len = model.config().vocab_len as usize;
+    let info = format!(
+        "/// Bytes of the session arena (the model's `arena_len` when this was built).\n\
+         pub const ARENA_LEN: usize = {arena_len};\n\
+         /// The model's vocabulary size when this was built.\n\
+         pub const VOCAB_LEN: usize = {vocab_len};\n"
+    );
+    fs::write(out.join("model_info.rs"), info).expect("write model_info.rs");
+    println!("cargo:rustc-env=KVM_MCU_MODEL_PATH={}", model_path.display());
+}
+
+fn absolute(base: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
+}
+
+fn fail(msg: &str) -> ! {
+    eprintln!("kvm-mcu build: {msg}");
+    std::process::exit(1);
+}

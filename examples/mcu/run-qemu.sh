@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Builds the kvm firmware for a QEMU board and runs it, under a timeout.
+#
+# usage: examples/mcu/run-qemu.sh [--board an386|an505] [--echo-prompt] [--dtype D] [--icount]
+#                                 [--out FILE] [--expect FILE] [--timeout SECS] [MODEL]
+#
+#   --board an386   Cortex-M4F, thumbv7em-none-eabihf (default)
+#   --board an505   Cortex-M33, thumbv8m.main-none-eabihf
+#   MODEL           the .kvm file to flash (default: models/tiny-kjv-q8_0.kvm)
+#   --dtype D       instead of MODEL, convert models/tiny-kjv with kvm-export --dtype D
+#                   into examples/mcu/target/ and flash that
+#   --echo-prompt   print the prompt before the continuation, as `kvm generate` does
+#   --out FILE      write the text (exactly the bytes between the markers) to FILE
+#   --expect FILE   fail (exit 3) unless the text is exactly FILE's bytes
+#   --timeout SECS  QEMU wall-clock limit (default 300); on expiry exit 124
+#   --icount        run QEMU with -icount shift=0 (one instruction per virtual ns) and
+#                   turn the firmware's SysTick tick counts into instruction counts
+#
+# Prints everything the firmware prints. The text is the bytes after the line
+# `--- kvm output ---` and before the newline that precedes the line `--- end ---`: the
+# 64 greedy tokens of "And God said" (prompt first with --echo-prompt). The firmware adds
+# that one newline itself, so a text without a trailing newline is still exact. Exit code:
+# the firmware's (0 ok, 1 error, 101 panic, 102 hard fault), 124 on timeout, 2 on bad
+# usage or a failed build, 3 when --expect does not match.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+
+board=an386
+model=""
+dtype=""
+out=""
+expect=""
+timeout_s=300
+features=()
+icount=()
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --board) board="${2:?--board needs a value}"; shift 2 ;;
+        --board=*) board="${1#*=}"; shift ;;
+        --dtype) dtype="${2:?--dtype needs a value}"; shift 2 ;;
+        --echo-prompt) features=(--features echo-prompt); shift ;;
+        --out) out="${2:?--out needs a file}"; shift 2 ;;
+        --expect) expect="${2:?--expect needs a file}"; shift 2 ;;
+        --icount) icount=(-icount shift=0); shift ;;
+        --timeout) timeout_s="${2:?--timeout needs seconds}"; shift 2 ;;
+        -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        -*) echo "run-qemu.sh: unknown option $1" >&2; exit 2 ;;
+        *) model="$1"; shift ;;
+    esac
+done
+
+case "$board" in
+    # sysclk: the SysTick processor clock QEMU gives the board (Hz).
+    an386) target=thumbv7em-none-eabihf; machine=mps2-an386; cpu=cortex-m4; sysclk=25000000 ;;
+    an505) target=thumbv8m.main-none-eabihf; machine=mps2-an505; cpu=cortex-m33; sysclk=20000000 ;;
+    *) echo "run-qemu.sh: unknown board '$board' (an386 or an505)" >&2; exit 2 ;;
+esac
+
+if [[ -n "$dtype" ]]; then
+    [[ -z "$model" ]] || { echo "run-qemu.sh: give MODEL or --dtype, not both" >&2; exit 2; }
+    mkdir -p "$here/target"
+    model="$here/target/tiny-kjv-$dtype.kvm"
+    (cd "$root" && cargo run --quiet --release -p kvm-export -- \
+        convert models/tiny-kjv -o "$model" --dtype "$dtype" --quiet) || exit 2
+fi
+model="${model:-$root/models/tiny-kjv-q8_0.kvm}"
+if [[ ! -f "$model" ]]; then
+    echo "run-qemu.sh: no model at $model" >&2
+    echo "  build one: cargo run --release -p kvm-export -- convert models/tiny-kjv -o $model --dtype q8_0" >&2
+    echo "  or pass --dtype f16 to convert one into examples/mcu/target/" >&2
+    exit 2
+fi
+model="$(cd "$(dirname "$model")" && pwd)/$(basename "$model")"
+
+elf="$here/target/$target/release/kvm-mcu"
+(cd "$here" && KVM_MCU_MODEL="$model" KVM_MCU_BOARD="$board" \
+    cargo build --quiet --release --target "$target" ${features[@]+"${features[@]}"}) || exit 2
+
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+set +e
+timeout --foreground "$timeout_s" qemu-system-arm -M "$machine" -cpu "$cpu" -nographic -monitor none \
+    -semihosting-config enable=on,target=native ${icount[@]+"${icount[@]}"} -kernel "$elf" </dev/null >"$log"
+rc=$?
+set -e
+cat "$log"
+if [[ $rc -eq 124 ]]; then
+    echo "run-qemu.sh: QEMU timed out after ${timeout_s}s" >&2
+    exit 124
+fi
+[[ $rc -eq 0 ]] || { echo "run-qemu.sh: firmware exited with $rc" >&2; exit "$rc"; }
+if [[ ${#icount[@]} -gt 0 ]]; then
+    # Under -icount shift=0 virtual time is 1 ns per instruction, so a tick of the
+    # sysclk-Hz SysTick is 1e9 / sysclk instructions.
+    perl -ne 'BEGIN { $per = 1e9 / '"$sysclk"' }
+        next unless /^kvm-mcu: (.*?(?:(\d+) tokens)?): .* (\d+) ticks/;
+        my $n = $3 * $per;
+        printf "run-qemu.sh: icount: %s: %.0f instructions%s\n", $1, $n,
+            $2 ? sprintf(" (%.0f per token)", $n / $2) : "";' "$log"
+fi
+
+# The text: after the start marker line, up to (not including) the newline before the end
+# marker line.
+text="$(mktemp)"
+trap 'rm -f "$log" "$text"' EXIT
+perl -0777 -ne 'exit 1 unless /^--- kvm output ---\n(.*)\n--- end ---$/ms; print $1' "$log" >"$text" \
+    || { echo "run-qemu.sh: no output markers in the firmware's output" >&2; exit 1; }
+[[ -z "$out" ]] || cp "$text" "$out"
+if [[ -n "$expect" ]]; then
+    if cmp -s "$text" "$expect"; then
+        echo "run-qemu.sh: text matches $expect" >&2
+    else
+        echo "run-qemu.sh: text differs from $expect" >&2
+        exit 3
+    fi
+fi

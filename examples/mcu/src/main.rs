@@ -1,0 +1,340 @@
+//! kvm on a Cortex-M: greedy text generation from a model in flash, with constant memory.
+//!
+//! The model file is linked into flash with `include_bytes!` (64-byte aligned) and decoded
+//! in place; the session lives in one `static` arena whose size comes from the model at
+//! build time and is checked against it again at start. Nothing allocates: there is no
+//! heap. Text and reports go out over semihosting; the exit code is 0 on success, 1 on an
+//! error, 101 on a panic and 102 on a hard fault.
+//!
+//! Output, in order (see README.md for the exact contract):
+//! ```text
+//! kvm-mcu: ...                      (reports)
+//! --- kvm output ---
+//! <continuation bytes>              (prompt first with the `echo-prompt` feature)
+//! --- end ---
+//! kvm-mcu: ...                      (timings, stack use)
+//! ```
+#![no_std]
+#![no_main]
+
+use core::fmt;
+
+// Links the critical-section implementation the semihosting crate needs.
+use cortex_m as _;
+use cortex_m_rt::{entry, exception, ExceptionFrame};
+use kvm_core::format::TokenizerKind;
+use kvm_core::sampler::{scratch_len, Candidate, Sampler, SamplerConfig};
+use kvm_core::{Model, Session};
+use semihosting::println;
+use semihosting::sys::arm_compat::{sys_elapsed, sys_tickfreq};
+
+mod model_info {
+    include!(concat!(env!("OUT_DIR"), "/model_info.rs"));
+}
+use model_info::{ARENA_LEN, VOCAB_LEN};
+
+/// The prompt, as bytes (the model is byte-level: token id = byte value).
+const PROMPT: &[u8] = b"And God said";
+/// Tokens to generate.
+const N_GEN: usize = 64;
+
+/// A value on a 64-byte boundary: tensor data is 64-aligned within the model file, and the
+/// arena must start on [`kvm_core::state::ARENA_ALIGN`].
+#[repr(C, align(64))]
+struct Aligned<T: ?Sized>(T);
+
+const _: () = assert!(core::mem::align_of::<Aligned<u8>>() == kvm_core::state::ARENA_ALIGN);
+
+/// The model file, in flash, decoded in place (never copied to RAM).
+static MODEL: &Aligned<[u8]> = &Aligned(*include_bytes!(env!("KVM_MCU_MODEL_PATH")));
+
+#[entry]
+fn main() -> ! {
+    // `#[entry]` turns these into `&'static mut`: they live in .bss, not on the stack.
+    static mut ARENA: Aligned<[u8; ARENA_LEN]> = Aligned([0; ARENA_LEN]);
+    static mut CANDIDATES: [Candidate; scratch_len(VOCAB_LEN)] = [Candidate::EMPTY; scratch_len(VOCAB_LEN)];
+
+    if let Some(p) = cortex_m::Peripherals::take() {
+        cycles::start(p.SYST);
+    }
+    let code = match run(&mut ARENA.0, CANDIDATES) {
+        Ok(()) => 0,
+        Err(e) => {
+            println!("kvm-mcu: error: {e}");
+            1
+        }
+    };
+    semihosting::process::exit(code)
+}
+
+/// Everything that stops the firmware.
+#[derive(Debug)]
+enum Fail {
+    Core(kvm_core::Error),
+    /// The arena was sized for another model.
+    ArenaLen {
+        built: usize,
+        model: usize,
+    },
+    /// The sampler scratch was sized for another vocabulary.
+    VocabLen {
+        built: usize,
+        model: usize,
+    },
+    /// Only byte-level models map token ids to text without a tokenizer here.
+    NotByteLevel,
+}
+
+impl From<kvm_core::Error> for Fail {
+    fn from(e: kvm_core::Error) -> Self {
+        Fail::Core(e)
+    }
+}
+
+impl fmt::Display for Fail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Fail::Core(e) => write!(f, "{e}"),
+            Fail::ArenaLen { built, model } => {
+                write!(f, "firmware arena is {built} bytes but the model needs {model}; rebuild for this model")
+            }
+            Fail::VocabLen { built, model } => {
+                write!(f, "firmware was built for a vocabulary of {built}, the model has {model}")
+            }
+            Fail::NotByteLevel => f.write_str("this firmware needs a byte-level model"),
+        }
+    }
+}
+
+fn run(arena: &'static mut [u8; ARENA_LEN], candidates: &mut [Candidate]) -> Result<(), Fail> {
+    let blob: &'static [u8] = &MODEL.0;
+    println!(
+        "kvm-mcu: model {} bytes at {:#010x} (flash), arena {} bytes at {:#010x}",
+        blob.len(),
+        blob.as_ptr() as usize,
+        arena.len(),
+        arena.as_ptr() as usize
+    );
+
+    // Validate the blob twice to report what the tensor-data CRCs cost at boot; the
+    // checked model is the one used.
+    let t0 = Stamp::now();
+    let model = Model::from_bytes(blob)?;
+    let t1 = Stamp::now();
+    Model::from_bytes_trusted(blob)?;
+    let t2 = Stamp::now();
+    println!("kvm-mcu: from_bytes (all CRCs): {}", Span(t0, t1));
+    println!("kvm-mcu: from_bytes_trusted: {}", Span(t1, t2));
+
+    if model.arena_len() != ARENA_LEN {
+        return Err(Fail::ArenaLen { built: ARENA_LEN, model: model.arena_len() });
+    }
+    let vocab_len = model.config().vocab_len as usize;
+    if vocab_len != VOCAB_LEN {
+        return Err(Fail::VocabLen { built: VOCAB_LEN, model: vocab_len });
+    }
+    if model.header().tokenizer_kind != TokenizerKind::Bytes {
+        return Err(Fail::NotByteLevel);
+    }
+
+    let mut session = Session::new(model, arena)?;
+    let state_bytes = session.layout().snapshot_len();
+    println!(
+        "kvm-mcu: arena = state {} bytes ({} slots) + scratch {} bytes",
+        state_bytes,
+        session.layout().state_len,
+        ARENA_LEN - state_bytes
+    );
+    let mut sampler = Sampler::new(SamplerConfig::greedy(), 0);
+    // Prompt then generated ids, oldest first: the sampler's repetition window.
+    let mut history = [0u32; PROMPT.len() + N_GEN];
+    for (h, &b) in history.iter_mut().zip(PROMPT) {
+        *h = u32::from(b);
+    }
+
+    let t3 = Stamp::now();
+    let mut logits = session.prefill(&history[..PROMPT.len()])?;
+    let t4 = Stamp::now();
+    for len in PROMPT.len()..history.len() {
+        let id = sampler.sample(logits, &history[..len], candidates)?;
+        history[len] = id;
+        logits = session.decode(id)?;
+    }
+    let t5 = Stamp::now();
+
+    // Ids below 256 are bytes; the checks above make every sampled id one.
+    let text = history.map(|id| id as u8);
+    println!("--- kvm output ---");
+    let shown = if cfg!(feature = "echo-prompt") { &text[..] } else { &text[PROMPT.len()..] };
+    print_bytes(shown);
+    println!();
+    println!("--- end ---");
+
+    println!("kvm-mcu: prefill {} tokens: {}", PROMPT.len(), Span(t3, t4));
+    println!("kvm-mcu: decode {} tokens: {}; {}", N_GEN, Span(t4, t5), TokPerS(N_GEN, Span(t4, t5)));
+    println!("kvm-mcu: stack used {} of {} bytes", stack::used(), stack::size());
+    Ok(())
+}
+
+/// Writes raw bytes (the text need not be valid UTF-8 at a cut) to semihosting stdout.
+fn print_bytes(bytes: &[u8]) {
+    use semihosting::io::Write as _;
+    if let Ok(mut out) = semihosting::io::stdout() {
+        // Output is best effort: nowhere to report a failed semihosting write.
+        let _ = out.write_all(bytes);
+    }
+}
+
+/// A reading of two clocks: the host's, through semihosting (QEMU's wall clock; absent on
+/// hardware without a debugger), and the processor clock counted by SysTick.
+#[derive(Debug, Clone, Copy)]
+struct Stamp {
+    host_ns: Option<u64>,
+    ticks: u64,
+}
+
+impl Stamp {
+    fn now() -> Stamp {
+        let host_ns = (|| {
+            let ticks = sys_elapsed().ok()?;
+            let freq = sys_tickfreq().ok()? as u64;
+            (freq != 0).then(|| ticks.saturating_mul(1_000_000_000 / freq.min(1_000_000_000)))
+        })();
+        Stamp { host_ns, ticks: cycles::now() }
+    }
+}
+
+/// The time between two stamps: `<host> ms host, <n> ticks`.
+#[derive(Debug, Clone, Copy)]
+struct Span(Stamp, Stamp);
+
+impl Span {
+    fn host_ns(&self) -> Option<u64> {
+        Some(self.1.host_ns?.saturating_sub(self.0.host_ns?))
+    }
+}
+
+impl fmt::Display for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.host_ns() {
+            Some(ns) => write!(f, "{}.{:03} ms host, ", ns / 1_000_000, ns / 1000 % 1000)?,
+            None => f.write_str("(no host clock), ")?,
+        }
+        write!(f, "{} ticks", self.1.ticks.wrapping_sub(self.0.ticks))
+    }
+}
+
+/// Tokens per second of host time (QEMU's speed on this host, not the device's).
+struct TokPerS(usize, Span);
+
+impl fmt::Display for TokPerS {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.1.host_ns() {
+            Some(ns) if ns > 0 => {
+                let centi = self.0 as u64 * 100_000_000_000 / ns;
+                write!(f, "{}.{:02} tok/s host", centi / 100, centi % 100)
+            }
+            _ => f.write_str("? tok/s"),
+        }
+    }
+}
+
+/// A 64-bit count of processor clock ticks from SysTick (24 bits) and its wrap interrupt.
+/// On hardware that is CPU cycles; in QEMU it follows virtual time, which under
+/// `-icount shift=0` advances 1 ns per instruction (see README.md).
+mod cycles {
+    use core::sync::atomic::{AtomicU32, Ordering};
+    use cortex_m::peripheral::syst::SystClkSource;
+    use cortex_m::peripheral::{SCB, SYST};
+    use cortex_m_rt::exception;
+
+    const RELOAD: u32 = 0x00ff_ffff;
+    static WRAPS: AtomicU32 = AtomicU32::new(0);
+
+    pub fn start(mut syst: SYST) {
+        syst.set_clock_source(SystClkSource::Core);
+        syst.set_reload(RELOAD);
+        syst.clear_current();
+        syst.enable_interrupt();
+        syst.enable_counter();
+        // The count reads 0 until the first tick loads RELOAD; wait for it so that the
+        // first reading is not a whole period ahead of the next.
+        while SYST::get_current() == 0 {}
+    }
+
+    /// Ticks since [`start`].
+    pub fn now() -> u64 {
+        loop {
+            let before = WRAPS.load(Ordering::Relaxed);
+            let (mut wraps, mut current) = (before, SYST::get_current());
+            // Wrapped but the interrupt is not taken yet (QEMU takes it only at the end of
+            // a translation block): count that wrap, with a count read after it.
+            if SCB::is_pendst_pending() {
+                wraps += 1;
+                current = SYST::get_current();
+            }
+            // The interrupt ran in between: start again.
+            if WRAPS.load(Ordering::Relaxed) == before {
+                return u64::from(wraps) * (u64::from(RELOAD) + 1) + u64::from(RELOAD - current);
+            }
+        }
+    }
+
+    #[exception]
+    fn SysTick() {
+        WRAPS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Stack high-water mark: `cortex-m-rt`'s `paint-stack` fills the stack region with a
+/// fixed word at reset; the deepest word that no longer holds it is how far the stack has
+/// reached.
+mod stack {
+    extern "C" {
+        static _stack_start: u32;
+        static _stack_end: u32;
+    }
+
+    const PAINT: u32 = 0xcccc_cccc;
+
+    /// Bytes between the bottom of the stack region and the top of RAM.
+    pub fn size() -> usize {
+        top() - bottom()
+    }
+
+    /// Bytes the stack has reached below its top so far.
+    pub fn used() -> usize {
+        let mut p = bottom();
+        // Scan up from the bottom of the stack region until the paint is gone.
+        while p < top() {
+            // SAFETY: `[bottom, top)` is the stack region, word-aligned RAM that the
+            // linker script reserves; reading it is always defined.
+            if unsafe { core::ptr::read_volatile(p as *const u32) } != PAINT {
+                break;
+            }
+            p += 4;
+        }
+        top() - p
+    }
+
+    // Only the symbols' addresses are taken; `link.x` defines both.
+    fn top() -> usize {
+        &raw const _stack_start as usize
+    }
+
+    fn bottom() -> usize {
+        &raw const _stack_end as usize
+    }
+}
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
+    println!("kvm-mcu: panic: {info}");
+    semihosting::process::exit(101)
+}
+
+#[exception]
+unsafe fn HardFault(frame: &ExceptionFrame) -> ! {
+    println!("kvm-mcu: hard fault at pc {:#010x}", frame.pc());
+    semihosting::process::exit(102)
+}

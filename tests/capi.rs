@@ -1,0 +1,707 @@
+//! The C API, called through its `extern "C"` functions exactly as C calls them: handle
+//! and argument checks, tokenizing, generation against the Rust path and the reference,
+//! state snapshots that resume bit-exactly, and the C example program itself.
+
+mod common;
+
+use std::ffi::{c_void, CStr};
+use std::path::PathBuf;
+use std::process::Command;
+use std::ptr::{null, null_mut};
+use std::sync::OnceLock;
+
+use common::*;
+use kvm_core::error::{ConfigField, Section, Unsupported};
+use kvm_core::quant::DType;
+use kvm_core::sampler::{Candidate, Sampler, SamplerConfig};
+use kvm_core::{Error, Model, Session};
+use kvm_runtime::capi::kvm_status::*;
+use kvm_runtime::capi::*;
+
+/// tiny-kjv as f32, converted once.
+fn tiny_kjv() -> &'static [u8] {
+    static BLOB: OnceLock<Vec<u8>> = OnceLock::new();
+    BLOB.get_or_init(|| convert_to_bytes(&repo().join("models/tiny-kjv"), DType::F32))
+}
+
+/// A loaded model and arenas for its sessions.
+struct Fixture {
+    model: Box<kvm_model>,
+    arena_len: usize,
+}
+
+impl Fixture {
+    fn new(blob: &'static [u8]) -> Fixture {
+        let mut model = Box::new(kvm_model::new());
+        assert_eq!(unsafe { kvm_model_load(blob.as_ptr(), blob.len(), 0, &mut *model) }, KVM_OK);
+        let arena_len = unsafe { kvm_arena_size(&*model) };
+        assert!(arena_len > 0);
+        Fixture { model, arena_len }
+    }
+
+    fn kjv() -> Fixture {
+        Fixture::new(tiny_kjv())
+    }
+
+    /// A session in a fresh arena (kept alive by the returned value).
+    fn session(&self) -> TestSession {
+        let mut arena = Arena::new(self.arena_len);
+        let mut s = null_mut();
+        let bytes = arena.bytes();
+        let code = unsafe { kvm_session_init(&*self.model, bytes.as_mut_ptr().cast(), bytes.len(), &mut s) };
+        assert_eq!(code, KVM_OK);
+        assert_eq!(s.cast::<u8>(), bytes.as_mut_ptr(), "the handle is the arena's address");
+        TestSession { s, _arena: arena }
+    }
+
+    fn tokenize(&self, text: &str) -> Vec<u32> {
+        let mut ids = vec![0u32; text.len()];
+        let mut n = 0;
+        let code = unsafe {
+            kvm_tokenize(&*self.model, text.as_ptr().cast(), text.len(), ids.as_mut_ptr(), ids.len(), &mut n)
+        };
+        assert_eq!(code, KVM_OK);
+        ids.truncate(n);
+        ids
+    }
+
+    fn detokenize(&self, ids: &[u32]) -> Vec<u8> {
+        let mut text = vec![0u8; ids.len() * 8];
+        let mut n = 0;
+        let code = unsafe {
+            kvm_detokenize(&*self.model, ids.as_ptr(), ids.len(), text.as_mut_ptr().cast(), text.len(), &mut n)
+        };
+        assert_eq!(code, KVM_OK);
+        text.truncate(n);
+        text
+    }
+}
+
+struct TestSession {
+    s: *mut kvm_session,
+    _arena: Arena,
+}
+
+impl TestSession {
+    fn prefill(&self, ids: &[u32]) {
+        assert_eq!(unsafe { kvm_prefill(self.s, ids.as_ptr(), ids.len()) }, KVM_OK);
+    }
+
+    fn step(&self) -> u32 {
+        let mut t = u32::MAX;
+        assert_eq!(unsafe { kvm_decode_step(self.s, &mut t) }, KVM_OK);
+        t
+    }
+
+    fn steps(&self, n: usize) -> Vec<u32> {
+        (0..n).map(|_| self.step()).collect()
+    }
+
+    fn set_sampler(&self, cfg: kvm_sampler_config, seed: u64) {
+        assert_eq!(unsafe { kvm_sampler_set(self.s, &cfg) }, KVM_OK);
+        assert_eq!(unsafe { kvm_sampler_seed(self.s, seed) }, KVM_OK);
+    }
+
+    fn pos(&self) -> usize {
+        unsafe { kvm_session_pos(self.s) }
+    }
+
+    fn save(&self) -> Vec<u8> {
+        let n = unsafe { kvm_state_size(self.s) };
+        let mut buf = vec![0u8; n];
+        let mut written = 0;
+        assert_eq!(unsafe { kvm_state_save(self.s, buf.as_mut_ptr().cast(), buf.len(), &mut written) }, KVM_OK);
+        assert_eq!(written, n);
+        buf
+    }
+
+    fn restore(&self, snap: &[u8]) -> kvm_status {
+        unsafe { kvm_state_restore(self.s, snap.as_ptr().cast(), snap.len()) }
+    }
+}
+
+fn greedy() -> kvm_sampler_config {
+    kvm_sampler_greedy()
+}
+
+/// Sampling with every filter and the repetition penalty on, so snapshots must carry the
+/// RNG position and the token history.
+fn sampling() -> kvm_sampler_config {
+    kvm_sampler_config { repeat_penalty: 1.3, repeat_window: 64, ..kvm_sampler_default() }
+}
+
+fn c_str(p: *const std::ffi::c_char) -> &'static str {
+    assert!(!p.is_null());
+    unsafe { CStr::from_ptr(p) }.to_str().unwrap()
+}
+
+/// Tokens the core's own Session produces greedily: the Rust path.
+fn rust_greedy(blob: &[u8], prompt: &[u32], n: usize) -> Vec<u32> {
+    let model = Model::from_bytes(blob).unwrap();
+    let mut arena = Arena::new(model.arena_len());
+    let mut session = Session::new(model, arena.bytes()).unwrap();
+    let mut sampler = Sampler::new(SamplerConfig::greedy(), 0);
+    let mut scratch = vec![Candidate::EMPTY; model.config().vocab_len as usize];
+    let mut logits = session.prefill(prompt).unwrap().to_vec();
+    let mut out = vec![];
+    while out.len() < n {
+        let t = sampler.sample(&logits, &[], &mut scratch).unwrap();
+        out.push(t);
+        if out.len() < n {
+            logits = session.decode(t).unwrap().to_vec();
+        }
+    }
+    out
+}
+
+#[test]
+fn version_and_status_strings() {
+    assert_eq!(c_str(kvm_version()), env!("CARGO_PKG_VERSION"));
+    let mut seen = std::collections::HashSet::new();
+    for s in kvm_status::all() {
+        let msg = c_str(kvm_status_string(s as i32));
+        assert!(!msg.is_empty() && msg != "unknown status", "{s:?}");
+        assert!(seen.insert(msg), "{s:?} shares its message");
+    }
+    assert_eq!(kvm_status::all()[0], KVM_OK);
+    assert_eq!(KVM_OK as i32, 0);
+    for code in [-1, 18, 99, 105, i32::MIN, i32::MAX] {
+        assert_eq!(c_str(kvm_status_string(code)), "unknown status");
+    }
+}
+
+#[test]
+fn every_core_error_kind_has_its_own_code() {
+    let kinds = [
+        Error::Truncated,
+        Error::BadMagic,
+        Error::UnsupportedVersion { major: 9, minor: 0 },
+        Error::BadEndianness,
+        Error::Checksum { section: Section::Header },
+        Error::OutOfBounds,
+        Error::Misaligned,
+        Error::BadTensor { role: 0, layer: 0 },
+        Error::BadConfig(ConfigField::VocabLen),
+        Error::Unsupported(Unsupported::DType),
+        Error::ArenaSize { expected: 1, got: 0 },
+        Error::ArenaMisaligned,
+        Error::TokenOutOfRange { token: 1, vocab_len: 1 },
+        Error::BufferTooSmall { needed: 1 },
+        Error::BadTokenizer,
+        Error::BadSnapshot,
+        Error::InvalidArgument,
+    ];
+    let codes: std::collections::HashSet<i32> = kinds.iter().map(|&e| kvm_status::from(e) as i32).collect();
+    assert_eq!(codes.len(), kinds.len());
+    assert!(!codes.contains(&0));
+    // Payloads do not matter.
+    assert_eq!(kvm_status::from(Error::Checksum { section: Section::Tensor { index: 3 } }), KVM_ERR_CHECKSUM);
+}
+
+#[test]
+fn load_reports_every_bad_blob_as_the_core_does() {
+    let blob = tiny_kjv();
+    let mut m = kvm_model::new();
+    let load =
+        |bytes: &[u8], flags: u32, m: &mut kvm_model| unsafe { kvm_model_load(bytes.as_ptr(), bytes.len(), flags, m) };
+    assert_eq!(load(blob, 0, &mut m), KVM_OK);
+    assert_eq!(load(blob, KVM_LOAD_TRUSTED, &mut m), KVM_OK);
+    assert_eq!(load(blob, 2, &mut m), KVM_ERR_INVALID_ARGUMENT);
+    assert_eq!(unsafe { kvm_model_load(null(), 0, 0, &mut m) }, KVM_ERR_TRUNCATED);
+    assert_eq!(unsafe { kvm_model_load(null(), 10, 0, &mut m) }, KVM_ERR_NULL_POINTER);
+    assert_eq!(unsafe { kvm_model_load(blob.as_ptr(), blob.len(), 0, null_mut()) }, KVM_ERR_NULL_POINTER);
+    assert_eq!(unsafe { kvm_model_load(blob.as_ptr(), usize::MAX, 0, &mut m) }, KVM_ERR_INVALID_ARGUMENT);
+    // A kvm_model at an odd address.
+    let mut words = vec![0u64; KVM_MODEL_WORDS + 1];
+    let odd = unsafe { words.as_mut_ptr().cast::<u8>().add(4) }.cast::<kvm_model>();
+    assert_eq!(unsafe { kvm_model_load(blob.as_ptr(), blob.len(), 0, odd) }, KVM_ERR_MISALIGNED_POINTER);
+
+    let expect = |bytes: &[u8]| match Model::from_bytes(bytes) {
+        Ok(_) => KVM_OK,
+        Err(e) => kvm_status::from(e),
+    };
+    let mut bad = blob.to_vec();
+    bad[0] ^= 0xFF;
+    assert_eq!(load(&bad, 0, &mut m), KVM_ERR_BAD_MAGIC);
+    // Truncations, from nothing to one byte short.
+    for len in [0, 1, 3, 4, 8, 100, 255, 256, 300, 4096, blob.len() / 2, blob.len() - 1] {
+        let got = load(&blob[..len], 0, &mut m);
+        assert_ne!(got, KVM_OK, "length {len}");
+        assert_eq!(got, expect(&blob[..len]), "length {len}");
+    }
+    // Corrupted bytes: the same verdict as the core, and never a panic.
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for _ in 0..300 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let mut bad = blob.to_vec();
+        let at = (x % 1024.min(blob.len() as u64)) as usize;
+        bad[at] = bad[at].wrapping_add((x >> 32) as u8 | 1);
+        let got = load(&bad, 0, &mut m);
+        assert_ne!(got, KVM_ERR_PANIC);
+        assert_eq!(got, expect(&bad), "byte {at}");
+    }
+    // A flipped weight fails its checksum, unless the image is trusted.
+    let mut bad = blob.to_vec();
+    let last = bad.len() - 100;
+    bad[last] ^= 1;
+    assert_eq!(load(&bad, 0, &mut m), KVM_ERR_CHECKSUM);
+    assert_eq!(load(&bad, KVM_LOAD_TRUSTED, &mut m), KVM_OK);
+}
+
+#[test]
+fn model_info_and_unloaded_handles() {
+    let f = Fixture::kjv();
+    let mut info = kvm_model_desc::default();
+    assert_eq!(unsafe { kvm_model_info(&*f.model, &mut info) }, KVM_OK);
+    assert_eq!((info.vocab_len, info.n_layers, info.n_heads, info.d_model), (256, 4, 4, 128));
+    assert_eq!((info.d_qk, info.d_v, info.chunk_len, info.window_len, info.state_len), (32, 32, 32, 64, 32));
+    assert_eq!((info.format_major, info.tokenizer), (1, 0));
+    assert_eq!(info.n_params, 892_704);
+    assert_eq!(info.file_len, tiny_kjv().len() as u64);
+    assert_eq!(info.arena_size, f.arena_len);
+    let core = Model::from_bytes(tiny_kjv()).unwrap();
+    assert!(info.arena_size > core.arena_len(), "the arena also holds the handle and the sampler's scratch");
+    let s = f.session();
+    assert_eq!(info.state_size, unsafe { kvm_state_size(s.s) });
+    assert_eq!(unsafe { kvm_model_info(&*f.model, null_mut()) }, KVM_ERR_NULL_POINTER);
+
+    let blank = kvm_model::new();
+    assert_eq!(unsafe { kvm_model_info(&blank, &mut info) }, KVM_ERR_BAD_HANDLE);
+    assert_eq!(unsafe { kvm_model_info(null(), &mut info) }, KVM_ERR_NULL_POINTER);
+    assert_eq!(unsafe { kvm_arena_size(&blank) }, 0);
+    assert_eq!(unsafe { kvm_arena_size(null()) }, 0);
+    let mut arena = Arena::new(f.arena_len);
+    let mut h = null_mut();
+    let a = arena.bytes();
+    assert_eq!(unsafe { kvm_session_init(&blank, a.as_mut_ptr().cast(), a.len(), &mut h) }, KVM_ERR_BAD_HANDLE);
+    let mut n = 0;
+    assert_eq!(unsafe { kvm_tokenize(&blank, c"a".as_ptr(), 1, null_mut(), 0, &mut n) }, KVM_ERR_BAD_HANDLE);
+    // A copy of a loaded kvm_model is as good as the original.
+    let copy = *f.model;
+    assert_eq!(unsafe { kvm_arena_size(&copy) }, f.arena_len);
+}
+
+#[test]
+fn arenas_are_checked() {
+    let f = Fixture::kjv();
+    let m = &*f.model;
+    let mut arena = Arena::new(f.arena_len + 128);
+    let a = arena.bytes();
+    let p = a.as_mut_ptr();
+    let mut s = null_mut();
+    assert_eq!(unsafe { kvm_session_init(m, null_mut(), f.arena_len, &mut s) }, KVM_ERR_NULL_POINTER);
+    assert_eq!(unsafe { kvm_session_init(m, p.cast(), f.arena_len, null_mut()) }, KVM_ERR_NULL_POINTER);
+    assert_eq!(unsafe { kvm_session_init(m, p.add(8).cast(), f.arena_len, &mut s) }, KVM_ERR_ARENA_MISALIGNED);
+    assert_eq!(unsafe { kvm_session_init(m, p.cast(), f.arena_len - 1, &mut s) }, KVM_ERR_ARENA_SIZE);
+    assert_eq!(unsafe { kvm_session_init(m, p.cast(), 0, &mut s) }, KVM_ERR_ARENA_SIZE);
+    assert!(s.is_null(), "no handle on failure");
+    // Garbage in the arena does not matter; a larger arena is fine.
+    a.fill(0xA5);
+    assert_eq!(unsafe { kvm_session_init(m, p.cast(), a.len(), &mut s) }, KVM_OK);
+    assert_eq!(unsafe { kvm_session_pos(s) }, 0);
+    assert_eq!(unsafe { kvm_session_init(m, p.add(64).cast(), f.arena_len, &mut s) }, KVM_OK);
+}
+
+#[test]
+fn session_handles_are_checked() {
+    let f = Fixture::kjv();
+    let mut t = 0u32;
+    let mut n = 0usize;
+    let cfg = greedy();
+    let id = [65u32];
+    let mut buf = [0u8; 64];
+    for s in [null_mut(), Arena::new(4096).bytes().as_mut_ptr().cast::<kvm_session>()] {
+        let want = if s.is_null() { KVM_ERR_NULL_POINTER } else { KVM_ERR_BAD_HANDLE };
+        unsafe {
+            assert_eq!(kvm_session_reset(s), want);
+            assert_eq!(kvm_sampler_set(s, &cfg), want);
+            assert_eq!(kvm_sampler_seed(s, 1), want);
+            assert_eq!(kvm_prefill(s, id.as_ptr(), 1), want);
+            assert_eq!(kvm_decode_step(s, &mut t), want);
+            assert_eq!(kvm_generate(s, 4, None, null_mut(), &mut n), want);
+            assert_eq!(kvm_state_save(s, buf.as_mut_ptr().cast(), buf.len(), &mut n), want);
+            assert_eq!(kvm_state_restore(s, buf.as_ptr().cast(), buf.len()), want);
+            assert_eq!(kvm_session_pos(s), 0);
+            assert_eq!(kvm_state_size(s), 0);
+        }
+    }
+    // A misaligned handle.
+    let s = f.session();
+    let off = unsafe { s.s.cast::<u8>().add(8) }.cast::<kvm_session>();
+    assert_eq!(unsafe { kvm_session_reset(off) }, KVM_ERR_BAD_HANDLE);
+    // A session copied to another address is refused: it points into its old arena.
+    s.prefill(&[65, 66]);
+    let mut moved = Arena::new(f.arena_len);
+    let m = moved.bytes();
+    unsafe { std::ptr::copy_nonoverlapping(s.s.cast::<u8>(), m.as_mut_ptr(), f.arena_len) };
+    assert_eq!(unsafe { kvm_decode_step(m.as_mut_ptr().cast(), &mut t) }, KVM_ERR_BAD_HANDLE);
+    // The original is fine.
+    s.step();
+}
+
+#[test]
+fn token_ids_and_buffers_are_checked() {
+    let f = Fixture::kjv();
+    let s = f.session();
+    let mut t = 0;
+    assert_eq!(unsafe { kvm_decode_step(s.s, &mut t) }, KVM_ERR_NO_CONTEXT);
+    assert_eq!(unsafe { kvm_generate(s.s, 3, None, null_mut(), null_mut()) }, KVM_ERR_NO_CONTEXT);
+    // A bad id anywhere leaves the session untouched.
+    let bad = [65u32, 66, 256, 67];
+    assert_eq!(unsafe { kvm_prefill(s.s, bad.as_ptr(), bad.len()) }, KVM_ERR_TOKEN_OUT_OF_RANGE);
+    assert_eq!(unsafe { kvm_prefill(s.s, [u32::MAX].as_ptr(), 1) }, KVM_ERR_TOKEN_OUT_OF_RANGE);
+    assert_eq!(s.pos(), 0);
+    assert_eq!(unsafe { kvm_prefill(s.s, bad.as_ptr(), 0) }, KVM_ERR_INVALID_ARGUMENT);
+    assert_eq!(unsafe { kvm_prefill(s.s, null(), 3) }, KVM_ERR_NULL_POINTER);
+    assert_eq!(unsafe { kvm_prefill(s.s, bad.as_ptr(), usize::MAX) }, KVM_ERR_INVALID_ARGUMENT);
+    assert_eq!(unsafe { kvm_prefill(s.s, bad.as_ptr(), usize::MAX / 4 + 1) }, KVM_ERR_INVALID_ARGUMENT);
+    let odd = unsafe { bad.as_ptr().cast::<u8>().add(1) }.cast::<u32>();
+    assert_eq!(unsafe { kvm_prefill(s.s, odd, 2) }, KVM_ERR_MISALIGNED_POINTER);
+    assert_eq!(s.pos(), 0);
+    s.prefill(&bad[..2]);
+    assert_eq!(s.pos(), 2);
+    assert_eq!(unsafe { kvm_decode_step(s.s, null_mut()) }, KVM_ERR_NULL_POINTER);
+    assert_eq!(s.pos(), 2, "a refused step changes nothing");
+    s.step();
+    assert_eq!(s.pos(), 3);
+
+    // Detokenizing.
+    let mut text = [0u8; 8];
+    let mut n = 0;
+    let m = &*f.model;
+    let tp = text.as_mut_ptr().cast();
+    assert_eq!(unsafe { kvm_detokenize(m, [300u32].as_ptr(), 1, tp, 8, &mut n) }, KVM_ERR_TOKEN_OUT_OF_RANGE);
+    assert_eq!(unsafe { kvm_detokenize(m, [65u32].as_ptr(), 1, tp, 8, null_mut()) }, KVM_ERR_NULL_POINTER);
+    assert_eq!(unsafe { kvm_detokenize(m, null(), 0, tp, 8, &mut n) }, KVM_OK);
+    assert_eq!(n, 0);
+}
+
+#[test]
+fn tokenize_reports_sizes_and_round_trips() {
+    let f = Fixture::kjv();
+    let m = &*f.model;
+    let text = "In the beginning God created the heaven and the earth. \u{2014} \u{00e9}";
+    let mut n = 0;
+    let code = unsafe { kvm_tokenize(m, text.as_ptr().cast(), text.len(), null_mut(), 0, &mut n) };
+    assert_eq!(code, KVM_ERR_BUFFER_TOO_SMALL);
+    assert_eq!(n, text.len(), "byte-level: one id per byte");
+    let mut ids = vec![0u32; n];
+    let code = unsafe { kvm_tokenize(m, text.as_ptr().cast(), text.len(), ids.as_mut_ptr(), n - 1, &mut n) };
+    assert_eq!((code, n), (KVM_ERR_BUFFER_TOO_SMALL, text.len()));
+    let code = unsafe { kvm_tokenize(m, text.as_ptr().cast(), text.len(), null_mut(), 5, &mut n) };
+    assert_eq!(code, KVM_ERR_NULL_POINTER);
+    let code = unsafe { kvm_tokenize(m, text.as_ptr().cast(), text.len(), ids.as_mut_ptr(), 0, null_mut()) };
+    assert_eq!(code, KVM_ERR_NULL_POINTER);
+    assert_eq!(unsafe { kvm_tokenize(m, null(), 0, null_mut(), 0, &mut n) }, KVM_OK);
+    assert_eq!(n, 0);
+    assert_eq!(unsafe { kvm_tokenize(m, null(), 4, null_mut(), 0, &mut n) }, KVM_ERR_NULL_POINTER);
+
+    let ids = f.tokenize(text);
+    assert_eq!(ids, text.bytes().map(u32::from).collect::<Vec<_>>());
+    let mut len = 0;
+    let code = unsafe { kvm_detokenize(m, ids.as_ptr(), ids.len(), null_mut(), 0, &mut len) };
+    assert_eq!((code, len), (KVM_ERR_BUFFER_TOO_SMALL, text.len()));
+    assert_eq!(f.detokenize(&ids), text.as_bytes());
+}
+
+#[test]
+fn sampler_settings_are_validated() {
+    let f = Fixture::kjv();
+    let s = f.session();
+    let mut got = greedy();
+    assert_eq!(unsafe { kvm_sampler_get(s.s, &mut got) }, KVM_OK);
+    assert_eq!(got, kvm_sampler_default(), "sessions start at the defaults");
+    assert_eq!(SamplerConfig::from(kvm_sampler_default()), SamplerConfig::DEFAULT);
+    assert_eq!(SamplerConfig::from(kvm_sampler_greedy()), SamplerConfig::greedy());
+    let d = kvm_sampler_default();
+    let max = KVM_MAX_REPEAT_WINDOW;
+    for bad in [
+        kvm_sampler_config { temperature: f32::NAN, ..d },
+        kvm_sampler_config { temperature: -1.0, ..d },
+        kvm_sampler_config { top_p: 0.0, ..d },
+        kvm_sampler_config { min_p: 2.0, ..d },
+        kvm_sampler_config { repeat_penalty: 0.0, ..d },
+        kvm_sampler_config { repeat_window: max + 1, ..d },
+    ] {
+        assert_eq!(unsafe { kvm_sampler_set(s.s, &bad) }, KVM_ERR_INVALID_ARGUMENT, "{bad:?}");
+        assert_eq!(unsafe { kvm_sampler_get(s.s, &mut got) }, KVM_OK);
+        assert_eq!(got, d, "a refused setting changes nothing");
+    }
+    let ok = kvm_sampler_config { repeat_window: max, ..greedy() };
+    assert_eq!(unsafe { kvm_sampler_set(s.s, &ok) }, KVM_OK);
+    assert_eq!(unsafe { kvm_sampler_get(s.s, &mut got) }, KVM_OK);
+    assert_eq!(got, ok);
+    assert_eq!(unsafe { kvm_sampler_set(s.s, null()) }, KVM_ERR_NULL_POINTER);
+    assert_eq!(unsafe { kvm_sampler_get(s.s, null_mut()) }, KVM_ERR_NULL_POINTER);
+}
+
+struct Reference {
+    prompt: String,
+    prompt_ids: Vec<u32>,
+    greedy_ids: Vec<u32>,
+}
+
+fn references() -> Vec<Reference> {
+    let path = repo().join("models/tiny-kjv/reference/greedy.json");
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    };
+    json.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| Reference {
+            prompt: r["prompt"].as_str().unwrap().to_string(),
+            prompt_ids: ids(&r["prompt_ids"]),
+            greedy_ids: ids(&r["greedy_ids"]),
+        })
+        .collect()
+}
+
+#[test]
+fn greedy_equals_the_rust_path_and_the_reference() {
+    let f = Fixture::kjv();
+    let refs = references();
+    assert!(!refs.is_empty());
+    for r in &refs {
+        let ids = f.tokenize(&r.prompt);
+        assert_eq!(ids, r.prompt_ids);
+        let n = r.greedy_ids.len();
+
+        // Pull.
+        let s = f.session();
+        s.set_sampler(greedy(), 0);
+        s.prefill(&ids);
+        let pulled = s.steps(n);
+        assert_eq!(s.pos(), ids.len() + n);
+
+        // Push.
+        let s = f.session();
+        s.set_sampler(greedy(), 0);
+        s.prefill(&ids);
+        let mut pushed: (Vec<u32>, Vec<u8>) = (vec![], vec![]);
+        unsafe extern "C" fn collect(user: *mut c_void, token: u32, piece: *const u8, len: usize) -> i32 {
+            let out = unsafe { &mut *user.cast::<(Vec<u32>, Vec<u8>)>() };
+            out.0.push(token);
+            out.1.extend_from_slice(unsafe { std::slice::from_raw_parts(piece, len) });
+            0
+        }
+        let mut count = 0;
+        let user = (&mut pushed as *mut (Vec<u32>, Vec<u8>)).cast();
+        assert_eq!(unsafe { kvm_generate(s.s, n, Some(collect), user, &mut count) }, KVM_OK);
+        assert_eq!(count, n);
+
+        let rust = rust_greedy(tiny_kjv(), &ids, n);
+        assert_eq!(pulled, rust, "{:?}: pull API vs Rust", r.prompt);
+        assert_eq!(pushed.0, rust, "{:?}: push API vs Rust", r.prompt);
+        assert_eq!(pulled, r.greedy_ids, "{:?}: C API vs the reference", r.prompt);
+        assert_eq!(pushed.1, f.detokenize(&pushed.0), "callback pieces are the tokens' text");
+    }
+}
+
+#[test]
+fn generate_callback_stops_and_generation_resumes() {
+    let f = Fixture::kjv();
+    let prompt = f.tokenize("And the LORD spake unto Moses");
+    let whole = {
+        let s = f.session();
+        s.set_sampler(sampling(), 3);
+        s.prefill(&prompt);
+        s.steps(12)
+    };
+    struct Stop {
+        seen: Vec<u32>,
+        after: usize,
+    }
+    unsafe extern "C" fn stop_after(user: *mut c_void, token: u32, _: *const u8, _: usize) -> i32 {
+        let st = unsafe { &mut *user.cast::<Stop>() };
+        st.seen.push(token);
+        i32::from(st.seen.len() == st.after)
+    }
+    let s = f.session();
+    s.set_sampler(sampling(), 3);
+    s.prefill(&prompt);
+    let mut st = Stop { seen: vec![], after: 5 };
+    let mut count = 0;
+    let user = (&mut st as *mut Stop).cast();
+    assert_eq!(unsafe { kvm_generate(s.s, 100, Some(stop_after), user, &mut count) }, KVM_OK);
+    assert_eq!((count, st.seen.len()), (5, 5));
+    assert_eq!(s.pos(), prompt.len() + 5, "the token the callback stopped on is in the context");
+    // Carrying on, without a callback, gives the uninterrupted sequence.
+    assert_eq!(unsafe { kvm_generate(s.s, 4, None, null_mut(), &mut count) }, KVM_OK);
+    assert_eq!(count, 4);
+    let rest = s.steps(3);
+    assert_eq!(st.seen, whole[..5]);
+    assert_eq!(rest, whole[9..]);
+    // max_tokens 0 does nothing.
+    assert_eq!(unsafe { kvm_generate(s.s, 0, Some(stop_after), user, &mut count) }, KVM_OK);
+    assert_eq!((count, s.pos()), (0, prompt.len() + 12));
+}
+
+#[test]
+fn reset_starts_over() {
+    let f = Fixture::kjv();
+    let prompt = f.tokenize("Blessed are");
+    let s = f.session();
+    s.set_sampler(sampling(), 11);
+    s.prefill(&prompt);
+    let first = s.steps(16);
+    assert_eq!(unsafe { kvm_session_reset(s.s) }, KVM_OK);
+    assert_eq!(s.pos(), 0);
+    let mut t = 0;
+    assert_eq!(unsafe { kvm_decode_step(s.s, &mut t) }, KVM_ERR_NO_CONTEXT);
+    s.prefill(&prompt);
+    assert_eq!(s.steps(16), first, "reset rewinds the RNG to its seed");
+}
+
+/// Saves mid-generation, carries on, restores (in place and into another session) and
+/// checks the continuation is the uninterrupted one, down to the state's bytes.
+fn check_bit_exact_resume(f: &Fixture, prompt: &[u32], cfg: kvm_sampler_config, before: usize, after: usize) {
+    let run = f.session();
+    run.set_sampler(cfg, 99);
+    run.prefill(prompt);
+    let whole = run.steps(before + after);
+    let end_state = run.save();
+
+    let s = f.session();
+    s.set_sampler(cfg, 99);
+    s.prefill(prompt);
+    assert_eq!(s.steps(before), whole[..before]);
+    let snap = s.save();
+    assert_eq!(s.steps(after), whole[before..], "uninterrupted");
+    assert_eq!(s.restore(&snap), KVM_OK);
+    assert_eq!(s.pos(), prompt.len() + before);
+    assert_eq!(s.steps(after), whole[before..], "after restoring in place");
+    assert_eq!(s.save(), end_state, "the state after resuming is bit-identical");
+
+    // Another session, sampler settings copied (they are not part of the state).
+    let other = f.session();
+    other.set_sampler(cfg, 12345);
+    assert_eq!(other.restore(&snap), KVM_OK);
+    assert_eq!(other.steps(after), whole[before..], "after restoring into another session");
+    assert_eq!(other.save(), end_state);
+}
+
+#[test]
+fn state_restore_resumes_bit_exactly() {
+    let f = Fixture::kjv();
+    let prompt = f.tokenize("And God said, Let there be light");
+    // Past the 64-token window, so the means state folds chunks in between.
+    check_bit_exact_resume(&f, &prompt, sampling(), 40, 60);
+    check_bit_exact_resume(&f, &prompt, greedy(), 3, 10);
+    // Saved right after the prefill: the prompt's last token is still pending.
+    check_bit_exact_resume(&f, &prompt, sampling(), 0, 20);
+}
+
+#[test]
+fn state_restore_resumes_bit_exactly_on_every_golden_config() {
+    for case in golden_cases() {
+        let blob: &'static [u8] = Box::leak(convert_to_bytes(&golden_dir(&case), DType::F32).into_boxed_slice());
+        let f = Fixture::new(blob);
+        let vocab = Model::from_bytes(blob).unwrap().config().vocab_len;
+        let prompt: Vec<u32> = (0..37u32).map(|i| (i * 7 + 3) % vocab).collect();
+        eprintln!("{case}");
+        check_bit_exact_resume(&f, &prompt, sampling(), 30, 50);
+        check_bit_exact_resume(&f, &prompt[..3], sampling(), 0, 40);
+    }
+}
+
+#[test]
+fn bad_snapshots_are_refused_and_change_nothing() {
+    let f = Fixture::kjv();
+    let prompt = f.tokenize("The LORD is my shepherd");
+    let s = f.session();
+    s.set_sampler(sampling(), 5);
+    s.prefill(&prompt);
+    s.steps(4);
+    let snap = s.save();
+    let pos = s.pos();
+
+    // Saving into a small buffer reports the size and writes nothing.
+    let mut small = vec![0xEEu8; snap.len() - 1];
+    let mut written = 0;
+    let code = unsafe { kvm_state_save(s.s, small.as_mut_ptr().cast(), small.len(), &mut written) };
+    assert_eq!((code, written), (KVM_ERR_BUFFER_TOO_SMALL, snap.len()));
+    assert!(small.iter().all(|&b| b == 0xEE));
+    let code = unsafe { kvm_state_save(s.s, null_mut(), 0, &mut written) };
+    assert_eq!((code, written), (KVM_ERR_BUFFER_TOO_SMALL, snap.len()));
+    let mut buf = vec![0u8; snap.len()];
+    assert_eq!(unsafe { kvm_state_save(s.s, buf.as_mut_ptr().cast(), buf.len(), null_mut()) }, KVM_ERR_NULL_POINTER);
+    assert_eq!(unsafe { kvm_state_save(s.s, null_mut(), snap.len(), &mut written) }, KVM_ERR_NULL_POINTER);
+
+    // Wrong lengths, flipped bits anywhere, another model's snapshot.
+    assert_eq!(s.restore(&snap[..snap.len() - 1]), KVM_ERR_BAD_SNAPSHOT);
+    assert_eq!(s.restore(&[]), KVM_ERR_BAD_SNAPSHOT);
+    assert_eq!(unsafe { kvm_state_restore(s.s, null(), snap.len()) }, KVM_ERR_NULL_POINTER);
+    let mut longer = snap.clone();
+    longer.push(0);
+    assert_eq!(s.restore(&longer), KVM_ERR_BAD_SNAPSHOT);
+    for at in [0, 4, 8, 16, 20, 24, 28, 32, 40, 48, 63, 64, 100, 1087, 1088, 1100, snap.len() / 2, snap.len() - 1] {
+        let mut bad = snap.clone();
+        bad[at] ^= 0x10;
+        assert_eq!(s.restore(&bad), KVM_ERR_BAD_SNAPSHOT, "byte {at}");
+    }
+    let golden: &'static [u8] = Box::leak(convert_to_bytes(&golden_dir("fixed_basic"), DType::F32).into_boxed_slice());
+    let g = Fixture::new(golden);
+    let gs = g.session();
+    gs.prefill(&[1, 2, 3]);
+    let foreign = gs.save();
+    assert_eq!(s.restore(&foreign), KVM_ERR_BAD_SNAPSHOT);
+
+    // None of that touched the session.
+    assert_eq!(s.pos(), pos);
+    assert_eq!(s.save(), snap);
+}
+
+#[test]
+fn moving_a_session_through_a_snapshot() {
+    // The documented way to move a session: save, init a new arena, restore.
+    let f = Fixture::kjv();
+    let prompt = f.tokenize("Thou shalt");
+    let a = f.session();
+    a.set_sampler(greedy(), 0);
+    a.prefill(&prompt);
+    let snap = a.save();
+    let expected = a.steps(20);
+    drop(a);
+    let b = f.session();
+    b.set_sampler(greedy(), 0);
+    assert_eq!(b.restore(&snap), KVM_OK);
+    assert_eq!(b.steps(20), expected);
+}
+
+/// Builds and runs examples/c (through its run.sh) and checks its greedy tokens against
+/// the Rust path. The C side goes through the generated header and the staticlib, so this
+/// also catches a header that disagrees with the Rust structs.
+#[test]
+fn c_example_matches_rust_greedy() {
+    let model = std::env::temp_dir().join(format!("kvm-capi-{}-tiny-kjv-f32.kvm", std::process::id()));
+    std::fs::write(&model, tiny_kjv()).unwrap();
+    let prompt = "In the beginning";
+    let n = 48;
+    // Its own target directory: the outer cargo may still hold the main one's lock.
+    let target: PathBuf = repo().join("target/c-example");
+    let out = Command::new("sh")
+        .arg(repo().join("examples/c/run.sh"))
+        .arg(&model)
+        .arg(prompt)
+        .arg(n.to_string())
+        .env("CARGO_TARGET_DIR", &target)
+        .output()
+        .expect("run examples/c/run.sh");
+    std::fs::remove_file(&model).ok();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "run.sh failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let ids: Vec<u32> = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("ids:"))
+        .expect("an ids: line")
+        .split_whitespace()
+        .map(|t| t.parse().unwrap())
+        .collect();
+    let prompt_ids: Vec<u32> = prompt.bytes().map(u32::from).collect();
+    assert_eq!(ids, rust_greedy(tiny_kjv(), &prompt_ids, n));
+    assert!(stdout.contains("state save/restore: ok"), "{stdout}");
+}

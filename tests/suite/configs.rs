@@ -1,0 +1,164 @@
+//! Configurations beyond the golden cases (unequal head widths, full RoPE, one- and
+//! three-chunk windows, rounding, sinks, growth laws, residual scaling...): random
+//! weights, and every one must load, never panic, and give the same logits token by
+//! token as in one batch, with a snapshot resuming exactly.
+
+use kvm_core::config::{flags, Config, StateBudget};
+use kvm_core::format::TokenizerKind;
+use kvm_core::model::{Logits, Serial};
+use kvm_core::quant::DType;
+use kvm_core::state::Phase;
+use kvm_core::{Model, Session};
+
+use crate::common::*;
+
+fn base() -> Config {
+    Config {
+        vocab_len: 80,
+        n_layers: 2,
+        n_heads: 2,
+        d_model: 64,
+        d_qk: 32,
+        d_v: 32,
+        d_ff: 128,
+        d_vgate: 32,
+        rope_dim: 16,
+        rope_theta: 10000.0,
+        chunk_len: 8,
+        window_chunks: 2,
+        max_state_chunks: 1,
+        budget: StateBudget::Fixed,
+        state_min_len: 8,
+        state_round_down: 1,
+        sink_len: 1,
+        logit_softcap: 0.0,
+        residual_scale: 1.0,
+        flags: flags::ALL & !flags::GATE_INITIAL_STATE,
+    }
+}
+
+/// Writes `cfg` with seeded random weights; returns the file's bytes.
+fn random_model(cfg: &Config, seed: u64, dtype: DType) -> Vec<u8> {
+    let mut state = seed | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
+    };
+    let path = std::env::temp_dir().join(format!("kvm-configs-{}-{seed}.kvm", std::process::id()));
+    let mut source = |role: kvm_core::format::Role, _layer: u16, rows: u32, cols: u32| {
+        let scale = if role.is_matrix() { 1.0 / (cols as f32).sqrt() } else { 0.5 };
+        let offset = if matches!(role.hf_name(), n if n.ends_with("ln_attn.weight") || n.ends_with("ln_mlp.weight")) {
+            1.0
+        } else {
+            0.0
+        };
+        Ok((0..rows * cols).map(|_| offset + scale * next()).collect())
+    };
+    kvm_export::writer::write_model(
+        &path,
+        cfg,
+        (TokenizerKind::Bytes, &[]),
+        &|_, _, _| dtype,
+        &mut source,
+        &mut |_| {},
+    )
+    .unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    bytes
+}
+
+fn check(name: &str, cfg: Config) {
+    let blob = random_model(&cfg, name.len() as u64 * 7919, DType::F32);
+    let model = Model::from_bytes(&blob).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let vocab = cfg.vocab_len as usize;
+    let ids: Vec<u32> = (0..150u32).map(|i| (i * 37 + 11) % cfg.vocab_len).collect();
+    let prompt = 41;
+
+    let mut a1 = Arena::new(model.arena_len());
+    let mut one = Session::new(model, a1.bytes()).unwrap();
+    let mut stepwise = Vec::new();
+    for (t, &id) in ids.iter().enumerate() {
+        one.step(id, if t < prompt { Phase::Prefill } else { Phase::Decode }, true).unwrap();
+        assert!(one.logits().iter().all(|z| z.is_finite()), "{name}: non-finite logits at {t}");
+        stepwise.extend_from_slice(one.logits());
+    }
+
+    let mut a2 = Arena::new(model.arena_len());
+    let mut batched = Session::new(model, a2.bytes()).unwrap();
+    let mut out = vec![0f32; ids.len() * vocab];
+    let mut batch = vec![0f32; batched.layout().acts_len(prompt).unwrap()];
+    batched
+        .step_batch(&ids[..prompt], Phase::Prefill, &mut batch, &Serial, Logits::All(&mut out[..prompt * vocab]))
+        .unwrap();
+    let mut snap = vec![0u8; batched.snapshot_len()];
+    batched.snapshot(&mut snap).unwrap();
+    for (t, &id) in ids.iter().enumerate().skip(prompt) {
+        out[t * vocab..(t + 1) * vocab].copy_from_slice(batched.decode(id).unwrap());
+    }
+    let d = max_abs_diff(&stepwise, &out);
+    assert!(d < 1e-4, "{name}: batched prefill differs from single steps by {d}");
+    assert_eq!(one.state_slots(), batched.state_slots(), "{name}");
+
+    // Resume from the snapshot taken after the prompt: the same continuation, exactly.
+    let mut a3 = Arena::new(model.arena_len());
+    let mut resumed = Session::new(model, a3.bytes()).unwrap();
+    resumed.restore(&snap).unwrap();
+    for (t, &id) in ids.iter().enumerate().skip(prompt) {
+        assert_eq!(resumed.decode(id).unwrap(), &out[t * vocab..(t + 1) * vocab], "{name}: resumed at {t}");
+    }
+}
+
+#[test]
+fn unusual_configurations_run_consistently() {
+    let b = base();
+    let cases: Vec<(&str, Config)> = vec![
+        ("base", b),
+        ("unequal head widths", Config { d_qk: 16, d_v: 48, rope_dim: 8, ..b }),
+        ("full rope", Config { rope_dim: 32, ..b }),
+        ("rope of two dims", Config { rope_dim: 2, ..b }),
+        ("one-chunk window", Config { window_chunks: 1, ..b }),
+        ("three-chunk window", Config { window_chunks: 3, ..b }),
+        ("no sink", Config { sink_len: 0, ..b }),
+        ("three sinks", Config { sink_len: 3, ..b }),
+        ("state of three chunks", Config { max_state_chunks: 3, state_min_len: 24, ..b }),
+        ("state below a chunk", Config { state_min_len: 3, ..b }),
+        ("no minimum", Config { state_min_len: -1, ..b }),
+        ("no cap", Config { max_state_chunks: 0, ..b }),
+        (
+            "power law rounded",
+            Config {
+                budget: StateBudget::PowerLaw { factor: 1.5, exponent: 0.6 },
+                state_round_down: 4,
+                max_state_chunks: 4,
+                ..b
+            },
+        ),
+        (
+            "saturation",
+            Config { budget: StateBudget::Saturation { n: 30.0 }, state_min_len: 1, max_state_chunks: 5, ..b },
+        ),
+        (
+            "growable sink = chunk",
+            Config {
+                budget: StateBudget::PowerLaw { factor: 3.0, exponent: 0.5 },
+                sink_len: 8,
+                max_state_chunks: 4,
+                ..b
+            },
+        ),
+        ("residual scale and softcap", Config { residual_scale: 0.7, logit_softcap: -5.0, ..b }),
+        ("gated initial state", Config { flags: flags::ALL, ..b }),
+        ("no vlens", Config { flags: flags::ALL & !flags::VLENS, ..b }),
+        ("bare", Config { flags: flags::VLENS, d_vgate: 0, ..b }),
+        (
+            "four heads, big chunk",
+            Config { n_heads: 4, d_qk: 16, d_v: 16, rope_dim: 4, chunk_len: 16, state_min_len: 16, ..b },
+        ),
+    ];
+    for (name, cfg) in cases {
+        check(name, cfg);
+    }
+}
