@@ -37,6 +37,16 @@ impl Pool {
     pub fn threads(&self) -> usize {
         self.threads
     }
+
+    /// Runs `f` on one of the pool's workers. A forward pass run this way does its serial
+    /// parts (attention, norms) on a worker instead of on a third thread beside the
+    /// workers, so `threads` threads share `threads` cores.
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some(pool) => pool.install(f),
+            None => f(),
+        }
+    }
 }
 
 /// The default thread count: the cores the process may run on.

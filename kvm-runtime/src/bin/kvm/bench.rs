@@ -6,9 +6,9 @@
 //! arithmetic of a step does not depend on which token it is, so no text is needed and
 //! any model file, random-weight ones included, can be measured.
 
-use std::cell::Cell;
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -143,9 +143,10 @@ impl<'m> Run<'m> {
 /// rest of a step (attention, state updates, norms) can be told apart.
 struct Timed<'p> {
     pool: &'p Pool,
-    matmul: Cell<Duration>,
+    /// Nanoseconds in matrix products (atomic: the step runs on a pool worker).
+    matmul: AtomicU64,
     /// Time in the output head alone (`[vocab_len, d_model]`).
-    head: Cell<Duration>,
+    head: AtomicU64,
     vocab_len: usize,
 }
 
@@ -154,9 +155,9 @@ impl Exec for Timed<'_> {
         let t = Instant::now();
         self.pool.matmul(w, xs, ys, act);
         let dt = t.elapsed();
-        self.matmul.set(self.matmul.get() + dt);
+        self.matmul.fetch_add(dt.as_nanos() as u64, Ordering::Relaxed);
         if w.rows == self.vocab_len {
-            self.head.set(self.head.get() + dt);
+            self.head.fetch_add(dt.as_nanos() as u64, Ordering::Relaxed);
         }
     }
 }
@@ -205,18 +206,19 @@ fn speed(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Result
         prefill_tok_s.push(a.prompt_len as f64 / secs);
         prefill_wait.push(wait);
 
-        let timed_exec = Timed { pool, matmul: Cell::default(), head: Cell::default(), vocab_len: vocab_len as usize };
+        let timed_exec =
+            Timed { pool, matmul: AtomicU64::new(0), head: AtomicU64::new(0), vocab_len: vocab_len as usize };
         let mut next = argmax(session.logits());
         let (_, secs, wait) = timed(threads, || {
             for _ in 0..a.gen {
-                next = argmax(session.decode_with(next, &timed_exec)?);
+                next = pool.install(|| session.decode_with(next, &timed_exec).map(argmax))?;
             }
             Ok(())
         })?;
         decode_tok_s.push(a.gen as f64 / secs);
         decode_wait.push(wait);
-        matmul_frac.push(timed_exec.matmul.get().as_secs_f64() / secs);
-        head_frac.push(timed_exec.head.get().as_secs_f64() / secs);
+        matmul_frac.push(Duration::from_nanos(timed_exec.matmul.load(Ordering::Relaxed)).as_secs_f64() / secs);
+        head_frac.push(Duration::from_nanos(timed_exec.head.load(Ordering::Relaxed)).as_secs_f64() / secs);
     }
     let runs = json!({
         "prefill_tok_s": prefill_tok_s,
@@ -273,7 +275,7 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
             next = argmax(session.logits());
         }
         while session.pos() < begin {
-            next = argmax(session.decode_with(next, pool)?);
+            next = pool.install(|| session.decode_with(next, pool).map(argmax))?;
         }
         let steps = cp - session.pos();
         // Any `chunk_len` consecutive steps hold exactly one state fold, so the median of
@@ -288,7 +290,7 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
             let tc = Instant::now();
             for _ in 0..n {
                 let ts = Instant::now();
-                next = argmax(session.decode_with(next, pool)?);
+                next = pool.install(|| session.decode_with(next, pool).map(argmax))?;
                 slowest = slowest.max(ts.elapsed().as_secs_f64() * 1e3);
             }
             if n == chunk {

@@ -101,7 +101,8 @@ pub fn run(a: &Args) -> Result<()> {
     let mut logits_ready = true;
     for _ in 0..a.n {
         if !logits_ready {
-            session.decode_with(*history.last().unwrap_or(&0), &pool)?;
+            let last = *history.last().unwrap_or(&0);
+            pool.install(|| session.decode_with(last, &pool).map(|_| ()))?;
         }
         logits_ready = false;
         let next = sampler.sample(session.logits(), &history, &mut scratch)?;

@@ -69,7 +69,9 @@ pub fn run(a: &Args) -> Result<()> {
         out = prefill(&mut session, prompt, Phase::Prefill, &pool, true).context("prompt")?;
     }
     for (t, &id) in rest.iter().enumerate() {
-        out.extend_from_slice(session.decode_with(id, &pool).with_context(|| format!("token {}", a.prompt_len + t))?);
+        pool.install(|| session.decode_with(id, &pool).map(|_| ()))
+            .with_context(|| format!("token {}", a.prompt_len + t))?;
+        out.extend_from_slice(session.logits());
     }
     let f = std::fs::File::create(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     kvm_runtime::npy::write_f32(BufWriter::new(f), &[ids.len(), vocab], &out)
