@@ -11,6 +11,18 @@ use crate::tokenizer::Tokenizer;
 /// Per-layer roles in canonical order.
 const LAYER_ROLES: usize = 26;
 
+/// The tag of the first per-layer role; tags of the others follow without gaps.
+const FIRST_LAYER_TAG: usize = 16;
+
+const _: () = {
+    let mut i = 0;
+    while i < LAYER_ROLES {
+        assert!(Role::ALL[N_GLOBAL_ROLES + i] as usize == FIRST_LAYER_TAG + i);
+        i += 1;
+    }
+    assert!(Role::ALL.len() == N_GLOBAL_ROLES + LAYER_ROLES);
+};
+
 /// A validated model borrowed from its blob. Copying it copies a few words, not weights.
 #[derive(Debug, Clone, Copy)]
 pub struct Model<'a> {
@@ -160,7 +172,8 @@ impl<'a> Model<'a> {
     /// The entry of `(role, layer)`; the role must exist under this config.
     fn entry(&self, role: Role, layer: usize) -> TensorEntry {
         let index = if role.is_layer() {
-            let pos = Role::ALL[N_GLOBAL_ROLES..].iter().position(|&r| r == role).unwrap_or(0);
+            // Layer role tags run 16, 17, ... in `Role::ALL` order (asserted below).
+            let pos = role as usize - FIRST_LAYER_TAG;
             N_GLOBAL_ROLES + layer * self.per_layer + self.layer_slot[pos] as usize
         } else {
             role as usize
