@@ -427,7 +427,11 @@ fn attention(
         x.mg.fill(1.0);
     }
 
-    // 7. token by token, per head: state update, window push, attention over state + window
+    // 7. chunk by chunk (folds happen only at a chunk's first token, so within one chunk
+    //    the state a token reads is final once the chunk's tokens are in): first the state
+    //    updates and window pushes, token by token; then every head attends all of the
+    //    segment's queries over its state and window (heads in parallel, each head's keys
+    //    and values staying in cache across the queries).
     let temps = |h: usize| {
         if cfg.has(flags::HEAD_TEMPS) {
             (model.vector(Role::FrontTemp, l).get(h), model.vector(Role::StateTemp, l).get(h))
@@ -436,30 +440,52 @@ fn attention(
         }
     };
     let ln_sk = (model.vector(Role::LnSkW, l), model.vector(Role::LnSkB, l));
+    let chunk = cfg.chunk_len as usize;
     let mut c = at;
-    for i in 0..x.n {
-        let plan = Plan::new(cfg, st_len, c, phase);
-        for h in 0..h_n {
-            let mut hs = HeadState { st, h, cfg, state_len: plan.state_len, ln_sk };
-            let k = &x.k[i * qd + h * dk..i * qd + (h + 1) * dk];
-            let v = &x.v[i * vd + h * dv..i * vd + (h + 1) * dv];
-            let m = x.mg[i * h_n + h];
-            if let Some(slot) = plan.initial {
-                hs.initial_append(slot, k, v, m, plan.gate_initial, &mut s.fold.pk[..dk]);
+    let mut i0 = 0;
+    while i0 < x.n {
+        let i1 = x.n.min(i0 + chunk - c.pos % chunk);
+        let first = c;
+        for i in i0..i1 {
+            let plan = Plan::new(cfg, st_len, c, phase);
+            for h in 0..h_n {
+                let mut hs = HeadState { st, h, cfg, state_len: plan.state_len, ln_sk };
+                let k = &x.k[i * qd + h * dk..i * qd + (h + 1) * dk];
+                let v = &x.v[i * vd + h * dv..i * vd + (h + 1) * dv];
+                let m = x.mg[i * h_n + h];
+                if let Some(slot) = plan.initial {
+                    hs.initial_append(slot, k, v, m, plan.gate_initial, &mut s.fold.pk[..dk]);
+                }
+                if let Some(b) = plan.fold_begin {
+                    hs.fold(b, plan.slots_before, plan.slots_after, &mut s.fold);
+                }
+                hs.push_window(plan.t, k, v, m);
             }
-            if let Some(b) = plan.fold_begin {
-                hs.fold(b, plan.slots_before, plan.slots_after, &mut s.fold);
-            }
-            hs.push_window(plan.t, k, v, m);
+            c = plan.next();
         }
-        let q = &x.q[i * qd..(i + 1) * qd];
-        let st: &LayerState<'_> = st;
+
+        // o: [n_heads, i1 - i0, d_v] into v's rows of the segment, which the pushes consumed
+        let seg = i1 - i0;
+        let (q, st): (&[f32], &LayerState<'_>) = (x.q, st);
+        let o = &mut x.v[i0 * vd..i1 * vd];
         let scores_len = s.scores.len() / h_n;
-        exec.heads(&mut x.att[i * vd..(i + 1) * vd], dv, s.scores, scores_len, &|h, out, scores| {
-            let reader = HeadReader { st, h, cfg, state_len: plan.state_len };
-            reader.attend(&q[h * dk..(h + 1) * dk], &plan, plan.slots_after, temps(h), scores, out);
+        exec.heads(o, seg * dv, s.scores, scores_len, &|h, out, scores| {
+            let reader = HeadReader { st, h, cfg, state_len: st_len };
+            let mut c = first;
+            for (i, out) in (i0..i1).zip(out.chunks_exact_mut(dv)) {
+                let plan = Plan::new(cfg, st_len, c, phase);
+                let q = &q[i * qd + h * dk..i * qd + (h + 1) * dk];
+                reader.attend(q, &plan, plan.slots_after, temps(h), scores, out);
+                c = plan.next();
+            }
         });
-        c = plan.next();
+        // concat o_h: [i1 - i0, n_heads * d_v]
+        for (h, o) in x.v[i0 * vd..i1 * vd].chunks_exact(seg * dv).enumerate() {
+            for (j, o) in o.chunks_exact(dv).enumerate() {
+                x.att[(i0 + j) * vd + h * dv..(i0 + j) * vd + (h + 1) * dv].copy_from_slice(o);
+            }
+        }
+        i0 = i1;
     }
 
     // Attn = c_proj(concat o_h)

@@ -24,7 +24,7 @@
 use crate::config::{flags, Config, StateBudget};
 use crate::error::{Error, Result};
 use crate::kernels;
-use crate::math::{dot, layer_norm_inplace, norm};
+use crate::math::{layer_norm_inplace, norm};
 use crate::model::Exec;
 use crate::model::{self, Logits, Model, Serial, Tap, Vector};
 use crate::quant::round_bf16;
@@ -531,11 +531,12 @@ impl HeadState<'_, '_> {
         if n_append == 0 || n_append == c {
             appended.fill((n_append == c) as u32);
         } else {
+            // Similarities go to `dsk`, free until the merges sum into it.
+            let nk = &self.st.nk[self.slot(0) * dk..self.slot(slots_before) * dk];
             for i in 0..c {
-                let pk = &fs.pk[i * dk..(i + 1) * dk];
-                fs.novelty[i] = (0..slots_before)
-                    .map(|s| dot(pk, &self.st.nk[self.slot(s) * dk..(self.slot(s) + 1) * dk]))
-                    .fold(f32::NEG_INFINITY, f32::max);
+                let sims = &mut fs.dsk[..slots_before];
+                kernels::dots(nk, &fs.pk[i * dk..(i + 1) * dk], sims);
+                fs.novelty[i] = sims.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             }
             let novelty = &fs.novelty[..c];
             for (i, (flag, &mine)) in appended.iter_mut().zip(novelty).enumerate() {
@@ -572,35 +573,47 @@ impl HeadState<'_, '_> {
         self.refresh(slots_before, slots_after);
 
         // Merges: every other token joins argmax_{s >= sink} gk . LN_s_k(sk[s]) (ties:
-        // lowest slot), all decided against the post-append snapshot, then summed in.
+        // lowest slot), all decided against the post-append snapshot (similarities in
+        // `dsk`, still free), then summed in. A merged token's `index` becomes
+        // `MERGED | slot`; its `pk` row becomes the gated key `gk`.
+        const MERGED: u32 = 1 << 31;
         let protected = (self.cfg.sink_len as usize).min(slots_after);
-        let mut merged = false;
-        fs.dsk[..slots_after * dk].fill(0.0);
-        fs.dsv[..slots_after * dv].fill(0.0);
+        let nk = &self.st.nk[self.slot(protected) * dk..self.slot(slots_after) * dk];
         for i in 0..c {
             if fs.index[i] != 0 {
                 continue;
             }
-            let ri = self.ring(b + i);
-            let m = self.st.wm[ri];
-            let km = if gate_keys { m } else { 1.0 };
-            let vm = if gate_values { m } else { 1.0 };
-            let pk = &fs.pk[i * dk..(i + 1) * dk];
+            let gk = &mut fs.pk[i * dk..(i + 1) * dk];
+            if gate_keys {
+                let m = self.st.wm[self.ring(b + i)];
+                gk.iter_mut().for_each(|x| *x *= m);
+            }
+            let sims = &mut fs.dsk[..slots_after - protected];
+            kernels::dots(nk, gk, sims);
             // With every slot a sink (a growable state's early fold whose sink_len is not
             // yet exceeded; the reference asserts there) the last slot takes the token.
             let mut best = protected.min(slots_after - 1);
             let mut best_score = f32::NEG_INFINITY;
-            for s in protected..slots_after {
-                let si = self.slot(s);
-                let nk = &self.st.nk[si * dk..(si + 1) * dk];
-                let score: f32 = pk.iter().zip(nk).map(|(&p, &n)| (p * km) * n).sum();
+            for (s, &score) in sims.iter().enumerate() {
                 if score > best_score {
                     best_score = score;
-                    best = s;
+                    best = protected + s;
                 }
             }
-            for (o, &p) in fs.dsk[best * dk..(best + 1) * dk].iter_mut().zip(pk) {
-                *o += p * km;
+            fs.index[i] = MERGED | best as u32;
+        }
+        fs.dsk[..slots_after * dk].fill(0.0);
+        fs.dsv[..slots_after * dv].fill(0.0);
+        let mut merged = false;
+        for i in 0..c {
+            if fs.index[i] & MERGED == 0 {
+                continue;
+            }
+            let best = (fs.index[i] & !MERGED) as usize;
+            let ri = self.ring(b + i);
+            let vm = if gate_values { self.st.wm[ri] } else { 1.0 };
+            for (o, &g) in fs.dsk[best * dk..(best + 1) * dk].iter_mut().zip(&fs.pk[i * dk..(i + 1) * dk]) {
+                *o += g;
             }
             let v = &self.st.wv[ri * dv..(ri + 1) * dv];
             for (o, &x) in fs.dsv[best * dv..(best + 1) * dv].iter_mut().zip(v) {
@@ -670,31 +683,52 @@ impl HeadReader<'_, '_> {
         let n_window = plan.t + 1 - plan.window_begin;
         let scores = &mut scores[..n_state + n_window];
         let (state_scores, window_scores) = scores.split_at_mut(n_state);
-        for (s, score) in state_scores.iter_mut().enumerate() {
-            let si = slot_index(self.h, self.state_len, s);
-            *score = dot(q, &self.st.nk[si * dk..(si + 1) * dk]) * state_temp * scale;
+        let state = slot_index(self.h, self.state_len, 0);
+        let (nk, nv) =
+            (&self.st.nk[state * dk..(state + n_state) * dk], &self.st.nv[state * dv..(state + n_state) * dv]);
+        kernels::dots(nk, q, state_scores);
+        for x in state_scores.iter_mut() {
+            *x = *x * state_temp * scale;
         }
-        for (j, score) in window_scores.iter_mut().enumerate() {
-            let ri = ring_index(self.cfg, self.h, plan.window_begin + j);
-            *score = dot(q, &self.st.wk[ri * dk..(ri + 1) * dk]) * front_temp * scale;
+        let spans = ring_spans(self.cfg, self.h, plan.window_begin, plan.t + 1);
+        let mut at = 0;
+        for span in spans.clone() {
+            let part = &mut window_scores[at..at + span.len()];
+            kernels::dots(&self.st.wk[span.start * dk..span.end * dk], q, part);
+            for x in part.iter_mut() {
+                *x = *x * front_temp * scale;
+            }
+            at += span.len();
         }
         let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0.0;
+        kernels::exp_sub(scores, max);
+        let sum: f32 = scores.iter().sum();
         for x in scores.iter_mut() {
-            *x = libm::expf(*x - max);
-            sum += *x;
+            *x /= sum;
         }
         out.fill(0.0);
         let (state_scores, window_scores) = scores.split_at(n_state);
-        for (s, &p) in state_scores.iter().enumerate() {
-            let si = slot_index(self.h, self.state_len, s);
-            crate::math::axpy(out, p / sum, &self.st.nv[si * dv..(si + 1) * dv]);
-        }
-        for (j, &p) in window_scores.iter().enumerate() {
-            let ri = ring_index(self.cfg, self.h, plan.window_begin + j);
-            crate::math::axpy(out, p / sum, &self.st.wv[ri * dv..(ri + 1) * dv]);
+        kernels::weighted_sum(state_scores, nv, out);
+        let mut at = 0;
+        for span in spans {
+            kernels::weighted_sum(
+                &window_scores[at..at + span.len()],
+                &self.st.wv[span.start * dv..span.end * dv],
+                out,
+            );
+            at += span.len();
         }
     }
+}
+
+/// Head `h`'s window entries for positions `[begin, end)` (at most `window_len` of them) as
+/// at most two runs of ring indices (the ring may wrap).
+fn ring_spans(cfg: &Config, h: usize, begin: usize, end: usize) -> [core::ops::Range<usize>; 2] {
+    let w = cfg.window_len();
+    let (first, len) = (begin % w, end - begin);
+    let head = len.min(w - first);
+    let base = h * w;
+    [base + first..base + first + head, base..base + len - head]
 }
 
 /// `sk = pk * gate`, `sv = v * gate`, `r = |v|` or `|v * gate|` (vlens) or 1.

@@ -114,6 +114,33 @@ pub fn dequant_row(w: &Matrix<'_>, row: usize, out: &mut [f32]) {
     unsafe { (table(tier()).dequant_row)(w.dtype, bytes, out) }
 }
 
+/// `out[i] = rows[i] . x` for each of the `rows.len() / x.len()` rows of `rows`
+/// (`[n, x.len()]`, `out`: at least `[n]`): one query's scores against a run of keys. Every
+/// tier sums in [`scalar::dots`]' canonical order, so the scores are the same bits on
+/// every CPU.
+#[inline]
+pub fn dots(rows: &[f32], x: &[f32], out: &mut [f32]) {
+    // SAFETY: as in `matvec`.
+    unsafe { (table(tier()).dots)(rows, x, out) }
+}
+
+/// `out[c] += sum_j p[j] * rows[j][c]` for the `p.len()` rows of `rows` (`[n, out.len()]`):
+/// attention's weighted sum of values. Every tier gives [`scalar::weighted_sum`]'s bits.
+#[inline]
+pub fn weighted_sum(p: &[f32], rows: &[f32], out: &mut [f32]) {
+    debug_assert!(rows.len() >= p.len() * out.len());
+    // SAFETY: as in `matvec`.
+    unsafe { (table(tier()).weighted_sum)(p, rows, out) }
+}
+
+/// `x[i] = e^(x[i] - max)` for softmax, with [`scalar::exp_approx`] (within 2 ulp of
+/// `expf`; every tier gives its bits).
+#[inline]
+pub fn exp_sub(x: &mut [f32], max: f32) {
+    // SAFETY: as in `matvec`.
+    unsafe { (table(tier()).exp_sub)(x, max) }
+}
+
 /// One tier's kernel for one weight dtype.
 pub(crate) trait Kernel {
     /// What activations are made of: `f32` for float weights, q8 bytes (the
@@ -180,6 +207,9 @@ struct Table {
     matvec: unsafe fn(&Matrix<'_>, &[f32], &mut [f32], &mut [u8]),
     matmul: unsafe fn(&Matrix<'_>, &[f32], &mut [f32], &mut [u8]),
     dequant_row: unsafe fn(DType, &[u8], &mut [f32]),
+    weighted_sum: unsafe fn(&[f32], &[f32], &mut [f32]),
+    exp_sub: unsafe fn(&mut [f32], f32),
+    dots: unsafe fn(&[f32], &[f32], &mut [f32]),
 }
 
 /// The table of `tier`; a tier of another architecture gets the scalar one.
@@ -190,30 +220,45 @@ fn table(tier: Tier) -> &'static Table {
         matvec: run::<scalar::Scalar, 1, 1>,
         matmul: run::<scalar::Scalar, 1, 1>,
         dequant_row: scalar::Scalar::dequant_row,
+        weighted_sum: scalar::weighted_sum,
+        exp_sub: scalar::exp_sub,
+        dots: scalar::dots,
     };
     #[cfg(target_arch = "x86_64")]
     static AVX2: Table = Table {
         matvec: run::<x86_64::avx2::Avx2, 4, 1>,
         matmul: run::<x86_64::avx2::Avx2, 2, 4>,
         dequant_row: x86_64::avx2::Avx2::dequant_row,
+        weighted_sum: x86_64::avx2::weighted_sum,
+        exp_sub: x86_64::avx2::exp_sub,
+        dots: x86_64::avx2::dots,
     };
     #[cfg(target_arch = "x86_64")]
     static AVX512: Table = Table {
         matvec: run::<x86_64::avx512::Avx512, 4, 1>,
         matmul: run::<x86_64::avx512::Avx512, 4, 4>,
         dequant_row: x86_64::avx512::Avx512::dequant_row,
+        weighted_sum: x86_64::avx512::weighted_sum,
+        exp_sub: x86_64::avx512::exp_sub,
+        dots: x86_64::avx512::dots,
     };
     #[cfg(target_arch = "aarch64")]
     static NEON: Table = Table {
         matvec: run::<aarch64::neon::Neon, 4, 1>,
         matmul: run::<aarch64::neon::Neon, 4, 4>,
         dequant_row: aarch64::neon::Neon::dequant_row,
+        weighted_sum: aarch64::neon::weighted_sum,
+        exp_sub: aarch64::neon::exp_sub,
+        dots: aarch64::neon::dots,
     };
     #[cfg(target_arch = "aarch64")]
     static NEON_DOT: Table = Table {
         matvec: run::<aarch64::neon::NeonDot, 4, 1>,
         matmul: run::<aarch64::neon::NeonDot, 4, 4>,
         dequant_row: aarch64::neon::NeonDot::dequant_row,
+        weighted_sum: aarch64::neon::weighted_sum,
+        exp_sub: aarch64::neon::exp_sub,
+        dots: aarch64::neon::dots,
     };
     match tier {
         #[cfg(target_arch = "x86_64")]
@@ -600,6 +645,69 @@ pub(crate) mod tests {
             unsafe { quantize(&x, &mut got) };
             assert_eq!(got, want, "{t}");
         }
+    }
+
+    /// Attention's helpers: `dots`, `weighted_sum` and `exp_sub` give the scalar tier's bits in
+    /// every tier (they keep its operations and order), on odd widths and lengths.
+    #[test]
+    fn attention_helpers_match_scalar_bits() {
+        for t in supported_tiers() {
+            let tb = table(t);
+            for d in [1, 3, 4, 7, 8, 15, 16, 17, 31, 33, 64, 65, 127, 128, 129, 200, 257] {
+                for n in [0, 1, 2, 5, 9] {
+                    let (p, rows) = (values(n, d as u32), values(n * d, 3 + n as u32));
+                    let start = values(d, 99);
+                    let (mut want, mut got) = (start.clone(), start.clone());
+                    scalar::weighted_sum(&p, &rows, &mut want);
+                    // SAFETY: the CPU supports `t`; the table is called directly.
+                    unsafe { (tb.weighted_sum)(&p, &rows, &mut got) };
+                    assert_bits(&got, &want, &format_args!("{t} weighted_sum [{n}, {d}]"));
+                }
+            }
+            for d in [1, 3, 15, 16, 17, 31, 32, 33, 64, 127, 128, 129] {
+                for n in [0, 1, 3, 4, 5, 9] {
+                    let (rows, x) = (values(n * d, d as u32), values(d, 5 + n as u32));
+                    let (mut want, mut got) = (vec![f32::NAN; n], vec![f32::NAN; n]);
+                    scalar::dots(&rows, &x, &mut want);
+                    // SAFETY: as above.
+                    unsafe { (tb.dots)(&rows, &x, &mut got) };
+                    assert_bits(&got, &want, &format_args!("{t} dots [{n}, {d}]"));
+                    let exact: Vec<f32> = rows
+                        .chunks_exact(d)
+                        .map(|r| r.iter().zip(&x).map(|(a, b)| (a * b) as f64).sum::<f64>() as f32)
+                        .collect();
+                    let mag: Vec<f32> =
+                        rows.chunks_exact(d).map(|r| r.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum()).collect();
+                    assert_close(&got, &exact, &mag, &format_args!("{t} dots [{n}, {d}] vs f64"));
+                }
+            }
+            for len in [0, 1, 3, 7, 8, 15, 16, 17, 31, 33, 100, 769] {
+                // From far below the clamp to above it, through 0.
+                let mut want: Vec<f32> = values(len, len as u32).iter().map(|v| v * 30.0 - 8.0).collect();
+                want.iter_mut().step_by(5).for_each(|v| *v *= 4.0);
+                let mut got = want.clone();
+                scalar::exp_sub(&mut want, 2.5);
+                // SAFETY: as above.
+                unsafe { (tb.exp_sub)(&mut got, 2.5) };
+                assert_bits(&got, &want, &format_args!("{t} exp_sub [{len}]"));
+            }
+        }
+    }
+
+    #[test]
+    fn exp_approx_is_within_two_ulp_of_expf() {
+        let mut worst = 0f32;
+        for i in 0..=200_000 {
+            let x = -87.0 + 175.0 * i as f32 / 200_000.0;
+            let (got, want) = (scalar::exp_approx(x), libm::expf(x));
+            let ulp = f32::from_bits(want.to_bits() + 1) - want;
+            worst = worst.max((got - want).abs() / ulp);
+        }
+        assert!(worst <= 2.0, "worst error {worst} ulp");
+        assert_eq!(scalar::exp_approx(0.0), 1.0);
+        assert_eq!(scalar::exp_approx(-1000.0), scalar::exp_approx(scalar::exp::LO));
+        assert!(scalar::exp_approx(f32::NAN).is_nan());
+        assert!(scalar::exp_approx(f32::INFINITY).is_finite());
     }
 
     #[test]

@@ -188,6 +188,113 @@ pub fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
     }
 }
 
+/// Lanes of [`dots`]' canonical order.
+pub const DOT_LANES: usize = 16;
+
+/// `out[i] = rows[i] . x` for the `rows.len() / x.len()` rows (`[n, x.len()]`) in one
+/// canonical order every tier reproduces: lane `l` sums the products of columns
+/// `l, l + 16, ...` (multiply, then add), the 16 lanes fold in halves (`l + 8`, `+ 4`,
+/// `+ 2`, `+ 1`), then the `len % 16` tail adds in column order. Attention scores and
+/// the state's similarities use it, so a model with integer weights decodes the same bits
+/// on every CPU.
+pub fn dots(rows: &[f32], x: &[f32], out: &mut [f32]) {
+    let d = x.len();
+    if d == 0 {
+        out.fill(0.0);
+        return;
+    }
+    for (row, o) in rows.chunks_exact(d).zip(out.iter_mut()) {
+        let mut acc = [0f32; DOT_LANES];
+        let body = d - d % DOT_LANES;
+        for (r, v) in row[..body].chunks_exact(DOT_LANES).zip(x[..body].chunks_exact(DOT_LANES)) {
+            for l in 0..DOT_LANES {
+                acc[l] += r[l] * v[l];
+            }
+        }
+        *o = dot_tail(fold_lanes(acc), &row[body..], &x[body..]);
+    }
+}
+
+/// The halving fold of [`dots`]' 16 lanes.
+#[inline]
+pub fn fold_lanes(mut a: [f32; DOT_LANES]) -> f32 {
+    let mut half = DOT_LANES / 2;
+    while half > 0 {
+        for l in 0..half {
+            a[l] += a[l + half];
+        }
+        half /= 2;
+    }
+    a[0]
+}
+
+/// [`dots`]' tail: `sum` plus the products of the last `len % 16` columns, in order.
+#[inline]
+pub fn dot_tail(mut sum: f32, row: &[f32], x: &[f32]) -> f32 {
+    for (r, v) in row.iter().zip(x) {
+        sum += r * v;
+    }
+    sum
+}
+
+/// Softmax's exponential: Cody-Waite reduction `x = n ln2 + r`, `|r| <= ln2 / 2`, then
+/// Cephes' degree-7 polynomial for `e^r` (within 2 ulp of `expf`) and the power of two
+/// built in the exponent bits. Inputs are clamped to `[EXP_LO, EXP_HI]` (the result
+/// stays normal); NaN stays NaN. Each SIMD tier runs these very operations (separate
+/// multiplies and adds, the same order), so every tier gives these bits.
+pub mod exp {
+    pub const LO: f32 = -87.0;
+    pub const HI: f32 = 88.0;
+    pub const LOG2E: f32 = core::f32::consts::LOG2_E;
+    /// `ln 2 = LN2_HI + LN2_LO`, `LN2_HI` exact in 9 bits so `n * LN2_HI` is exact.
+    pub const LN2_HI: f32 = 0.693_359_4;
+    pub const LN2_LO: f32 = -2.121_944_4e-4;
+    /// `e^r ~ 1 + r + r^2 (P[0] r^5 + ... + P[5])`.
+    pub const P: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
+}
+
+/// `e^x` as every tier computes it (see [`exp`]).
+#[inline]
+pub fn exp_approx(x: f32) -> f32 {
+    let x = if exp::LO > x { exp::LO } else { x };
+    let x = if x > exp::HI { exp::HI } else { x };
+    let n = libm::floorf(x * exp::LOG2E + 0.5);
+    let r = (x - n * exp::LN2_HI) - n * exp::LN2_LO;
+    let mut p = exp::P[0];
+    for &c in &exp::P[1..] {
+        p = p * r + c;
+    }
+    let y = (p * r * r + r) + 1.0;
+    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+/// `x[i] = e^(x[i] - max)` ([`exp_approx`]): softmax's exponentials.
+pub fn exp_sub(x: &mut [f32], max: f32) {
+    for v in x {
+        *v = exp_approx(*v - max);
+    }
+}
+
+/// `out[c] += sum_j p[j] * rows[j][c]` over the `p.len()` rows of `rows` (`[n, out.len()]`),
+/// row by row: each column sums its terms in row order with separate multiplies and adds,
+/// which every tier reproduces bit for bit (it is attention's read of the values).
+pub fn weighted_sum(p: &[f32], rows: &[f32], out: &mut [f32]) {
+    weighted_sum_columns(p, rows, 0, out);
+}
+
+/// Columns `[c0, out.len())` of [`weighted_sum`]: the SIMD tiers' tail.
+pub(crate) fn weighted_sum_columns(p: &[f32], rows: &[f32], c0: usize, out: &mut [f32]) {
+    let d = out.len();
+    if c0 >= d {
+        return;
+    }
+    for (&pj, row) in p.iter().zip(rows.chunks_exact(d)) {
+        for (o, &v) in out[c0..].iter_mut().zip(&row[c0..]) {
+            *o += pj * v;
+        }
+    }
+}
+
 /// The scalar tier.
 #[derive(Debug)]
 pub(crate) struct Scalar;

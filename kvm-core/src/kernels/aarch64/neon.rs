@@ -140,7 +140,9 @@ impl<W: Widen8> Kernel for Float<W> {
         let mut out = [[0.0; T]; R];
         for r in 0..R {
             for t in 0..T {
-                out[r][t] = vaddvq_f32(acc[r][t]) + scalar::dot_row(W::DTYPE, &w[r][body * es..], &a[t][body..]);
+                // The `cols % lanes` tail (none for the usual widths: skip the call).
+                let tail = if body < cols { scalar::dot_row(W::DTYPE, &w[r][body * es..], &a[t][body..]) } else { 0.0 };
+                out[r][t] = vaddvq_f32(acc[r][t]) + tail;
             }
         }
         out
@@ -496,4 +498,148 @@ unsafe fn blocks_row<B: Blocks32>(row: &[u8], out: &mut [f32]) {
             }
         }
     }
+}
+
+/// [`scalar::weighted_sum`] with 4 columns per vector, up to 8 vectors of columns held in
+/// registers across all the rows; multiplies and adds stay separate (no `fmla`), so the
+/// result is the scalar one bit for bit.
+///
+/// # Safety
+/// NEON is present.
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn weighted_sum(p: &[f32], rows: &[f32], out: &mut [f32]) {
+    let d = out.len();
+    if d == 0 {
+        return;
+    }
+    let n = p.len().min(rows.len() / d);
+    let mut c = 0;
+    while c + 32 <= d {
+        // SAFETY: NEON is present; columns [c, c + 32) exist in `out` and every row.
+        unsafe { sum_columns::<8>(&p[..n], rows, d, c, out) };
+        c += 32;
+    }
+    while c + 4 <= d {
+        // SAFETY: as above, for 4 columns.
+        unsafe { sum_columns::<1>(&p[..n], rows, d, c, out) };
+        c += 4;
+    }
+    scalar::weighted_sum_columns(&p[..n], rows, c, out);
+}
+
+/// Columns `[c, c + 4 V)` of [`weighted_sum`] (`rows`: `[p.len(), d]`).
+///
+/// # Safety
+/// NEON is present; `c + 4 V <= d == out.len()` and `rows.len() >= p.len() * d`.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn sum_columns<const V: usize>(p: &[f32], rows: &[f32], d: usize, c: usize, out: &mut [f32]) {
+    let o = out[c..c + 4 * V].as_mut_ptr();
+    let mut acc = [vdupq_n_f32(0.0); V];
+    for (k, a) in acc.iter_mut().enumerate() {
+        // SAFETY: `o` holds 4 V floats.
+        *a = unsafe { vld1q_f32(o.add(4 * k)) };
+    }
+    for (j, &pj) in p.iter().enumerate() {
+        let pj = vdupq_n_f32(pj);
+        let r = rows[j * d + c..j * d + c + 4 * V].as_ptr();
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: `r` holds 4 V floats.
+            *a = vaddq_f32(*a, vmulq_f32(pj, unsafe { vld1q_f32(r.add(4 * k)) }));
+        }
+    }
+    for (k, a) in acc.iter().enumerate() {
+        // SAFETY: as the loads.
+        unsafe { vst1q_f32(o.add(4 * k), *a) };
+    }
+}
+
+/// [`scalar::exp_sub`] 4 lanes at a time, operation for operation (bit-identical).
+///
+/// # Safety
+/// NEON is present.
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn exp_sub(x: &mut [f32], max: f32) {
+    let m = vdupq_n_f32(max);
+    let mut chunks = x.chunks_exact_mut(4);
+    for c in &mut chunks {
+        // SAFETY: `c` holds 4 floats.
+        unsafe { vst1q_f32(c.as_mut_ptr(), exp4(vsubq_f32(vld1q_f32(c.as_ptr()), m))) };
+    }
+    scalar::exp_sub(chunks.into_remainder(), max);
+}
+
+/// [`scalar::exp_approx`] of 4 lanes.
+#[inline]
+#[target_feature(enable = "neon")]
+fn exp4(x: float32x4_t) -> float32x4_t {
+    use scalar::exp;
+    // The clamps: equal to the scalar ones for numbers; NaN stays NaN.
+    let x = vmaxq_f32(vdupq_n_f32(exp::LO), x);
+    let x = vminq_f32(vdupq_n_f32(exp::HI), x);
+    let n = vrndmq_f32(vaddq_f32(vmulq_f32(x, vdupq_n_f32(exp::LOG2E)), vdupq_n_f32(0.5)));
+    let r = vsubq_f32(vsubq_f32(x, vmulq_f32(n, vdupq_n_f32(exp::LN2_HI))), vmulq_f32(n, vdupq_n_f32(exp::LN2_LO)));
+    let mut p = vdupq_n_f32(exp::P[0]);
+    for &c in &exp::P[1..] {
+        p = vaddq_f32(vmulq_f32(p, r), vdupq_n_f32(c));
+    }
+    let y = vaddq_f32(vaddq_f32(vmulq_f32(vmulq_f32(p, r), r), r), vdupq_n_f32(1.0));
+    let two_n = vshlq_n_s32::<23>(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)));
+    vmulq_f32(y, vreinterpretq_f32_s32(two_n))
+}
+
+/// [`scalar::dots`] in its canonical order: the 16 lanes as four vectors, four rows at a
+/// time (independent chains to hide the adds' latency).
+///
+/// # Safety
+/// NEON is present.
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn dots(rows: &[f32], x: &[f32], out: &mut [f32]) {
+    let d = x.len();
+    if d == 0 {
+        out.fill(0.0);
+        return;
+    }
+    let n = (rows.len() / d).min(out.len());
+    let mut i = 0;
+    while i + 4 <= n {
+        // Safe to call: this function enables the features `dot_rows` needs.
+        out[i..i + 4].copy_from_slice(&dot_rows::<4>(&rows[i * d..(i + 4) * d], x));
+        i += 4;
+    }
+    while i < n {
+        out[i] = dot_rows::<1>(&rows[i * d..(i + 1) * d], x)[0];
+        i += 1;
+    }
+}
+
+/// `R` rows of [`dots`] (`rows`: `[R, x.len()]`).
+#[inline]
+#[target_feature(enable = "neon")]
+fn dot_rows<const R: usize>(rows: &[f32], x: &[f32]) -> [f32; R] {
+    let d = x.len();
+    let body = d - d % scalar::DOT_LANES;
+    let mut acc = [[vdupq_n_f32(0.0); 4]; R];
+    let mut c = 0;
+    while c < body {
+        // SAFETY: columns `c..c + 16` exist in `x` and in every row.
+        let v: [float32x4_t; 4] = core::array::from_fn(|k| unsafe { vld1q_f32(x.as_ptr().add(c + 4 * k)) });
+        for (r, a) in acc.iter_mut().enumerate() {
+            let p = rows[r * d + c..r * d + c + 16].as_ptr();
+            for k in 0..4 {
+                // SAFETY: `p` holds 16 floats.
+                a[k] = vaddq_f32(a[k], vmulq_f32(unsafe { vld1q_f32(p.add(4 * k)) }, v[k]));
+            }
+        }
+        c += 16;
+    }
+    let mut out = [0f32; R];
+    for (r, (o, a)) in out.iter_mut().zip(acc).enumerate() {
+        // Lanes l + 8, then l + 4, l + 2, l + 1, as scalar::fold_lanes.
+        let q = vaddq_f32(vaddq_f32(a[0], a[2]), vaddq_f32(a[1], a[3]));
+        let h = vadd_f32(vget_low_f32(q), vget_high_f32(q));
+        let s = vget_lane_f32::<0>(h) + vget_lane_f32::<1>(h);
+        *o = scalar::dot_tail(s, &rows[r * d + body..(r + 1) * d], &x[body..]);
+    }
+    out
 }

@@ -127,7 +127,9 @@ impl<W: Widen8> Kernel for Float<W> {
         let mut out = [[0.0; T]; R];
         for r in 0..R {
             for t in 0..T {
-                out[r][t] = hsum(acc[r][t]) + scalar::dot_row(W::DTYPE, &w[r][body * es..], &a[t][body..]);
+                // The `cols % lanes` tail (none for the usual widths: skip the call).
+                let tail = if body < cols { scalar::dot_row(W::DTYPE, &w[r][body * es..], &a[t][body..]) } else { 0.0 };
+                out[r][t] = hsum(acc[r][t]) + tail;
             }
         }
         out
@@ -623,4 +625,157 @@ unsafe fn blocks_row<B: Blocks32>(row: &[u8], out: &mut [f32]) {
             }
         }
     }
+}
+
+/// [`scalar::weighted_sum`] with 8 columns per vector, up to 8 vectors of columns held in
+/// registers across all the rows; multiplies and adds stay separate, so the result is the
+/// scalar one bit for bit.
+///
+/// # Safety
+/// AVX2, FMA and F16C are present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn weighted_sum(p: &[f32], rows: &[f32], out: &mut [f32]) {
+    let d = out.len();
+    if d == 0 {
+        return;
+    }
+    let n = p.len().min(rows.len() / d);
+    let mut c = 0;
+    while c + 64 <= d {
+        // SAFETY: AVX2 is present; columns [c, c + 64) exist in `out` and every row.
+        unsafe { sum_columns::<8>(&p[..n], rows, d, c, out) };
+        c += 64;
+    }
+    while c + 8 <= d {
+        // SAFETY: as above, for 8 columns.
+        unsafe { sum_columns::<1>(&p[..n], rows, d, c, out) };
+        c += 8;
+    }
+    scalar::weighted_sum_columns(&p[..n], rows, c, out);
+}
+
+/// Columns `[c, c + 8 V)` of [`weighted_sum`] (`rows`: `[p.len(), d]`).
+///
+/// # Safety
+/// AVX2 is present; `c + 8 V <= d == out.len()` and `rows.len() >= p.len() * d`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn sum_columns<const V: usize>(p: &[f32], rows: &[f32], d: usize, c: usize, out: &mut [f32]) {
+    let o = out[c..c + 8 * V].as_mut_ptr();
+    let mut acc = [_mm256_setzero_ps(); V];
+    for (k, a) in acc.iter_mut().enumerate() {
+        // SAFETY: `o` holds 8 V floats.
+        *a = unsafe { _mm256_loadu_ps(o.add(8 * k)) };
+    }
+    for (j, &pj) in p.iter().enumerate() {
+        let pj = _mm256_set1_ps(pj);
+        let r = rows[j * d + c..j * d + c + 8 * V].as_ptr();
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: `r` holds 8 V floats.
+            *a = _mm256_add_ps(*a, _mm256_mul_ps(pj, unsafe { _mm256_loadu_ps(r.add(8 * k)) }));
+        }
+    }
+    for (k, a) in acc.iter().enumerate() {
+        // SAFETY: as the loads.
+        unsafe { _mm256_storeu_ps(o.add(8 * k), *a) };
+    }
+}
+
+/// [`scalar::exp_sub`] 8 lanes at a time, operation for operation (bit-identical).
+///
+/// # Safety
+/// AVX2, FMA and F16C are present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn exp_sub(x: &mut [f32], max: f32) {
+    let m = _mm256_set1_ps(max);
+    let mut chunks = x.chunks_exact_mut(8);
+    for c in &mut chunks {
+        // SAFETY: `c` holds 8 floats.
+        unsafe { _mm256_storeu_ps(c.as_mut_ptr(), exp8(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), m))) };
+    }
+    scalar::exp_sub(chunks.into_remainder(), max);
+}
+
+/// [`scalar::exp_approx`] of 8 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn exp8(x: __m256) -> __m256 {
+    use scalar::exp;
+    // `max(a, b)` is `a > b ? a : b` and `min(a, b)` is `a < b ? a : b`: the scalar clamps,
+    // NaN included.
+    let x = _mm256_max_ps(_mm256_set1_ps(exp::LO), x);
+    let x = _mm256_min_ps(_mm256_set1_ps(exp::HI), x);
+    let n = _mm256_floor_ps(_mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(exp::LOG2E)), _mm256_set1_ps(0.5)));
+    let r = _mm256_sub_ps(
+        _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(exp::LN2_HI))),
+        _mm256_mul_ps(n, _mm256_set1_ps(exp::LN2_LO)),
+    );
+    let mut p = _mm256_set1_ps(exp::P[0]);
+    for &c in &exp::P[1..] {
+        p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(c));
+    }
+    let y = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), r), _mm256_set1_ps(1.0));
+    let two_n = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)));
+    _mm256_mul_ps(y, _mm256_castsi256_ps(two_n))
+}
+
+/// [`scalar::dots`] in its canonical order: the 16 lanes as two vectors, four rows at a
+/// time (independent chains to hide the adds' latency).
+///
+/// # Safety
+/// AVX2, FMA and F16C are present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dots(rows: &[f32], x: &[f32], out: &mut [f32]) {
+    let d = x.len();
+    if d == 0 {
+        out.fill(0.0);
+        return;
+    }
+    let n = (rows.len() / d).min(out.len());
+    let mut i = 0;
+    while i + 4 <= n {
+        // Safe to call: this function enables the features `dot_rows` needs.
+        out[i..i + 4].copy_from_slice(&dot_rows::<4>(&rows[i * d..(i + 4) * d], x));
+        i += 4;
+    }
+    while i < n {
+        out[i] = dot_rows::<1>(&rows[i * d..(i + 1) * d], x)[0];
+        i += 1;
+    }
+}
+
+/// `R` rows of [`dots`] (`rows`: `[R, x.len()]`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_rows<const R: usize>(rows: &[f32], x: &[f32]) -> [f32; R] {
+    let d = x.len();
+    let body = d - d % scalar::DOT_LANES;
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    let mut c = 0;
+    while c < body {
+        // SAFETY: columns `c..c + 16` exist in `x` and in every row.
+        let v = unsafe { [_mm256_loadu_ps(x.as_ptr().add(c)), _mm256_loadu_ps(x.as_ptr().add(c + 8))] };
+        for (r, a) in acc.iter_mut().enumerate() {
+            let p = rows[r * d + c..r * d + c + 16].as_ptr();
+            // SAFETY: `p` holds 16 floats.
+            let w = unsafe { [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))] };
+            a[0] = _mm256_add_ps(a[0], _mm256_mul_ps(w[0], v[0]));
+            a[1] = _mm256_add_ps(a[1], _mm256_mul_ps(w[1], v[1]));
+        }
+        c += 16;
+    }
+    let mut out = [0f32; R];
+    for (r, (o, a)) in out.iter_mut().zip(acc).enumerate() {
+        *o = scalar::dot_tail(fold8(_mm256_add_ps(a[0], a[1])), &rows[r * d + body..(r + 1) * d], &x[body..]);
+    }
+    out
+}
+
+/// Lanes `l + 4`, `+ 2`, `+ 1` of an 8-lane vector folded as [`scalar::fold_lanes`] does.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn fold8(v: __m256) -> f32 {
+    let q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let h = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps::<0b01>(h, h)))
 }

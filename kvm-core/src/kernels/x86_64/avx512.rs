@@ -106,8 +106,9 @@ impl<W: Widen16> Kernel for Float<W> {
         let mut out = [[0.0; T]; R];
         for r in 0..R {
             for t in 0..T {
-                out[r][t] =
-                    _mm512_reduce_add_ps(acc[r][t]) + scalar::dot_row(W::DTYPE, &w[r][body * es..], &a[t][body..]);
+                // The `cols % lanes` tail (none for the usual widths: skip the call).
+                let tail = if body < cols { scalar::dot_row(W::DTYPE, &w[r][body * es..], &a[t][body..]) } else { 0.0 };
+                out[r][t] = _mm512_reduce_add_ps(acc[r][t]) + tail;
             }
         }
         out
@@ -245,4 +246,152 @@ impl<B: Blocks32> Kernel for Quant<B> {
         // SAFETY: forwarded; the tier's features are enabled here.
         unsafe { quant_tile::<B, Vnni, R, T>(w, a, cols) }
     }
+}
+
+/// [`scalar::weighted_sum`] with 16 columns per vector, up to 8 vectors of columns held in
+/// registers across all the rows (one pass for a 128-wide head); multiplies and adds stay
+/// separate, so the result is the scalar one bit for bit.
+///
+/// # Safety
+/// The tier's features are present.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn weighted_sum(p: &[f32], rows: &[f32], out: &mut [f32]) {
+    let d = out.len();
+    if d == 0 {
+        return;
+    }
+    let n = p.len().min(rows.len() / d);
+    let mut c = 0;
+    while c + 128 <= d {
+        // SAFETY: AVX-512 is present; columns [c, c + 128) exist in `out` and every row.
+        unsafe { sum_columns::<8>(&p[..n], rows, d, c, out) };
+        c += 128;
+    }
+    while c + 16 <= d {
+        // SAFETY: as above, for 16 columns.
+        unsafe { sum_columns::<1>(&p[..n], rows, d, c, out) };
+        c += 16;
+    }
+    scalar::weighted_sum_columns(&p[..n], rows, c, out);
+}
+
+/// Columns `[c, c + 16 V)` of [`weighted_sum`] (`rows`: `[p.len(), d]`).
+///
+/// # Safety
+/// AVX-512 F is present; `c + 16 V <= d == out.len()` and `rows.len() >= p.len() * d`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn sum_columns<const V: usize>(p: &[f32], rows: &[f32], d: usize, c: usize, out: &mut [f32]) {
+    let o = out[c..c + 16 * V].as_mut_ptr();
+    let mut acc = [_mm512_setzero_ps(); V];
+    for (k, a) in acc.iter_mut().enumerate() {
+        // SAFETY: `o` holds 16 V floats.
+        *a = unsafe { _mm512_loadu_ps(o.add(16 * k)) };
+    }
+    for (j, &pj) in p.iter().enumerate() {
+        let pj = _mm512_set1_ps(pj);
+        let r = rows[j * d + c..j * d + c + 16 * V].as_ptr();
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: `r` holds 16 V floats.
+            *a = _mm512_add_ps(*a, _mm512_mul_ps(pj, unsafe { _mm512_loadu_ps(r.add(16 * k)) }));
+        }
+    }
+    for (k, a) in acc.iter().enumerate() {
+        // SAFETY: as the loads.
+        unsafe { _mm512_storeu_ps(o.add(16 * k), *a) };
+    }
+}
+
+/// [`scalar::exp_sub`] 16 lanes at a time, operation for operation (bit-identical).
+///
+/// # Safety
+/// The tier's features are present.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn exp_sub(x: &mut [f32], max: f32) {
+    let m = _mm512_set1_ps(max);
+    let mut chunks = x.chunks_exact_mut(16);
+    for c in &mut chunks {
+        // SAFETY: `c` holds 16 floats.
+        unsafe { _mm512_storeu_ps(c.as_mut_ptr(), exp16(_mm512_sub_ps(_mm512_loadu_ps(c.as_ptr()), m))) };
+    }
+    // SAFETY: this tier includes the AVX2 one.
+    unsafe { avx2::exp_sub(chunks.into_remainder(), max) };
+}
+
+/// [`scalar::exp_approx`] of 16 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn exp16(x: __m512) -> __m512 {
+    use scalar::exp;
+    // `max(a, b)` is `a > b ? a : b` and `min(a, b)` is `a < b ? a : b`: the scalar clamps,
+    // NaN included.
+    let x = _mm512_max_ps(_mm512_set1_ps(exp::LO), x);
+    let x = _mm512_min_ps(_mm512_set1_ps(exp::HI), x);
+    let t = _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(exp::LOG2E)), _mm512_set1_ps(0.5));
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(t);
+    let r = _mm512_sub_ps(
+        _mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(exp::LN2_HI))),
+        _mm512_mul_ps(n, _mm512_set1_ps(exp::LN2_LO)),
+    );
+    let mut p = _mm512_set1_ps(exp::P[0]);
+    for &c in &exp::P[1..] {
+        p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(c));
+    }
+    let y = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p, r), r), r), _mm512_set1_ps(1.0));
+    let two_n = _mm512_slli_epi32::<23>(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)));
+    _mm512_mul_ps(y, _mm512_castsi512_ps(two_n))
+}
+
+/// [`scalar::dots`] in its canonical order: the 16 lanes as one vector, four rows at a time
+/// (independent chains to hide the adds' latency).
+///
+/// # Safety
+/// The tier's features are present.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn dots(rows: &[f32], x: &[f32], out: &mut [f32]) {
+    let d = x.len();
+    if d == 0 {
+        out.fill(0.0);
+        return;
+    }
+    let n = (rows.len() / d).min(out.len());
+    let mut i = 0;
+    while i + 4 <= n {
+        // Safe to call: this function enables the features `dot_rows` needs.
+        out[i..i + 4].copy_from_slice(&dot_rows::<4>(&rows[i * d..(i + 4) * d], x));
+        i += 4;
+    }
+    while i < n {
+        out[i] = dot_rows::<1>(&rows[i * d..(i + 1) * d], x)[0];
+        i += 1;
+    }
+}
+
+/// `R` rows of [`dots`] (`rows`: `[R, x.len()]`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn dot_rows<const R: usize>(rows: &[f32], x: &[f32]) -> [f32; R] {
+    let d = x.len();
+    let body = d - d % scalar::DOT_LANES;
+    let mut acc = [_mm512_setzero_ps(); R];
+    let mut c = 0;
+    while c < body {
+        // SAFETY: columns `c..c + 16` exist in `x` and in every row.
+        let v = unsafe { _mm512_loadu_ps(x.as_ptr().add(c)) };
+        for (r, a) in acc.iter_mut().enumerate() {
+            // SAFETY: as above.
+            let w = unsafe { _mm512_loadu_ps(rows[r * d + c..r * d + c + 16].as_ptr()) };
+            *a = _mm512_add_ps(*a, _mm512_mul_ps(w, v));
+        }
+        c += 16;
+    }
+    let mut out = [0f32; R];
+    for (r, (o, a)) in out.iter_mut().zip(acc).enumerate() {
+        let half = _mm256_add_ps(
+            _mm512_castps512_ps256(a),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a))),
+        );
+        *o = scalar::dot_tail(avx2::fold8(half), &rows[r * d + body..(r + 1) * d], &x[body..]);
+    }
+    out
 }
