@@ -1,15 +1,16 @@
 //! The `kvm` binary as a user runs it: converted golden cases through `kvm logits`
 //! match the reference; errors are one line and never a panic.
 
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::{golden_dir, read_safetensors, repo, Tensor};
 use kvm_core::quant::DType;
 use kvm_export::convert::{convert, Policy, TokenizerSource};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
 
 fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("kvm-cli-{}-{name}", std::process::id()))
@@ -22,7 +23,7 @@ fn kvm(args: &[&str]) -> std::process::Output {
 fn convert_case(case: &str, dtype: DType) -> PathBuf {
     let out = tmp(&format!("{case}-{}.kvm", dtype.name()));
     let policy = Policy { dtype, overrides: vec![] };
-    convert(&repo().join("tests/data/golden").join(case), &out, &policy, &TokenizerSource::Auto, &mut |_| {}).unwrap();
+    convert(&golden_dir(case), &out, &policy, &TokenizerSource::Auto, &mut |_| {}).unwrap();
     out
 }
 
@@ -39,29 +40,9 @@ fn read_npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
     (shape, data)
 }
 
-fn golden(case: &str) -> safetensors_owned::Golden {
-    safetensors_owned::Golden::read(&repo().join("tests/data/golden").join(case).join("golden.safetensors"))
-}
-
-mod safetensors_owned {
-    use std::collections::HashMap;
-    use std::path::Path;
-
-    pub struct Golden(pub HashMap<String, (Vec<usize>, Vec<u8>)>);
-
-    impl Golden {
-        pub fn read(path: &Path) -> Self {
-            let bytes = std::fs::read(path).unwrap();
-            let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-            Golden(st.tensors().into_iter().map(|(n, t)| (n, (t.shape().to_vec(), t.data().to_vec()))).collect())
-        }
-        pub fn f32(&self, k: &str) -> Vec<f32> {
-            self.0[k].1.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
-        }
-        pub fn i32(&self, k: &str) -> Vec<i32> {
-            self.0[k].1.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()
-        }
-    }
+/// The golden tensors of a case.
+fn golden(case: &str) -> HashMap<String, Tensor> {
+    read_safetensors(&golden_dir(case).join("golden.safetensors"))
 }
 
 #[test]
@@ -69,8 +50,8 @@ fn logits_match_golden_vectors() {
     for case in ["fixed_basic", "growable_saturation", "softcap_fullrope_3layers", "short_prompt_decode"] {
         let model = convert_case(case, DType::F32);
         let g = golden(case);
-        let ids: Vec<String> = g.i32("input_ids").iter().map(|i| i.to_string()).collect();
-        let p = g.i32("prompt_len")[0];
+        let ids: Vec<String> = g["input_ids"].i32.iter().map(|i| i.to_string()).collect();
+        let p = g["prompt_len"].i32[0];
         let out = tmp(&format!("{case}.npy"));
         let o = kvm(&[
             "logits",
@@ -85,7 +66,7 @@ fn logits_match_golden_vectors() {
         ]);
         assert!(o.status.success(), "{case}: {}", String::from_utf8_lossy(&o.stderr));
         let (shape, got) = read_npy(&out);
-        let want: Vec<f32> = g.f32("logits_prefill").into_iter().chain(g.f32("logits_decode")).collect();
+        let want: Vec<f32> = g["logits_prefill"].f32.iter().chain(&g["logits_decode"].f32).copied().collect();
         assert_eq!(shape, vec![ids.len(), want.len() / ids.len()]);
         let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
         assert!(worst <= 1e-3, "{case}: max abs logit error {worst}");
@@ -159,8 +140,8 @@ fn errors_are_one_line_and_never_panics() {
 fn logits_match_with_any_thread_count() {
     let model = convert_case("growable_power_law", DType::F32);
     let g = golden("growable_power_law");
-    let ids: Vec<String> = g.i32("input_ids").iter().map(|i| i.to_string()).collect();
-    let want: Vec<f32> = g.f32("logits_full");
+    let ids: Vec<String> = g["input_ids"].i32.iter().map(|i| i.to_string()).collect();
+    let want: Vec<f32> = g["logits_full"].f32.clone();
     for threads in ["1", "2", "3"] {
         let out = tmp(&format!("threads-{threads}.npy"));
         let o = kvm(&[

@@ -8,9 +8,10 @@ use kvm_core::quant::DType;
 use kvm_export::convert::{convert, Policy, TokenizerSource};
 use safetensors::SafeTensors;
 
-/// Root of the repository.
+/// Root of the repository (the package using this module is the root one or a member).
 pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.ancestors().find(|d| d.join("tests/data/golden").is_dir()).unwrap_or(here).to_path_buf()
 }
 
 /// Directory of golden case `name`.
