@@ -143,7 +143,7 @@ impl<'m> Run<'m> {
 /// rest of a step (attention, state updates, norms) can be told apart.
 struct Timed<'p> {
     pool: &'p Pool,
-    /// Nanoseconds in matrix products (atomic: the step runs on a pool worker).
+    /// Nanoseconds in matrix products.
     matmul: AtomicU64,
     /// Time in the output head alone (`[vocab_len, d_model]`).
     head: AtomicU64,
@@ -211,7 +211,7 @@ fn speed(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Result
         let mut next = argmax(session.logits());
         let (_, secs, wait) = timed(threads, || {
             for _ in 0..a.gen {
-                next = pool.install(|| session.decode_with(next, &timed_exec).map(argmax))?;
+                next = session.decode_with(next, &timed_exec).map(argmax)?;
             }
             Ok(())
         })?;
@@ -275,7 +275,7 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
             next = argmax(session.logits());
         }
         while session.pos() < begin {
-            next = pool.install(|| session.decode_with(next, pool).map(argmax))?;
+            next = session.decode_with(next, pool).map(argmax)?;
         }
         let steps = cp - session.pos();
         // Any `chunk_len` consecutive steps hold exactly one state fold, so the median of
@@ -290,7 +290,7 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
             let tc = Instant::now();
             for _ in 0..n {
                 let ts = Instant::now();
-                next = pool.install(|| session.decode_with(next, pool).map(argmax))?;
+                next = session.decode_with(next, pool).map(argmax)?;
                 slowest = slowest.max(ts.elapsed().as_secs_f64() * 1e3);
             }
             if n == chunk {
