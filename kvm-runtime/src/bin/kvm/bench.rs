@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use kvm_core::format::Role;
 use kvm_core::kernels::Matrix;
-use kvm_core::model::Exec;
+use kvm_core::model::{Exec, HeadFn};
 use kvm_core::state::Phase;
 use kvm_core::{Model, Session};
 use kvm_export::synth::Rng;
@@ -159,6 +159,10 @@ impl Exec for Timed<'_> {
         if w.rows == self.vocab_len {
             self.head.fetch_add(dt.as_nanos() as u64, Ordering::Relaxed);
         }
+    }
+
+    fn heads(&self, outs: &mut [f32], out_len: usize, scratch: &mut [f32], scratch_len: usize, f: &HeadFn<'_>) {
+        self.pool.heads(outs, out_len, scratch, scratch_len, f);
     }
 }
 
