@@ -1,26 +1,44 @@
 //! Decoding and tokenizing perform zero heap allocations: a counting global allocator
 //! watches every step after the session (or tokenizer) is created. Counts are per
-//! thread, so tests running side by side do not see each other's allocations.
+//! thread, so tests running side by side do not see each other's allocations; the pool
+//! test also counts, in one shared total, the threads it marks as its own (its caller and
+//! the pool's workers).
 
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use common::*;
+use kvm_core::model::Exec;
 use kvm_core::quant::DType;
+use kvm_core::state::Phase;
 use kvm_core::tokenizer::{StreamDecoder, Tokenizer};
 use kvm_core::{Model, Session};
+use kvm_export::convert::Policy;
+use kvm_export::synth::{synth, Preset};
+use kvm_runtime::pool::Pool;
+use kvm_runtime::prefill::prefill;
 
 struct Counting;
 
 thread_local! {
     static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+    /// Whether this thread's allocations also go to [`MARKED_ALLOCATIONS`].
+    static MARKED: Cell<bool> = const { Cell::new(false) };
 }
+
+/// Allocations by every thread marked with [`MARKED`].
+static MARKED_ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 
 fn count() {
     // `try_with`: the thread's counter may already be gone while it exits.
     let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+    if MARKED.try_with(Cell::get).unwrap_or(false) {
+        MARKED_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 fn allocations() -> usize {
@@ -97,4 +115,67 @@ fn encode_and_decode_allocate_nothing() {
     let after = allocations();
     assert_eq!(after - before, 0, "the tokenizer allocated");
     assert_eq!(decoded, texts.iter().map(|s| s.len()).sum::<usize>());
+}
+
+/// Marks both threads of a 2-thread `pool`: each of two heads waits until the other has
+/// started, so the caller and the worker must run one each.
+fn mark_pool_threads(pool: &Pool) {
+    assert_eq!(pool.threads(), 2);
+    let started = AtomicUsize::new(0);
+    let (out_len, scratch_len) = (128, 1024); // a head this big is worth a hand-off
+    let (mut outs, mut scratch) = (vec![0f32; 2 * out_len], vec![0f32; 2 * scratch_len]);
+    pool.heads(&mut outs, out_len, &mut scratch, scratch_len, &|_, _, _| {
+        MARKED.with(|m| m.set(true));
+        started.fetch_add(1, Ordering::SeqCst);
+        let t = Instant::now();
+        while started.load(Ordering::SeqCst) < 2 {
+            assert!(t.elapsed() < Duration::from_secs(10), "the pool's worker never joined");
+            std::hint::spin_loop();
+        }
+    });
+}
+
+#[test]
+fn decode_on_a_pool_allocates_nothing_on_any_thread() {
+    // Wide enough that the pool splits the MLP and output products ([1024, 256] and
+    // [4096, 256]) and the attention heads (128 values by 128 window and state slots).
+    let cfg = kvm_core::config::Config {
+        vocab_len: 4096,
+        d_model: 256,
+        n_heads: 2,
+        d_qk: 128,
+        d_v: 128,
+        d_ff: 1024,
+        chunk_len: 64,
+        state_min_len: 64,
+        ..Preset::Tiny.config()
+    };
+    let path = std::env::temp_dir().join(format!("kvm-no-alloc-pool-{}.kvm", std::process::id()));
+    synth(&path, &cfg, &Policy { dtype: DType::Q8_0, overrides: vec![] }, 1, &mut |_| {}).unwrap();
+    let blob = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).ok();
+    let model = Model::from_bytes(&blob).unwrap();
+    let mut arena = Arena::new(model.arena_len());
+    let mut session = Session::new(model, arena.bytes()).unwrap();
+    let pool = Pool::new(2).unwrap();
+    mark_pool_threads(&pool);
+    let prompt: Vec<u32> = (0..100).map(|i| (i * 7 % 256) as u32).collect();
+    prefill(&mut session, &prompt, Phase::Prefill, &pool, false).unwrap();
+    let decode = |session: &mut Session<'_, '_>, steps: usize, exec: &dyn Exec| {
+        let mut tok = 1u32;
+        for _ in 0..steps {
+            let logits = session.decode_with(tok, exec).unwrap();
+            tok = (logits.iter().enumerate().fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0
+                as u32
+                + 1)
+                % 256;
+        }
+    };
+    // Warm-up: every thread's kernel scratch reaches its size.
+    decode(&mut session, 8, &pool);
+    let before = MARKED_ALLOCATIONS.load(Ordering::SeqCst);
+    // Long enough to fold several chunks.
+    decode(&mut session, 300, &pool);
+    let after = MARKED_ALLOCATIONS.load(Ordering::SeqCst);
+    assert_eq!(after - before, 0, "decode on the pool allocated");
 }

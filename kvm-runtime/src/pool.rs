@@ -1,51 +1,282 @@
 //! Multithreaded matrix products: an [`Exec`] that splits every product's output rows
-//! across a persistent thread pool (no per-token thread spawning).
+//! and the attention heads across a persistent pool of threads.
+//!
+//! A decode step is about a hundred fork-joins of 50-150 us each, so handing out a job
+//! must cost far less than a microsecond. The calling thread runs a share of every job
+//! itself beside `threads - 1` workers (so `threads` threads use `threads` cores), and the
+//! workers spin on the job word for a while after each job before they park, so an idle
+//! process does not burn CPU. Parts are claimed one at a time from a shared counter, and
+//! the caller waits for parts rather than for workers: a worker that is descheduled when
+//! a job arrives delays nothing, the caller runs the parts it left.
 
+use std::any::Any;
 use std::cell::RefCell;
+use std::fmt;
+use std::hint;
+use std::marker::PhantomData;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
 
 use kvm_core::kernels::{self, Matrix};
 use kvm_core::model::{Exec, HeadFn, Serial};
-use rayon::prelude::*;
 
 /// Weights per worker below which splitting a product costs more than it saves.
 const MIN_WEIGHTS_PER_THREAD: usize = 64 * 1024;
 
+/// How long an idle worker spins before it parks, and a waiting caller before it yields
+/// its core. Longer than the serial gaps of a decode step (norms, attention of one head,
+/// sampling), much shorter than anything a person would notice as an idle process.
+const SPIN: Duration = Duration::from_micros(100);
+
+/// Spins between two looks at the clock (reading it costs about as much as 64 pauses).
+const SPINS_PER_CLOCK: u32 = 64;
+
 thread_local! {
-    /// Each worker's kernel scratch (quantized activations), grown once and reused.
+    /// Each thread's kernel scratch (quantized activations), grown once and reused.
     static ACT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// Each thread's `[n, rows_part]` block of a many-token product, grown once and reused.
+    static BLOCK: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// A pool of `threads` workers running the products of a forward pass.
-#[derive(Debug)]
+/// A pool of `threads` threads running the products of a forward pass: the caller and
+/// `threads - 1` workers.
 pub struct Pool {
-    pool: Option<rayon::ThreadPool>,
-    threads: usize,
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+/// What the caller and the workers share.
+struct Shared {
+    /// The current job: see [`Word`].
+    word: AtomicU64,
+    /// The current job's [`Job`]; dereferenced only by a thread holding one of its parts.
+    job: AtomicPtr<()>,
+    /// Parts of the current job finished (run, or panicked).
+    done: AtomicUsize,
+    /// The first panic among the current job's parts, raised again on the caller.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+    /// Workers parked or about to park: the caller unparks them only when this is not zero.
+    sleepers: AtomicUsize,
+    /// Set when the pool is dropped: the workers return.
+    stop: AtomicBool,
+    /// Held by the thread running a job on the pool; any other call (from another thread,
+    /// or from inside a job) runs serially instead.
+    busy: AtomicBool,
+}
+
+/// A job lent to the workers: `f(part)` for every part.
+struct Job<'a> {
+    f: &'a (dyn Fn(usize) + Sync + 'a),
+}
+
+/// The job word: `generation << 32 | parts << 16 | next_part`. One atomic holds all three,
+/// so claiming a part (a compare-and-swap) also proves it belongs to the job the claimer
+/// saw, which keeps a late worker off the next job's closure. The generation wraps after
+/// 2^32 jobs; a worker would have to stall across exactly that many to be confused.
+#[derive(Clone, Copy)]
+struct Word(u64);
+
+/// Most parts a job can have (the width of the word's part fields).
+const MAX_PARTS: usize = u16::MAX as usize;
+
+impl Word {
+    fn new(generation: u32, parts: usize) -> Word {
+        debug_assert!(parts <= MAX_PARTS);
+        Word((generation as u64) << 32 | (parts as u64) << 16)
+    }
+    fn generation(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+    fn parts(self) -> usize {
+        (self.0 >> 16) as u16 as usize
+    }
+    fn next(self) -> usize {
+        self.0 as u16 as usize
+    }
 }
 
 impl Pool {
-    /// A pool of `threads` workers (1 = run on the caller's thread, no pool).
+    /// A pool of `threads` threads, the caller included (1 = everything on the caller's
+    /// thread, no workers).
     ///
     /// # Errors
     /// If the operating system refuses the threads.
     pub fn new(threads: usize) -> anyhow::Result<Self> {
-        let threads = threads.max(1);
-        let pool = if threads > 1 { Some(rayon::ThreadPoolBuilder::new().num_threads(threads).build()?) } else { None };
-        Ok(Pool { pool, threads })
-    }
-
-    /// The number of workers.
-    pub fn threads(&self) -> usize {
-        self.threads
-    }
-
-    /// Runs `f` on one of the pool's workers. A forward pass run this way does its serial
-    /// parts (attention, norms) on a worker instead of on a third thread beside the
-    /// workers, so `threads` threads share `threads` cores.
-    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        match &self.pool {
-            Some(pool) => pool.install(f),
-            None => f(),
+        let shared = Arc::new(Shared {
+            word: AtomicU64::new(Word::new(0, 0).0),
+            job: AtomicPtr::new(std::ptr::null_mut()),
+            done: AtomicUsize::new(0),
+            panic: Mutex::new(None),
+            sleepers: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            busy: AtomicBool::new(false),
+        });
+        // Built in place, so the workers already started are stopped if one cannot be.
+        let mut pool = Pool { shared, workers: Vec::new() };
+        for i in 1..threads.max(1) {
+            let shared = Arc::clone(&pool.shared);
+            pool.workers.push(thread::Builder::new().name(format!("kvm-pool-{i}")).spawn(move || shared.work())?);
         }
+        Ok(pool)
+    }
+
+    /// The number of threads, the caller included.
+    pub fn threads(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    /// Runs `f(part)` once for every part in `0..parts`, spread over the caller and the
+    /// workers, and returns when all have finished. A panic in any part is raised again
+    /// here, after every part has finished.
+    fn run(&self, parts: usize, f: &(dyn Fn(usize) + Sync)) {
+        let s = &*self.shared;
+        if self.workers.is_empty() || !(2..=MAX_PARTS).contains(&parts) || s.busy.swap(true, Ordering::Acquire) {
+            (0..parts).for_each(f);
+            return;
+        }
+        let job = Job { f };
+        // Published by the store of the word below (release), read after a claim (acquire).
+        s.job.store((&job as *const Job<'_>).cast_mut().cast(), Ordering::Relaxed);
+        // No part of the previous job is still counting: it returned only when all were done.
+        s.done.store(0, Ordering::Relaxed);
+        let generation = Word(s.word.load(Ordering::Relaxed)).generation().wrapping_add(1);
+        // SeqCst pairs with the workers' announcement in `wait`: either this load sees a
+        // worker about to park, or that worker's re-check sees this job.
+        s.word.store(Word::new(generation, parts).0, Ordering::SeqCst);
+        if s.sleepers.load(Ordering::SeqCst) > 0 {
+            self.workers.iter().for_each(|w| w.thread().unpark());
+        }
+        while let Some(p) = s.claim(generation) {
+            // SAFETY: `p` was just claimed for the current job, which lives until this
+            // function returns.
+            unsafe { s.run_part(p) };
+        }
+        // Every part must finish before `job` (and what `f` borrows) goes out of scope.
+        // Past the spin, a part is late because its thread lost its core: give ours away.
+        let finished = || s.done.load(Ordering::Acquire) == parts;
+        if !spin_for(finished) {
+            while !finished() {
+                thread::yield_now();
+            }
+        }
+        let panic = s.panic.lock().unwrap_or_else(PoisonError::into_inner).take();
+        s.busy.store(false, Ordering::Release);
+        if let Some(payload) = panic {
+            panic::resume_unwind(payload);
+        }
+    }
+}
+
+impl Shared {
+    /// A worker's life: wait for a job, help with its parts, repeat until stopped.
+    fn work(&self) {
+        let mut seen = 0;
+        while let Some(generation) = self.wait(seen) {
+            seen = generation;
+            while let Some(p) = self.claim(generation) {
+                // SAFETY: `p` was just claimed for the current job.
+                unsafe { self.run_part(p) };
+            }
+        }
+    }
+
+    /// Waits for a job newer than generation `seen` and returns its generation, or `None`
+    /// once the pool is stopped. Spins for [`SPIN`], then parks.
+    fn wait(&self, seen: u32) -> Option<u32> {
+        let news = |order| {
+            if self.stop.load(order) {
+                return Some(None);
+            }
+            let generation = Word(self.word.load(order)).generation();
+            (generation != seen).then_some(Some(generation))
+        };
+        let mut found = None;
+        if spin_for(|| {
+            found = news(Ordering::Acquire);
+            found.is_some()
+        }) {
+            return found.flatten();
+        }
+        loop {
+            self.sleepers.fetch_add(1, Ordering::SeqCst);
+            let found = news(Ordering::SeqCst);
+            if found.is_none() {
+                // An unpark that came before this park makes it return at once.
+                thread::park();
+            }
+            self.sleepers.fetch_sub(1, Ordering::SeqCst);
+            if let Some(found) = found.or_else(|| news(Ordering::Acquire)) {
+                return found;
+            }
+        }
+    }
+
+    /// Claims the next unclaimed part of job `generation`, if that job is still the
+    /// current one and has parts left.
+    fn claim(&self, generation: u32) -> Option<usize> {
+        let mut word = Word(self.word.load(Ordering::Relaxed));
+        loop {
+            if word.generation() != generation || word.next() >= word.parts() {
+                return None;
+            }
+            // Acquire: the job pointer stored before this generation's word is visible.
+            match self.word.compare_exchange_weak(word.0, word.0 + 1, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return Some(word.next()),
+                Err(now) => word = Word(now),
+            }
+        }
+    }
+
+    /// Runs part `p` of the current job, keeping a panic for the caller, and counts it done.
+    ///
+    /// # Safety
+    /// The calling thread claimed part `p` of the current job and has not run it yet.
+    unsafe fn run_part(&self, p: usize) {
+        // SAFETY: the job's caller stored this pointer before publishing the job and waits
+        // in `run` until every part, `p` included, is counted done; so the `Job` and what
+        // its closure borrows are alive until the `done` increment below.
+        let job = unsafe { &*self.job.load(Ordering::Relaxed).cast::<Job<'_>>() };
+        if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| (job.f)(p))) {
+            self.panic.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(payload);
+        }
+        // Release: the part's writes are visible to the caller once it sees the count.
+        self.done.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// Spins until `ready()` or for [`SPIN`], whichever comes first; returns `ready()`.
+fn spin_for(mut ready: impl FnMut() -> bool) -> bool {
+    let started = Instant::now();
+    let mut spins = 0u32;
+    loop {
+        if ready() {
+            return true;
+        }
+        spins = spins.wrapping_add(1);
+        if spins % SPINS_PER_CLOCK == 0 && started.elapsed() > SPIN {
+            return false;
+        }
+        hint::spin_loop();
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        for worker in self.workers.drain(..) {
+            worker.thread().unpark();
+            // A worker catches every job's panic, so it cannot have died of one.
+            let _ = worker.join();
+        }
+    }
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool").field("threads", &self.threads()).finish()
     }
 }
 
@@ -54,67 +285,96 @@ pub fn default_threads() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
+/// A mutable slice lent to the parts of a job, each part borrowing its own pieces.
+struct Disjoint<'a, T> {
+    ptr: *mut T,
+    len: usize,
+    _slice: PhantomData<&'a mut [T]>,
+}
+
+// SAFETY: a `Disjoint` only hands out non-overlapping `&mut` pieces (the contract of
+// `piece`), and sending those to other threads is sound when `T` is `Send`.
+unsafe impl<T: Send> Sync for Disjoint<'_, T> {}
+
+impl<'a, T> Disjoint<'a, T> {
+    fn new(slice: &'a mut [T]) -> Self {
+        Disjoint { ptr: slice.as_mut_ptr(), len: slice.len(), _slice: PhantomData }
+    }
+
+    /// `slice[start..start + len]`.
+    ///
+    /// # Safety
+    /// No two pieces alive at the same time overlap.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn piece(&self, start: usize, len: usize) -> &mut [T] {
+        assert!(start <= self.len && len <= self.len - start, "piece out of bounds");
+        // SAFETY: in bounds (checked above) of a slice borrowed mutably for 'a, and not
+        // overlapping any other live piece (the caller's promise).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
+    }
+}
+
+/// Runs `f` with this thread's kernel scratch grown to `len` bytes.
+fn with_act<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    ACT.with(|a| {
+        let mut a = a.borrow_mut();
+        if a.len() < len {
+            a.resize(len, 0);
+        }
+        f(&mut a[..len])
+    })
+}
+
 impl Exec for Pool {
     fn heads(&self, outs: &mut [f32], out_len: usize, scratch: &mut [f32], scratch_len: usize, f: &HeadFn<'_>) {
         // A head reads about `scratch_len` keys and values of `out_len` floats each;
-        // below a few thousand multiply-adds per head a thread hand-off costs more.
-        let work = scratch_len * out_len;
-        match &self.pool {
-            Some(pool) if work >= MIN_WEIGHTS_PER_THREAD / 4 => pool.install(|| {
-                outs.par_chunks_exact_mut(out_len)
-                    .zip(scratch.par_chunks_exact_mut(scratch_len))
-                    .enumerate()
-                    .for_each(|(h, (out, s))| f(h, out, s));
-            }),
-            _ => Serial.heads(outs, out_len, scratch, scratch_len, f),
+        // below a few thousand multiply-adds per head a hand-off costs more.
+        if self.workers.is_empty() || scratch_len * out_len < MIN_WEIGHTS_PER_THREAD / 4 {
+            return Serial.heads(outs, out_len, scratch, scratch_len, f);
         }
+        let heads = (outs.len() / out_len).min(scratch.len() / scratch_len);
+        let (outs, scratch) = (Disjoint::new(outs), Disjoint::new(scratch));
+        self.run(heads, &|h| {
+            // SAFETY: `run` runs each head once, and heads' pieces do not overlap.
+            let (out, s) = unsafe { (outs.piece(h * out_len, out_len), scratch.piece(h * scratch_len, scratch_len)) };
+            f(h, out, s);
+        });
     }
 
     fn matmul(&self, w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]) {
-        let Some(pool) = &self.pool else { return Serial.matmul(w, xs, ys, act) };
-        let parts = self.threads.min(w.rows * w.cols / MIN_WEIGHTS_PER_THREAD).min(w.rows);
+        let parts = self.threads().min(w.rows * w.cols / MIN_WEIGHTS_PER_THREAD).min(w.rows);
         if parts < 2 {
             return Serial.matmul(w, xs, ys, act);
         }
-        let n = xs.len() / w.cols;
-        let per = w.rows.div_ceil(parts);
+        let (rows, n) = (w.rows, xs.len() / w.cols);
+        let per = rows.div_ceil(parts);
         let need = kernels::matmul_scratch_len(w.cols, n);
-        let with_act = |f: &mut dyn FnMut(&mut [u8])| {
-            ACT.with(|a| {
-                let mut a = a.borrow_mut();
-                if a.len() < need {
-                    a.resize(need, 0);
+        let ys = Disjoint::new(ys);
+        // Part `p` computes output rows `p * per..`, for every token.
+        self.run(rows.div_ceil(per), &|p| {
+            let (r0, r1) = (p * per, ((p + 1) * per).min(rows));
+            let part = w.row_range(r0, r1);
+            with_act(need, |a| {
+                if n == 1 {
+                    // SAFETY: `run` runs each part once, and parts' rows do not overlap.
+                    kernels::matvec(&part, xs, unsafe { ys.piece(r0, r1 - r0) }, a);
+                    return;
                 }
-                f(&mut a[..need]);
-            })
-        };
-        pool.install(|| {
-            if n == 1 {
-                // One token: each worker writes its own contiguous slice of y.
-                ys.par_chunks_mut(per).enumerate().for_each(|(p, y)| {
-                    let part = w.row_range(p * per, p * per + y.len());
-                    with_act(&mut |a| kernels::matvec(&part, xs, y, a));
-                });
-            } else {
-                // Many tokens: y is [n, rows], so each worker fills an [n, rows_part] block
-                // that is then scattered into place.
-                let blocks: Vec<(usize, Vec<f32>)> = (0..parts)
-                    .into_par_iter()
-                    .map(|p| {
-                        let (r0, r1) = (p * per, ((p + 1) * per).min(w.rows));
-                        let part = w.row_range(r0, r1);
-                        let mut out = vec![0f32; n * (r1 - r0)];
-                        with_act(&mut |a| kernels::matmul(&part, xs, &mut out, a));
-                        (r0, out)
-                    })
-                    .collect();
-                for (r0, block) in blocks {
-                    let width = block.len() / n;
-                    for (t, row) in block.chunks_exact(width).enumerate() {
-                        ys[t * w.rows + r0..t * w.rows + r0 + width].copy_from_slice(row);
+                // y is [n, rows]: the kernel fills an [n, r1 - r0] block, copied into
+                // this part's columns of every token's row.
+                BLOCK.with(|b| {
+                    let mut b = b.borrow_mut();
+                    if b.len() < n * (r1 - r0) {
+                        b.resize(n * (r1 - r0), 0.0);
                     }
-                }
-            }
+                    let block = &mut b[..n * (r1 - r0)];
+                    kernels::matmul(&part, xs, block, a);
+                    for (t, row) in block.chunks_exact(r1 - r0).enumerate() {
+                        // SAFETY: as above; parts write disjoint columns of each row.
+                        unsafe { ys.piece(t * rows + r0, r1 - r0) }.copy_from_slice(row);
+                    }
+                });
+            });
         });
     }
 }
@@ -132,6 +392,15 @@ mod tests {
             quantize_row(dtype, &src, dst).unwrap();
         }
         out
+    }
+
+    /// Runs a job of `parts` parts and returns how many times each part ran.
+    fn runs_per_part(pool: &Pool, parts: usize) -> Vec<usize> {
+        let counts: Vec<AtomicUsize> = (0..parts).map(|_| AtomicUsize::new(0)).collect();
+        pool.run(parts, &|p| {
+            counts[p].fetch_add(1, Ordering::Relaxed);
+        });
+        counts.into_iter().map(AtomicUsize::into_inner).collect()
     }
 
     #[test]
@@ -167,5 +436,109 @@ mod tests {
             assert!(out.iter().all(|&v| v == h as f32 + 1.0));
         }
         assert_eq!(scratch.iter().sum::<f32>(), heads as f32);
+    }
+
+    #[test]
+    fn every_part_runs_exactly_once_for_any_part_count() {
+        for threads in [1, 2, 3, 4] {
+            let pool = Pool::new(threads).unwrap();
+            assert_eq!(pool.threads(), threads);
+            for parts in [0, 1, 2, 3, 5, 8, 17, 100] {
+                assert_eq!(runs_per_part(&pool, parts), vec![1; parts], "threads={threads} parts={parts}");
+            }
+        }
+    }
+
+    #[test]
+    fn many_consecutive_jobs_see_each_others_writes() {
+        let pool = Pool::new(3).unwrap();
+        let mut v = vec![0u64; 12];
+        for round in 0..20_000u64 {
+            let pieces = Disjoint::new(&mut v);
+            pool.run(12, &|p| {
+                // SAFETY: each part takes its own element.
+                let x = unsafe { pieces.piece(p, 1) };
+                assert_eq!(x[0], round, "part {p} missed a write of the previous job");
+                x[0] += 1;
+            });
+        }
+        assert_eq!(v, vec![20_000; 12]);
+    }
+
+    #[test]
+    fn both_threads_take_part_when_a_part_waits_for_another() {
+        // Part 0 cannot finish until part 1 has started, so a second thread must run it.
+        let pool = Pool::new(2).unwrap();
+        for _ in 0..100 {
+            let started = AtomicUsize::new(0);
+            pool.run(2, &|_| {
+                started.fetch_add(1, Ordering::SeqCst);
+                let t = Instant::now();
+                while started.load(Ordering::SeqCst) < 2 {
+                    assert!(t.elapsed() < Duration::from_secs(10), "no second thread joined the job");
+                    hint::spin_loop();
+                }
+            });
+        }
+    }
+
+    #[test]
+    fn parked_workers_wake_for_a_job_and_drop_joins_them() {
+        let pool = Pool::new(3).unwrap();
+        assert_eq!(runs_per_part(&pool, 4), vec![1; 4]);
+        // Long past the spin: the workers are parked.
+        thread::sleep(SPIN * 50);
+        assert!(pool.shared.sleepers.load(Ordering::SeqCst) > 0);
+        assert_eq!(runs_per_part(&pool, 4), vec![1; 4]);
+        thread::sleep(SPIN * 50);
+        drop(pool);
+        // Dropped without ever running a job, workers still spinning.
+        drop(Pool::new(4).unwrap());
+    }
+
+    #[test]
+    fn a_panicking_part_panics_on_the_caller_after_all_parts_finish() {
+        let pool = Pool::new(3).unwrap();
+        for bad in [0, 5] {
+            let finished = AtomicUsize::new(0);
+            let caught = panic::catch_unwind(AssertUnwindSafe(|| {
+                pool.run(6, &|p| {
+                    if p == bad {
+                        panic!("part {p} failed");
+                    }
+                    thread::sleep(Duration::from_millis(2));
+                    finished.fetch_add(1, Ordering::SeqCst);
+                })
+            }));
+            let payload = caught.expect_err("the panic was lost");
+            assert_eq!(
+                payload.downcast_ref::<String>().map(String::as_str),
+                Some(format!("part {bad} failed").as_str())
+            );
+            assert_eq!(finished.load(Ordering::SeqCst), 5);
+        }
+        // The pool still works.
+        assert_eq!(runs_per_part(&pool, 7), vec![1; 7]);
+    }
+
+    #[test]
+    fn nested_and_concurrent_jobs_run_serially_instead_of_clashing() {
+        let pool = Pool::new(2).unwrap();
+        let inner = AtomicUsize::new(0);
+        pool.run(3, &|_| {
+            pool.run(4, &|_| {
+                inner.fetch_add(1, Ordering::Relaxed);
+            });
+        });
+        assert_eq!(inner.load(Ordering::Relaxed), 12);
+        thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| {
+                    for parts in 0..200 {
+                        assert_eq!(runs_per_part(&pool, parts % 9), vec![1; parts % 9]);
+                    }
+                });
+            }
+        });
     }
 }

@@ -30,19 +30,16 @@ pub fn prefill(
     let mut batch = vec![0f32; session.layout().acts_len(batch_len).ok_or(Error::InvalidArgument)?];
     let mut out = if all_logits { vec![0f32; tokens.len() * vocab] } else { Vec::new() };
     let n_batches = tokens.len().div_ceil(BATCH_TOKENS);
-    pool.install(|| {
-        for (i, chunk) in tokens.chunks(BATCH_TOKENS).enumerate() {
-            let logits = if all_logits {
-                let start = i * BATCH_TOKENS * vocab;
-                Logits::All(&mut out[start..start + chunk.len() * vocab])
-            } else if i + 1 == n_batches {
-                Logits::Last
-            } else {
-                Logits::None
-            };
-            session.step_batch(chunk, phase, &mut batch, pool, logits)?;
-        }
-        Ok(())
-    })?;
+    for (i, chunk) in tokens.chunks(BATCH_TOKENS).enumerate() {
+        let logits = if all_logits {
+            let start = i * BATCH_TOKENS * vocab;
+            Logits::All(&mut out[start..start + chunk.len() * vocab])
+        } else if i + 1 == n_batches {
+            Logits::Last
+        } else {
+            Logits::None
+        };
+        session.step_batch(chunk, phase, &mut batch, pool, logits)?;
+    }
     Ok(out)
 }

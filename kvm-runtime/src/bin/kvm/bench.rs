@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use kvm_core::format::Role;
 use kvm_core::kernels::Matrix;
-use kvm_core::model::Exec;
+use kvm_core::model::{Exec, HeadFn};
 use kvm_core::state::Phase;
 use kvm_core::{Model, Session};
 use kvm_export::synth::Rng;
@@ -143,7 +143,7 @@ impl<'m> Run<'m> {
 /// rest of a step (attention, state updates, norms) can be told apart.
 struct Timed<'p> {
     pool: &'p Pool,
-    /// Nanoseconds in matrix products (atomic: the step runs on a pool worker).
+    /// Nanoseconds in matrix products.
     matmul: AtomicU64,
     /// Time in the output head alone (`[vocab_len, d_model]`).
     head: AtomicU64,
@@ -159,6 +159,10 @@ impl Exec for Timed<'_> {
         if w.rows == self.vocab_len {
             self.head.fetch_add(dt.as_nanos() as u64, Ordering::Relaxed);
         }
+    }
+
+    fn heads(&self, outs: &mut [f32], out_len: usize, scratch: &mut [f32], scratch_len: usize, f: &HeadFn<'_>) {
+        self.pool.heads(outs, out_len, scratch, scratch_len, f);
     }
 }
 
@@ -211,7 +215,7 @@ fn speed(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Result
         let mut next = argmax(session.logits());
         let (_, secs, wait) = timed(threads, || {
             for _ in 0..a.gen {
-                next = pool.install(|| session.decode_with(next, &timed_exec).map(argmax))?;
+                next = session.decode_with(next, &timed_exec).map(argmax)?;
             }
             Ok(())
         })?;
@@ -275,7 +279,7 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
             next = argmax(session.logits());
         }
         while session.pos() < begin {
-            next = pool.install(|| session.decode_with(next, pool).map(argmax))?;
+            next = session.decode_with(next, pool).map(argmax)?;
         }
         let steps = cp - session.pos();
         // Any `chunk_len` consecutive steps hold exactly one state fold, so the median of
@@ -290,7 +294,7 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
             let tc = Instant::now();
             for _ in 0..n {
                 let ts = Instant::now();
-                next = pool.install(|| session.decode_with(next, pool).map(argmax))?;
+                next = session.decode_with(next, pool).map(argmax)?;
                 slowest = slowest.max(ts.elapsed().as_secs_f64() * 1e3);
             }
             if n == chunk {

@@ -102,7 +102,7 @@ pub fn run(a: &Args) -> Result<()> {
     for _ in 0..a.n {
         if !logits_ready {
             let last = *history.last().unwrap_or(&0);
-            pool.install(|| session.decode_with(last, &pool).map(|_| ()))?;
+            session.decode_with(last, &pool).map(|_| ())?;
         }
         logits_ready = false;
         let next = sampler.sample(session.logits(), &history, &mut scratch)?;

@@ -69,8 +69,7 @@ pub fn run(a: &Args) -> Result<()> {
         out = prefill(&mut session, prompt, Phase::Prefill, &pool, true).context("prompt")?;
     }
     for (t, &id) in rest.iter().enumerate() {
-        pool.install(|| session.decode_with(id, &pool).map(|_| ()))
-            .with_context(|| format!("token {}", a.prompt_len + t))?;
+        session.decode_with(id, &pool).map(|_| ()).with_context(|| format!("token {}", a.prompt_len + t))?;
         out.extend_from_slice(session.logits());
     }
     let f = std::fs::File::create(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
