@@ -52,11 +52,6 @@ pub fn norm(a: &[f32]) -> f32 {
 }
 
 #[inline]
-pub fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + libm::expf(-x))
-}
-
-#[inline]
 pub fn elu(x: f32) -> f32 {
     if x > 0.0 {
         x

@@ -4,7 +4,7 @@ use crate::config::{flags, Config};
 use crate::error::{Error, Result};
 use crate::format::{self, Header, Role, TensorEntry, ENTRY_LEN, HEADER_LEN, N_GLOBAL_ROLES};
 use crate::kernels::{self, Matrix};
-use crate::math::{elu, layer_norm, layer_norm_inplace, rope_apply, rope_tables, sigmoid};
+use crate::math::{elu, layer_norm, layer_norm_inplace, rope_apply, rope_tables};
 use crate::state::{Acts, Counters, HeadReader, HeadState, LayerState, Layout, Phase, Plan, Scratch};
 use crate::tokenizer::Tokenizer;
 
@@ -229,6 +229,9 @@ pub enum Tap {
 /// One head's work: `(head, out_h, scratch_h)`.
 pub type HeadFn<'f> = dyn Fn(usize, &mut [f32], &mut [f32]) + Sync + 'f;
 
+/// Work on one piece of an output: `(index, piece)`.
+pub type PieceFn<'f> = dyn Fn(usize, &mut [f32]) + Sync + 'f;
+
 /// Runs the matrix products of a forward pass. [`Serial`] runs them on the calling
 /// thread; the std runtime plugs in a thread pool.
 pub trait Exec {
@@ -242,6 +245,14 @@ pub trait Exec {
     fn heads(&self, outs: &mut [f32], out_len: usize, scratch: &mut [f32], scratch_len: usize, f: &HeadFn<'_>) {
         for (h, (out, s)) in outs.chunks_exact_mut(out_len).zip(scratch.chunks_exact_mut(scratch_len)).enumerate() {
             f(h, out, s);
+        }
+    }
+
+    /// Runs `f(i, piece_i)` for every `piece`-long piece of `out` (the last may be
+    /// shorter); the pieces are independent, so an implementation may run them in parallel.
+    fn pieces(&self, out: &mut [f32], piece: usize, f: &PieceFn<'_>) {
+        for (i, p) in out.chunks_mut(piece.max(1)).enumerate() {
+            f(i, p);
         }
     }
 }
@@ -383,10 +394,14 @@ fn attention(
         }
         exec.matmul(&model.matrix(Role::VGate1, l), x.a, x.vg_lo, x.act);
         exec.matmul(&model.matrix(Role::VGate2, l), x.vg_lo, x.vg, x.act);
+        // sigmoid(z) = 1 / (1 + e^-z), the exponentials with the SIMD kernel
         let g0 = model.vector(Role::VGate0, l);
-        for (i, ((v, &vf), &vg)) in x.v.iter_mut().zip(x.v_first.iter()).zip(x.vg.iter()).enumerate() {
-            let g = sigmoid(g0.get(i % vd) + vg);
-            *v += (vf - *v) * g;
+        for (i, vg) in x.vg.iter_mut().enumerate() {
+            *vg = -(g0.get(i % vd) + *vg);
+        }
+        kernels::exp_sub(x.vg, 0.0);
+        for ((v, &vf), &e) in x.v.iter_mut().zip(x.v_first.iter()).zip(x.vg.iter()) {
+            *v += (vf - *v) * (1.0 / (1.0 + e));
         }
     }
 
@@ -457,7 +472,7 @@ fn attention(
                     hs.initial_append(slot, k, v, m, plan.gate_initial, &mut s.fold.pk[..dk]);
                 }
                 if let Some(b) = plan.fold_begin {
-                    hs.fold(b, plan.slots_before, plan.slots_after, &mut s.fold);
+                    hs.fold(b, plan.slots_before, plan.slots_after, &mut s.fold, exec);
                 }
                 hs.push_window(plan.t, k, v, m);
             }

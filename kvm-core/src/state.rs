@@ -511,7 +511,14 @@ impl HeadState<'_, '_> {
     /// slots_before` most novel tokens (lowest best similarity to
     /// the current slots) become new slots, the rest merge into their nearest non-sink slot
     /// (spec §3 "Overflow update").
-    pub fn fold(&mut self, b: usize, slots_before: usize, slots_after: usize, fs: &mut FoldScratch<'_>) {
+    pub fn fold(
+        &mut self,
+        b: usize,
+        slots_before: usize,
+        slots_after: usize,
+        fs: &mut FoldScratch<'_>,
+        exec: &dyn Exec,
+    ) {
         let (dk, dv) = (self.dk(), self.dv());
         let c = self.cfg.chunk_len as usize;
         let gate_keys = self.cfg.has(flags::MERGE_GATE_KEYS);
@@ -533,11 +540,10 @@ impl HeadState<'_, '_> {
         } else {
             // Similarities go to `dsk`, free until the merges sum into it.
             let nk = &self.st.nk[self.slot(0) * dk..self.slot(slots_before) * dk];
-            for i in 0..c {
-                let sims = &mut fs.dsk[..slots_before];
-                kernels::dots(nk, &fs.pk[i * dk..(i + 1) * dk], sims);
-                fs.novelty[i] = sims.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            }
+            let novelty = &mut fs.novelty[..c];
+            similarities(exec, dk, nk, &fs.pk[..c * dk], fs.dsk, |i, sims| {
+                novelty[i] = sims.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            });
             let novelty = &fs.novelty[..c];
             for (i, (flag, &mine)) in appended.iter_mut().zip(novelty).enumerate() {
                 // A total order (NaN included), so exactly n_append tokens rank below the cut.
@@ -578,18 +584,18 @@ impl HeadState<'_, '_> {
         // `MERGED | slot`; its `pk` row becomes the gated key `gk`.
         const MERGED: u32 = 1 << 31;
         let protected = (self.cfg.sink_len as usize).min(slots_after);
-        let nk = &self.st.nk[self.slot(protected) * dk..self.slot(slots_after) * dk];
         for i in 0..c {
-            if fs.index[i] != 0 {
-                continue;
-            }
-            let gk = &mut fs.pk[i * dk..(i + 1) * dk];
-            if gate_keys {
+            if fs.index[i] == 0 && gate_keys {
                 let m = self.st.wm[self.ring(b + i)];
-                gk.iter_mut().for_each(|x| *x *= m);
+                fs.pk[i * dk..(i + 1) * dk].iter_mut().for_each(|x| *x *= m);
             }
-            let sims = &mut fs.dsk[..slots_after - protected];
-            kernels::dots(nk, gk, sims);
+        }
+        let nk = &self.st.nk[self.slot(protected) * dk..self.slot(slots_after) * dk];
+        let index = &mut fs.index[..c];
+        similarities(exec, dk, nk, &fs.pk[..c * dk], fs.dsk, |i, sims| {
+            if index[i] != 0 {
+                return;
+            }
             // With every slot a sink (a growable state's early fold whose sink_len is not
             // yet exceeded; the reference asserts there) the last slot takes the token.
             let mut best = protected.min(slots_after - 1);
@@ -600,8 +606,8 @@ impl HeadState<'_, '_> {
                     best = protected + s;
                 }
             }
-            fs.index[i] = MERGED | best as u32;
-        }
+            index[i] = MERGED | best as u32;
+        });
         fs.dsk[..slots_after * dk].fill(0.0);
         fs.dsv[..slots_after * dv].fill(0.0);
         let mut merged = false;
@@ -729,6 +735,41 @@ fn ring_spans(cfg: &Config, h: usize, begin: usize, end: usize) -> [core::ops::R
     let head = len.min(w - first);
     let base = h * w;
     [base + first..base + first + head, base..base + len - head]
+}
+
+/// Queries per piece of [`similarities`]' parallel work.
+const SIM_PIECE: usize = 16;
+
+/// Hands `each(i, sims_i)`, in query order, the dot products ([`kernels::dots`]) of query
+/// `i` of `queries` (`[m, d]`) with every row of `keys` (`[s, d]`, `s` possibly 0),
+/// computed in blocks of queries that fit `scratch` (at least `s` floats), each block's
+/// pieces in parallel through `exec`.
+fn similarities(
+    exec: &dyn Exec,
+    d: usize,
+    keys: &[f32],
+    queries: &[f32],
+    scratch: &mut [f32],
+    mut each: impl FnMut(usize, &[f32]),
+) {
+    let (s, m) = (keys.len() / d, queries.len() / d);
+    if s == 0 {
+        (0..m).for_each(|i| each(i, &[]));
+        return;
+    }
+    let block = (scratch.len() / s).clamp(1, m.max(1));
+    for q0 in (0..m).step_by(block) {
+        let out = &mut scratch[..block.min(m - q0) * s];
+        exec.pieces(out, SIM_PIECE * s, &|p, piece| {
+            for (j, row) in piece.chunks_exact_mut(s).enumerate() {
+                let q = q0 + p * SIM_PIECE + j;
+                kernels::dots(keys, &queries[q * d..(q + 1) * d], row);
+            }
+        });
+        for (j, row) in out.chunks_exact(s).enumerate() {
+            each(q0 + j, row);
+        }
+    }
 }
 
 /// `sk = pk * gate`, `sv = v * gate`, `r = |v|` or `|v * gate|` (vlens) or 1.

@@ -21,7 +21,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use kvm_core::kernels::{self, Matrix};
-use kvm_core::model::{Exec, HeadFn, Serial};
+use kvm_core::model::{Exec, HeadFn, PieceFn, Serial};
 
 /// Weights per worker below which splitting a product costs more than it saves.
 const MIN_WEIGHTS_PER_THREAD: usize = 64 * 1024;
@@ -341,6 +341,15 @@ impl Exec for Pool {
         });
     }
 
+    fn pieces(&self, out: &mut [f32], piece: usize, f: &PieceFn<'_>) {
+        let (len, piece) = (out.len(), piece.max(1));
+        let out = Disjoint::new(out);
+        self.run(len.div_ceil(piece), &|i| {
+            // SAFETY: `run` runs each piece once, and pieces do not overlap.
+            f(i, unsafe { out.piece(i * piece, piece.min(len - i * piece)) });
+        });
+    }
+
     fn matmul(&self, w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]) {
         let parts = self.threads().min(w.rows * w.cols / MIN_WEIGHTS_PER_THREAD).min(w.rows);
         if parts < 2 {
@@ -436,6 +445,22 @@ mod tests {
             assert!(out.iter().all(|&v| v == h as f32 + 1.0));
         }
         assert_eq!(scratch.iter().sum::<f32>(), heads as f32);
+    }
+
+    #[test]
+    fn pieces_cover_the_output_once_each_the_last_one_short() {
+        for threads in [1, 2, 3] {
+            let pool = Pool::new(threads).unwrap();
+            for (len, piece) in [(0, 4), (3, 4), (4, 4), (17, 4), (100, 7), (5, 0)] {
+                let mut out = vec![0f32; len];
+                pool.pieces(&mut out, piece, &|i, p| {
+                    assert!(!p.is_empty() && p.len() <= piece.max(1));
+                    p.iter_mut().for_each(|v| *v += i as f32 + 1.0);
+                });
+                let want: Vec<f32> = (0..len).map(|j| (j / piece.max(1)) as f32 + 1.0).collect();
+                assert_eq!(out, want, "threads={threads} len={len} piece={piece}");
+            }
+        }
     }
 
     #[test]

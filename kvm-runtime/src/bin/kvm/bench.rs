@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use kvm_core::format::Role;
 use kvm_core::kernels::Matrix;
-use kvm_core::model::{Exec, HeadFn};
+use kvm_core::model::{Exec, HeadFn, PieceFn};
 use kvm_core::state::Phase;
 use kvm_core::{Model, Session};
 use kvm_export::synth::Rng;
@@ -163,6 +163,10 @@ impl Exec for Timed<'_> {
 
     fn heads(&self, outs: &mut [f32], out_len: usize, scratch: &mut [f32], scratch_len: usize, f: &HeadFn<'_>) {
         self.pool.heads(outs, out_len, scratch, scratch_len, f);
+    }
+
+    fn pieces(&self, out: &mut [f32], piece: usize, f: &PieceFn<'_>) {
+        self.pool.pieces(out, piece, f);
     }
 }
 
