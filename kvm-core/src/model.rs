@@ -320,11 +320,11 @@ pub(crate) fn forward(
     for l in 0..cfg.n_layers as usize {
         let st = &mut lay.carve_layer(layers, l);
         // x = x + residual_scale * Attn(LN_attn(x))
-        rows_layer_norm(x.x, x.a, d, model.vector(Role::LnAttnW, l), model.vector(Role::LnAttnB, l));
+        rows_layer_norm(exec, x.x, x.a, d, model.vector(Role::LnAttnW, l), model.vector(Role::LnAttnB, l));
         attention(model, l, st, s, x, (at, lay.state_len), phase, exec);
         crate::math::axpy(x.x, cfg.residual_scale, x.a);
         // x = x + residual_scale * MLP(LN_mlp(x))
-        rows_layer_norm(x.x, x.a, d, model.vector(Role::LnMlpW, l), model.vector(Role::LnMlpB, l));
+        rows_layer_norm(exec, x.x, x.a, d, model.vector(Role::LnMlpW, l), model.vector(Role::LnMlpB, l));
         mlp(model, l, st, x, exec);
         crate::math::axpy(x.x, cfg.residual_scale, x.a);
         for row in x.x.chunks_exact(d) {
@@ -344,7 +344,7 @@ pub(crate) fn forward(
             s.logits
         }
         Logits::All(out) => {
-            rows_layer_norm(x.x, x.a, d, ln_w, ln_b);
+            rows_layer_norm(exec, x.x, x.a, d, ln_w, ln_b);
             exec.matmul(&lm_head, x.a, out, x.act);
             out
         }
@@ -358,11 +358,18 @@ pub(crate) fn forward(
     (0..tokens.len()).fold(at, |c, _| Plan::new(cfg, lay.state_len, c, phase).next())
 }
 
+/// Token rows per piece of the per-token work spread through [`Exec::pieces`] (norms,
+/// RoPE): a batch's rows split across threads, a single token's run in place.
+const ROWS_PER_PIECE: usize = 8;
+
 /// `out[i] = LN(x[i])` for every `width`-wide row.
-fn rows_layer_norm(x: &[f32], out: &mut [f32], width: usize, w: Vector<'_>, b: Vector<'_>) {
-    for (xr, or) in x.chunks_exact(width).zip(out.chunks_exact_mut(width)) {
-        layer_norm(xr, w, b, or);
-    }
+fn rows_layer_norm(exec: &dyn Exec, x: &[f32], out: &mut [f32], width: usize, w: Vector<'_>, b: Vector<'_>) {
+    exec.pieces(out, ROWS_PER_PIECE * width, &|p, piece| {
+        let x = &x[p * ROWS_PER_PIECE * width..];
+        for (xr, or) in x.chunks_exact(width).zip(piece.chunks_exact_mut(width)) {
+            layer_norm(xr, w, b, or);
+        }
+    });
 }
 
 /// `x.a <- Attn(x.a)` for layer `l` (spec §2 "Attn"), every token in order.
@@ -420,16 +427,18 @@ fn attention(
     // 4.-5. per-head LN_q / LN_k, then partial RoPE at each token's position
     let (lnq_w, lnq_b) = (model.vector(Role::LnQW, l), model.vector(Role::LnQB, l));
     let (lnk_w, lnk_b) = (model.vector(Role::LnKW, l), model.vector(Role::LnKB, l));
-    for i in 0..x.n {
-        let (cos, sin) = (&x.cos[i * half..(i + 1) * half], &x.sin[i * half..(i + 1) * half]);
-        for q in x.q[i * qd..(i + 1) * qd].chunks_exact_mut(dk) {
-            layer_norm_inplace(q, lnq_w, lnq_b);
-            rope_apply(q, cos, sin);
-        }
-        for k in x.k[i * qd..(i + 1) * qd].chunks_exact_mut(dk) {
-            layer_norm_inplace(k, lnk_w, lnk_b);
-            rope_apply(k, cos, sin);
-        }
+    let (cos, sin) = (&*x.cos, &*x.sin);
+    for (rows, w, b) in [(&mut *x.q, lnq_w, lnq_b), (&mut *x.k, lnk_w, lnk_b)] {
+        exec.pieces(rows, ROWS_PER_PIECE * qd, &|p, piece| {
+            for (j, row) in piece.chunks_exact_mut(qd).enumerate() {
+                let i = p * ROWS_PER_PIECE + j;
+                let (cos, sin) = (&cos[i * half..(i + 1) * half], &sin[i * half..(i + 1) * half]);
+                for head in row.chunks_exact_mut(dk) {
+                    layer_norm_inplace(head, w, b);
+                    rope_apply(head, cos, sin);
+                }
+            }
+        });
     }
 
     // 6. merge gate m_h = 1 + elu(key_weighting a)
