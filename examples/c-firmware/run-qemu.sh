@@ -19,6 +19,8 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
+# shellcheck source=../../scripts/firmware-lib.sh
+source "$root/scripts/firmware-lib.sh"
 target=thumbv7em-none-eabihf
 
 model=""
@@ -49,8 +51,7 @@ mkdir -p "$build"
 if [[ -n "$dtype" ]]; then
     [[ -z "$model" ]] || { echo "run-qemu.sh: give MODEL or --dtype, not both" >&2; exit 2; }
     model="$build/tiny-kjv-$dtype.kvm"
-    (cd "$root" && cargo run --quiet --release -p kvm-export -- \
-        convert models/tiny-kjv -o "$model" --dtype "$dtype" --quiet) || exit 2
+    convert_tiny_kjv "$root" "$dtype" "$model"
 fi
 model="${model:-$root/models/tiny-kjv-q8_0.kvm}"
 [[ -f "$model" ]] || { echo "run-qemu.sh: no model at $model (try --dtype f16)" >&2; exit 2; }
@@ -72,28 +73,6 @@ arm-none-eabi-gcc "${cflags[@]}" -DMODEL_FILE="\"$model\"" -nostdlib -T "$here/l
 arm-none-eabi-size -A "$elf" | grep -E '^\.(vectors|text|rodata|ARM\.exidx|data|bss) ' >&2
 
 log="$(mktemp)"
-text="$(mktemp)"
-trap 'rm -f "$log" "$text"' EXIT
-set +e
-timeout --foreground "$timeout_s" qemu-system-arm -M mps2-an386 -cpu cortex-m4 -nographic -monitor none \
-    -semihosting-config enable=on,target=native -kernel "$elf" </dev/null >"$log"
-rc=$?
-set -e
-cat "$log"
-if [[ $rc -eq 124 ]]; then
-    echo "run-qemu.sh: QEMU timed out after ${timeout_s}s" >&2
-    exit 124
-fi
-[[ $rc -eq 0 ]] || { echo "run-qemu.sh: firmware exited with $rc" >&2; exit "$rc"; }
-
-perl -0777 -ne 'exit 1 unless /^--- kvm output ---\n(.*)\n--- end ---$/ms; print $1' "$log" >"$text" \
-    || { echo "run-qemu.sh: no output markers in the firmware's output" >&2; exit 1; }
-[[ -z "$out" ]] || cp "$text" "$out"
-if [[ -n "$expect" ]]; then
-    if cmp -s "$text" "$expect"; then
-        echo "run-qemu.sh: text matches $expect" >&2
-    else
-        echo "run-qemu.sh: text differs from $expect" >&2
-        exit 3
-    fi
-fi
+trap 'rm -f "$log"' EXIT
+run_qemu "$log" "$timeout_s" -M mps2-an386 -cpu cortex-m4 -kernel "$elf"
+check_text "$log" "$out" "$expect"

@@ -26,6 +26,8 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
+# shellcheck source=../../scripts/firmware-lib.sh
+source "$root/scripts/firmware-lib.sh"
 
 board=an386
 model=""
@@ -62,8 +64,7 @@ if [[ -n "$dtype" ]]; then
     [[ -z "$model" ]] || { echo "run-qemu.sh: give MODEL or --dtype, not both" >&2; exit 2; }
     mkdir -p "$here/target"
     model="$here/target/tiny-kjv-$dtype.kvm"
-    (cd "$root" && cargo run --quiet --release -p kvm-export -- \
-        convert models/tiny-kjv -o "$model" --dtype "$dtype" --quiet) || exit 2
+    convert_tiny_kjv "$root" "$dtype" "$model"
 fi
 model="${model:-$root/models/tiny-kjv-q8_0.kvm}"
 if [[ ! -f "$model" ]]; then
@@ -80,17 +81,7 @@ elf="$here/target/$target/release/kvm-mcu"
 
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
-set +e
-timeout --foreground "$timeout_s" qemu-system-arm -M "$machine" -cpu "$cpu" -nographic -monitor none \
-    -semihosting-config enable=on,target=native ${icount[@]+"${icount[@]}"} -kernel "$elf" </dev/null >"$log"
-rc=$?
-set -e
-cat "$log"
-if [[ $rc -eq 124 ]]; then
-    echo "run-qemu.sh: QEMU timed out after ${timeout_s}s" >&2
-    exit 124
-fi
-[[ $rc -eq 0 ]] || { echo "run-qemu.sh: firmware exited with $rc" >&2; exit "$rc"; }
+run_qemu "$log" "$timeout_s" -M "$machine" -cpu "$cpu" ${icount[@]+"${icount[@]}"} -kernel "$elf"
 if [[ ${#icount[@]} -gt 0 ]]; then
     # Under -icount shift=0 virtual time is 1 ns per instruction, so a tick of the
     # sysclk-Hz SysTick is 1e9 / sysclk instructions.
@@ -101,18 +92,4 @@ if [[ ${#icount[@]} -gt 0 ]]; then
             $2 ? sprintf(" (%.0f per token)", $n / $2) : "";' "$log"
 fi
 
-# The text: after the start marker line, up to (not including) the newline before the end
-# marker line.
-text="$(mktemp)"
-trap 'rm -f "$log" "$text"' EXIT
-perl -0777 -ne 'exit 1 unless /^--- kvm output ---\n(.*)\n--- end ---$/ms; print $1' "$log" >"$text" \
-    || { echo "run-qemu.sh: no output markers in the firmware's output" >&2; exit 1; }
-[[ -z "$out" ]] || cp "$text" "$out"
-if [[ -n "$expect" ]]; then
-    if cmp -s "$text" "$expect"; then
-        echo "run-qemu.sh: text matches $expect" >&2
-    else
-        echo "run-qemu.sh: text differs from $expect" >&2
-        exit 3
-    fi
-fi
+check_text "$log" "$out" "$expect"
