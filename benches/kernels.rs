@@ -1,6 +1,7 @@
 //! Kernel throughput per dtype and tier, single thread, in bytes of weights per second.
 //!
-//! `cargo bench --bench kernels` (add a filter such as `matvec/768x768/q8_0` to narrow).
+//! `cargo bench --bench kernels` (add a filter such as `matvec/768x768/q8_0` to narrow);
+//! `attention/` times the attention helpers (scores, exponentials, value sums).
 //! Shapes are `[rows, cols]`: a `d_model` projection, the `d_ff` up-projection and the
 //! GPT-2-sized lm head, whose weights no cache holds. `matmul` counts the weights once per
 //! token, so its GB/s compare directly with `matvec`'s.
@@ -170,12 +171,44 @@ fn bench_matmul(c: &mut Bench) {
     g.finish();
 }
 
+/// Attention's helpers on one head of paper-120m: the scores of a query against 640 keys
+/// of 128 (256 state slots + a 384-token window), their softmax exponentials, and the sum
+/// of 640 values; bytes are the keys or values read.
+fn bench_attention(c: &mut Bench) {
+    let (n, d) = (640, 128);
+    let mut g = c.benchmark_group(format!("attention/{n}x{d}"));
+    let mut keys = aligned_values(n * d, 4);
+    let keys = keys.floats_mut();
+    let q = values(d, 5);
+    let mut scores = values(n, 6);
+    let mut out = vec![0.0; d];
+    for t in tiers() {
+        // SAFETY: `supported` checked the CPU.
+        unsafe { tier::force_tier(t) };
+        g.throughput(Throughput::Bytes((4 * n * d) as u64));
+        g.bench_function(BenchmarkId::new("dots", t), |b| b.iter(|| kernels::dots(keys, &q, &mut scores)));
+        g.bench_function(BenchmarkId::new("weighted_sum", t), |b| {
+            b.iter(|| kernels::weighted_sum(&scores, keys, &mut out))
+        });
+        // On a fresh copy of the scores each time (2.5 KB, a small part of the time).
+        g.throughput(Throughput::Elements(n as u64));
+        let mut e = scores.clone();
+        g.bench_function(BenchmarkId::new("exp_sub", t), |b| {
+            b.iter(|| {
+                e.copy_from_slice(&scores);
+                kernels::exp_sub(&mut e, 1.0)
+            })
+        });
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .with_measurement(ThreadTime(WallTime))
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = bench_matvec, bench_matmul
+    targets = bench_matvec, bench_matmul, bench_attention
 }
 criterion_main!(benches);
