@@ -457,6 +457,25 @@ unsafe fn put<T>(p: *mut T, v: T) -> Outcome {
     Ok(())
 }
 
+/// Runs `fill`, which writes into a caller buffer and returns the count written, or an
+/// error with the count needed (`KVM_ERR_BUFFER_TOO_SMALL`) or 0; stores that count in
+/// `*count` either way. A null `count` is refused before `fill` runs.
+///
+/// # Safety
+/// `count` is null or valid for writes.
+unsafe fn counted(count: *mut usize, fill: impl FnOnce() -> Result<usize, (kvm_status, usize)>) -> Outcome {
+    if count.is_null() {
+        return Err(KVM_ERR_NULL_POINTER);
+    }
+    let (outcome, n) = match fill() {
+        Ok(n) => (Ok(()), n),
+        Err((e, needed)) => (Err(e), needed),
+    };
+    // SAFETY: per the contract.
+    unsafe { put(count, n)? };
+    outcome
+}
+
 /// The library version, e.g. `"0.1.0"` (static, NUL-terminated).
 #[no_mangle]
 pub extern "C" fn kvm_version() -> *const c_char {
@@ -695,16 +714,8 @@ pub unsafe extern "C" fn kvm_tokenize(
     status(catch(|| {
         // SAFETY: per the contract.
         let (m, text, out) = unsafe { (model_of(model)?, input(text.cast::<u8>(), text_len)?, output(ids, ids_cap)?) };
-        if n_ids.is_null() {
-            return Err(KVM_ERR_NULL_POINTER);
-        }
-        let (code, n) = match text::encode(&m, text, out) {
-            Ok(n) => (Ok(()), n),
-            Err((e, needed)) => (Err(e), needed),
-        };
         // SAFETY: per the contract.
-        unsafe { put(n_ids, n)? };
-        code
+        unsafe { counted(n_ids, || text::encode(&m, text, out)) }
     }))
 }
 
@@ -728,16 +739,8 @@ pub unsafe extern "C" fn kvm_detokenize(
     status(catch(|| {
         // SAFETY: per the contract.
         let (m, ids, out) = unsafe { (model_of(model)?, input(ids, n_ids)?, output(text.cast::<u8>(), text_cap)?) };
-        if text_len.is_null() {
-            return Err(KVM_ERR_NULL_POINTER);
-        }
-        let (code, n) = match text::decode(&m, ids, out) {
-            Ok(n) => (Ok(()), n),
-            Err((e, needed)) => (Err(e), needed),
-        };
         // SAFETY: per the contract.
-        unsafe { put(text_len, n)? };
-        code
+        unsafe { counted(text_len, || text::decode(&m, ids, out)) }
     }))
 }
 
