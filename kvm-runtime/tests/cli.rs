@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{golden_dir, read_safetensors, repo, Tensor};
+use common::{golden_dir, max_abs_diff, read_safetensors, repo, Tensor};
 use kvm_core::quant::DType;
 use kvm_export::convert::{convert, Policy, TokenizerSource};
 
@@ -68,7 +68,7 @@ fn logits_match_golden_vectors() {
         let (shape, got) = read_npy(&out);
         let want: Vec<f32> = g["logits_prefill"].f32.iter().chain(&g["logits_decode"].f32).copied().collect();
         assert_eq!(shape, vec![ids.len(), want.len() / ids.len()]);
-        let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let worst = max_abs_diff(&got, &want);
         assert!(worst <= 1e-3, "{case}: max abs logit error {worst}");
         for f in [model, out] {
             std::fs::remove_file(f).ok();
@@ -159,7 +159,7 @@ fn logits_match_with_any_thread_count() {
         ]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let (_, got) = read_npy(&out);
-        let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let worst = max_abs_diff(&got, &want);
         assert!(worst <= 1e-3, "--threads {threads}: max abs logit error {worst}");
         std::fs::remove_file(out).ok();
     }
