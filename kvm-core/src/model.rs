@@ -232,8 +232,10 @@ pub type HeadFn<'f> = dyn Fn(usize, &mut [f32], &mut [f32]) + Sync + 'f;
 /// Work on one piece of an output: `(index, piece)`.
 pub type PieceFn<'f> = dyn Fn(usize, &mut [f32]) + Sync + 'f;
 
-/// Runs the matrix products of a forward pass. [`Serial`] runs them on the calling
-/// thread; the std runtime plugs in a thread pool.
+/// Runs the matrix products and the other splittable work of a forward pass. [`Serial`]
+/// runs them on the calling thread; the std runtime plugs in a thread pool. No method has
+/// a default, so a wrapper (a timer, say) must forward each one and cannot fall back to
+/// serial work unnoticed.
 pub trait Exec {
     /// `ys[t] = w xs[t]` for every token `t`: `xs: [n, w.cols]`, `ys: [n, w.rows]`;
     /// `act` is kernel scratch of at least [`kernels::matmul_scratch_len`]`(w.cols, 1)`.
@@ -242,19 +244,11 @@ pub trait Exec {
     /// Runs `f(h, out_h, scratch_h)` for every head `h`, where `out_h` and `scratch_h` are
     /// the `h`-th `out_len`- and `scratch_len`-long pieces of `outs` and `scratch`; the
     /// heads are independent, so an implementation may run them in parallel.
-    fn heads(&self, outs: &mut [f32], out_len: usize, scratch: &mut [f32], scratch_len: usize, f: &HeadFn<'_>) {
-        for (h, (out, s)) in outs.chunks_exact_mut(out_len).zip(scratch.chunks_exact_mut(scratch_len)).enumerate() {
-            f(h, out, s);
-        }
-    }
+    fn heads(&self, outs: &mut [f32], out_len: usize, scratch: &mut [f32], scratch_len: usize, f: &HeadFn<'_>);
 
     /// Runs `f(i, piece_i)` for every `piece`-long piece of `out` (the last may be
     /// shorter); the pieces are independent, so an implementation may run them in parallel.
-    fn pieces(&self, out: &mut [f32], piece: usize, f: &PieceFn<'_>) {
-        for (i, p) in out.chunks_mut(piece.max(1)).enumerate() {
-            f(i, p);
-        }
-    }
+    fn pieces(&self, out: &mut [f32], piece: usize, f: &PieceFn<'_>);
 }
 
 /// Every product on the calling thread.
@@ -268,6 +262,18 @@ impl Exec for Serial {
             kernels::matvec(w, xs, ys, act)
         } else {
             kernels::matmul(w, xs, ys, act)
+        }
+    }
+
+    fn heads(&self, outs: &mut [f32], out_len: usize, scratch: &mut [f32], scratch_len: usize, f: &HeadFn<'_>) {
+        for (h, (out, s)) in outs.chunks_exact_mut(out_len).zip(scratch.chunks_exact_mut(scratch_len)).enumerate() {
+            f(h, out, s);
+        }
+    }
+
+    fn pieces(&self, out: &mut [f32], piece: usize, f: &PieceFn<'_>) {
+        for (i, p) in out.chunks_mut(piece.max(1)).enumerate() {
+            f(i, p);
         }
     }
 }
