@@ -26,6 +26,7 @@ pub use tier::{force_tier, tier, Tier};
 
 use crate::error::{Error, Result};
 use crate::quant::{DType, QK};
+use half::f16;
 
 /// A row-major weight matrix `[rows, cols]` borrowed from the model blob.
 #[derive(Debug, Clone, Copy)]
@@ -114,23 +115,72 @@ pub fn dequant_row(w: &Matrix<'_>, row: usize, out: &mut [f32]) {
     unsafe { (table(tier()).dequant_row)(w.dtype, bytes, out) }
 }
 
+/// An element attention reads from the session state: `f32`, or [`f16`] (the compact
+/// cache, half the bytes). Kernels widen it exactly to f32 before any arithmetic, so the
+/// same values give the same bits whichever way they are stored.
+pub trait Stored: Copy + Send + Sync + sealed::Entries {
+    /// The exact f32 value.
+    fn widen(self) -> f32;
+}
+
+impl Stored for f32 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
+impl Stored for f16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+/// The active tier's attention entries for each [`Stored`] type (sealed: f32 and f16).
+mod sealed {
+    use super::{f16, table, tier};
+
+    pub trait Entries: Sized {
+        fn dots(rows: &[Self], x: &[f32], out: &mut [f32]);
+        fn weighted_sum(p: &[f32], rows: &[Self], out: &mut [f32]);
+    }
+
+    // SAFETY (every call): the active tier's CPU features are present (`tier`'s invariant).
+    impl Entries for f32 {
+        fn dots(rows: &[f32], x: &[f32], out: &mut [f32]) {
+            unsafe { (table(tier()).dots)(rows, x, out) }
+        }
+        fn weighted_sum(p: &[f32], rows: &[f32], out: &mut [f32]) {
+            unsafe { (table(tier()).weighted_sum)(p, rows, out) }
+        }
+    }
+
+    impl Entries for f16 {
+        fn dots(rows: &[f16], x: &[f32], out: &mut [f32]) {
+            unsafe { (table(tier()).dots_f16)(rows, x, out) }
+        }
+        fn weighted_sum(p: &[f32], rows: &[f16], out: &mut [f32]) {
+            unsafe { (table(tier()).weighted_sum_f16)(p, rows, out) }
+        }
+    }
+}
+
 /// `out[i] = rows[i] . x` for each of the `rows.len() / x.len()` rows of `rows`
 /// (`[n, x.len()]`, `out`: at least `[n]`): one query's scores against a run of keys. Every
 /// tier sums in [`scalar::dots`]' canonical order, so the scores are the same bits on
 /// every CPU.
 #[inline]
-pub fn dots(rows: &[f32], x: &[f32], out: &mut [f32]) {
-    // SAFETY: as in `matvec`.
-    unsafe { (table(tier()).dots)(rows, x, out) }
+pub fn dots<T: Stored>(rows: &[T], x: &[f32], out: &mut [f32]) {
+    T::dots(rows, x, out)
 }
 
 /// `out[c] += sum_j p[j] * rows[j][c]` for the `p.len()` rows of `rows` (`[n, out.len()]`):
 /// attention's weighted sum of values. Every tier gives [`scalar::weighted_sum`]'s bits.
 #[inline]
-pub fn weighted_sum(p: &[f32], rows: &[f32], out: &mut [f32]) {
+pub fn weighted_sum<T: Stored>(p: &[f32], rows: &[T], out: &mut [f32]) {
     debug_assert!(rows.len() >= p.len() * out.len());
-    // SAFETY: as in `matvec`.
-    unsafe { (table(tier()).weighted_sum)(p, rows, out) }
+    T::weighted_sum(p, rows, out)
 }
 
 /// `x[i] = e^(x[i] - max)` for softmax, with [`scalar::exp_approx`] (within 2 ulp of
@@ -210,6 +260,8 @@ struct Table {
     weighted_sum: unsafe fn(&[f32], &[f32], &mut [f32]),
     exp_sub: unsafe fn(&mut [f32], f32),
     dots: unsafe fn(&[f32], &[f32], &mut [f32]),
+    weighted_sum_f16: unsafe fn(&[f32], &[f16], &mut [f32]),
+    dots_f16: unsafe fn(&[f16], &[f32], &mut [f32]),
 }
 
 /// The table of `tier`; a tier of another architecture gets the scalar one.
@@ -223,6 +275,8 @@ fn table(tier: Tier) -> &'static Table {
         weighted_sum: scalar::weighted_sum,
         exp_sub: scalar::exp_sub,
         dots: scalar::dots,
+        weighted_sum_f16: scalar::weighted_sum,
+        dots_f16: scalar::dots,
     };
     #[cfg(target_arch = "x86_64")]
     static AVX2: Table = Table {
@@ -232,6 +286,8 @@ fn table(tier: Tier) -> &'static Table {
         weighted_sum: x86_64::avx2::weighted_sum,
         exp_sub: x86_64::avx2::exp_sub,
         dots: x86_64::avx2::dots,
+        weighted_sum_f16: scalar::weighted_sum,
+        dots_f16: scalar::dots,
     };
     #[cfg(target_arch = "x86_64")]
     static AVX512: Table = Table {
@@ -241,6 +297,8 @@ fn table(tier: Tier) -> &'static Table {
         weighted_sum: x86_64::avx512::weighted_sum,
         exp_sub: x86_64::avx512::exp_sub,
         dots: x86_64::avx512::dots,
+        weighted_sum_f16: scalar::weighted_sum,
+        dots_f16: scalar::dots,
     };
     #[cfg(target_arch = "aarch64")]
     static NEON: Table = Table {
@@ -250,6 +308,8 @@ fn table(tier: Tier) -> &'static Table {
         weighted_sum: aarch64::neon::weighted_sum,
         exp_sub: aarch64::neon::exp_sub,
         dots: aarch64::neon::dots,
+        weighted_sum_f16: scalar::weighted_sum,
+        dots_f16: scalar::dots,
     };
     #[cfg(target_arch = "aarch64")]
     static NEON_DOT: Table = Table {
@@ -259,6 +319,8 @@ fn table(tier: Tier) -> &'static Table {
         weighted_sum: aarch64::neon::weighted_sum,
         exp_sub: aarch64::neon::exp_sub,
         dots: aarch64::neon::dots,
+        weighted_sum_f16: scalar::weighted_sum,
+        dots_f16: scalar::dots,
     };
     match tier {
         #[cfg(target_arch = "x86_64")]
@@ -690,6 +752,39 @@ pub(crate) mod tests {
                 // SAFETY: as above.
                 unsafe { (tb.exp_sub)(&mut got, 2.5) };
                 assert_bits(&got, &want, &format_args!("{t} exp_sub [{len}]"));
+            }
+        }
+    }
+
+    /// The f16 entries (the compact state cache) give the scalar tier's bits too, and the
+    /// same bits as the f32 entries on the widened rows.
+    #[test]
+    fn f16_attention_helpers_match_scalar_bits() {
+        let half = |v: Vec<f32>| -> Vec<f16> { v.into_iter().map(f16::from_f32).collect() };
+        for t in supported_tiers() {
+            let tb = table(t);
+            for d in [1, 3, 4, 7, 8, 15, 16, 17, 31, 33, 64, 65, 127, 128, 129, 200, 257] {
+                for n in [0, 1, 2, 5, 9] {
+                    let (p, rows) = (values(n, d as u32), half(values(n * d, 3 + n as u32)));
+                    let wide: Vec<f32> = rows.iter().map(|h| h.to_f32()).collect();
+                    let start = values(d, 99);
+                    let (mut want, mut got) = (start.clone(), start.clone());
+                    scalar::weighted_sum(&p, &wide, &mut want);
+                    // SAFETY: the CPU supports `t`; the table is called directly.
+                    unsafe { (tb.weighted_sum_f16)(&p, &rows, &mut got) };
+                    assert_bits(&got, &want, &format_args!("{t} weighted_sum_f16 [{n}, {d}]"));
+                }
+            }
+            for d in [1, 3, 15, 16, 17, 31, 32, 33, 64, 127, 128, 129] {
+                for n in [0, 1, 3, 4, 5, 9] {
+                    let (rows, x) = (half(values(n * d, d as u32)), values(d, 5 + n as u32));
+                    let wide: Vec<f32> = rows.iter().map(|h| h.to_f32()).collect();
+                    let (mut want, mut got) = (vec![f32::NAN; n], vec![f32::NAN; n]);
+                    scalar::dots(&wide, &x, &mut want);
+                    // SAFETY: as above.
+                    unsafe { (tb.dots_f16)(&rows, &x, &mut got) };
+                    assert_bits(&got, &want, &format_args!("{t} dots_f16 [{n}, {d}]"));
+                }
             }
         }
     }

@@ -8,7 +8,7 @@
 
 use core::marker::PhantomData;
 
-use super::{FloatType, Kernel, Kernels, BF16, F16, F32};
+use super::{FloatType, Kernel, Kernels, Stored, BF16, F16, F32};
 use crate::quant::{bf16_le, f16_le, BlockQ4_0, BlockQ8_0, DType, QK};
 
 /// Exact dot product of one encoded row with `x` (f32 products, summed in order).
@@ -196,8 +196,8 @@ pub const DOT_LANES: usize = 16;
 /// `l, l + 16, ...` (multiply, then add), the 16 lanes fold in halves (`l + 8`, `+ 4`,
 /// `+ 2`, `+ 1`), then the `len % 16` tail adds in column order. Attention scores and
 /// the state's similarities use it, so a model with integer weights decodes the same bits
-/// on every CPU.
-pub fn dots(rows: &[f32], x: &[f32], out: &mut [f32]) {
+/// on every CPU. f16 rows widen exactly to f32 first, so they follow the same order.
+pub fn dots<T: Stored>(rows: &[T], x: &[f32], out: &mut [f32]) {
     let d = x.len();
     if d == 0 {
         out.fill(0.0);
@@ -208,7 +208,7 @@ pub fn dots(rows: &[f32], x: &[f32], out: &mut [f32]) {
         let body = d - d % DOT_LANES;
         for (r, v) in row[..body].chunks_exact(DOT_LANES).zip(x[..body].chunks_exact(DOT_LANES)) {
             for l in 0..DOT_LANES {
-                acc[l] += r[l] * v[l];
+                acc[l] += r[l].widen() * v[l];
             }
         }
         *o = dot_tail(fold_lanes(acc), &row[body..], &x[body..]);
@@ -230,9 +230,9 @@ pub fn fold_lanes(mut a: [f32; DOT_LANES]) -> f32 {
 
 /// [`dots`]' tail: `sum` plus the products of the last `len % 16` columns, in order.
 #[inline]
-pub fn dot_tail(mut sum: f32, row: &[f32], x: &[f32]) -> f32 {
+pub fn dot_tail<T: Stored>(mut sum: f32, row: &[T], x: &[f32]) -> f32 {
     for (r, v) in row.iter().zip(x) {
-        sum += r * v;
+        sum += r.widen() * v;
     }
     sum
 }
@@ -278,19 +278,19 @@ pub fn exp_sub(x: &mut [f32], max: f32) {
 /// `out[c] += sum_j p[j] * rows[j][c]` over the `p.len()` rows of `rows` (`[n, out.len()]`),
 /// row by row: each column sums its terms in row order with separate multiplies and adds,
 /// which every tier reproduces bit for bit (it is attention's read of the values).
-pub fn weighted_sum(p: &[f32], rows: &[f32], out: &mut [f32]) {
+pub fn weighted_sum<T: Stored>(p: &[f32], rows: &[T], out: &mut [f32]) {
     weighted_sum_columns(p, rows, 0, out);
 }
 
 /// Columns `[c0, out.len())` of [`weighted_sum`]: the SIMD tiers' tail.
-pub(crate) fn weighted_sum_columns(p: &[f32], rows: &[f32], c0: usize, out: &mut [f32]) {
+pub(crate) fn weighted_sum_columns<T: Stored>(p: &[f32], rows: &[T], c0: usize, out: &mut [f32]) {
     let d = out.len();
     if c0 >= d {
         return;
     }
     for (&pj, row) in p.iter().zip(rows.chunks_exact(d)) {
         for (o, &v) in out[c0..].iter_mut().zip(&row[c0..]) {
-            *o += pj * v;
+            *o += pj * v.widen();
         }
     }
 }
