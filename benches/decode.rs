@@ -41,7 +41,7 @@ fn decode(c: &mut Criterion) {
                 dtype.name(),
                 std::process::id()
             ));
-            synth(&path, &cfg, &Policy { dtype, overrides: vec![] }, 0, &mut |_| {}).unwrap();
+            synth(&path, &cfg, &Policy::uniform(dtype), 0, &mut |_| {}).unwrap();
             let file = ModelFile::open(&path).unwrap();
             let model = file.model().unwrap();
             let mut arena = Arena::new(model.arena_len());

@@ -11,6 +11,7 @@ use std::ptr::{null, null_mut};
 use std::sync::OnceLock;
 
 use common::*;
+use kvm_core::cache::CacheDtype;
 use kvm_core::error::{ConfigField, Section, Unsupported};
 use kvm_core::quant::DType;
 use kvm_core::sampler::{Candidate, Sampler, SamplerConfig};
@@ -137,7 +138,12 @@ fn c_str(p: *const std::ffi::c_char) -> &'static str {
 
 /// Tokens the core's own Session produces greedily: the Rust path.
 fn rust_greedy(blob: &[u8], prompt: &[u32], n: usize) -> Vec<u32> {
-    let model = Model::from_bytes(blob).unwrap();
+    rust_greedy_cached(blob, CacheDtype::F32, prompt, n)
+}
+
+/// [`rust_greedy`] with the attention rows stored as `cache`.
+fn rust_greedy_cached(blob: &[u8], cache: CacheDtype, prompt: &[u32], n: usize) -> Vec<u32> {
+    let model = Model::from_bytes(blob).unwrap().with_cache(cache).unwrap();
     let mut arena = Arena::new(model.arena_len());
     let mut session = Session::new(model, arena.bytes()).unwrap();
     let mut sampler = Sampler::new(SamplerConfig::greedy(), 0);
@@ -281,6 +287,30 @@ fn model_info_and_unloaded_handles() {
     // A copy of a loaded kvm_model is as good as the original.
     let copy = *f.model;
     assert_eq!(unsafe { kvm_arena_size(&copy) }, f.arena_len);
+}
+
+#[test]
+fn the_f16_cache_shrinks_the_arena_and_decodes_as_the_rust_path() {
+    let mut f = Fixture::kjv();
+    let mut info = kvm_model_desc::default();
+    assert_eq!(unsafe { kvm_model_info(&*f.model, &mut info) }, KVM_OK);
+    assert_eq!(info.cache, KVM_CACHE_F32);
+    let (arena32, state32) = (info.arena_size, info.state_size);
+    assert_eq!(unsafe { kvm_model_set_cache(&mut *f.model, 7) }, KVM_ERR_INVALID_ARGUMENT);
+    assert_eq!(unsafe { kvm_model_set_cache(null_mut(), KVM_CACHE_F16) }, KVM_ERR_NULL_POINTER);
+    assert_eq!(unsafe { kvm_model_set_cache(&mut *f.model, KVM_CACHE_F16) }, KVM_OK);
+    assert_eq!(unsafe { kvm_model_info(&*f.model, &mut info) }, KVM_OK);
+    assert_eq!(info.cache, KVM_CACHE_F16);
+    assert!(info.arena_size < arena32 && info.state_size < state32, "the f16 cache shrinks arena and snapshots");
+    f.arena_len = unsafe { kvm_arena_size(&*f.model) };
+    assert_eq!(f.arena_len, info.arena_size);
+    let r = &references()[0];
+    let ids = f.tokenize(&r.prompt);
+    let s = f.session();
+    s.set_sampler(greedy(), 0);
+    s.prefill(&ids);
+    let n = r.greedy_ids.len();
+    assert_eq!(s.steps(n), rust_greedy_cached(tiny_kjv(), CacheDtype::F16, &ids, n));
 }
 
 #[test]

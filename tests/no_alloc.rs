@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
+use kvm_core::cache::CacheDtype;
 use kvm_core::model::Exec;
 use kvm_core::quant::DType;
 use kvm_core::state::Phase;
@@ -67,10 +68,14 @@ static GLOBAL: Counting = Counting;
 
 #[test]
 fn prefill_and_decode_allocate_nothing() {
-    for (case, dtype) in [("fixed_basic", DType::F32), ("growable_power_law", DType::F32), ("fixed_basic", DType::F16)]
-    {
+    for (case, dtype, cache) in [
+        ("fixed_basic", DType::F32, CacheDtype::F32),
+        ("growable_power_law", DType::F32, CacheDtype::F32),
+        ("fixed_basic", DType::F16, CacheDtype::F32),
+        ("growable_power_law", DType::F32, CacheDtype::F16),
+    ] {
         let blob = convert_to_bytes(&golden_dir(case), dtype);
-        let model = Model::from_bytes(&blob).unwrap();
+        let model = Model::from_bytes(&blob).unwrap().with_cache(cache).unwrap();
         let mut arena = Arena::new(model.arena_len());
         let mut session = Session::new(model, arena.bytes()).unwrap();
         let prompt: Vec<u32> = (0..37).map(|i| (i * 7 % 96) as u32).collect();
@@ -86,7 +91,7 @@ fn prefill_and_decode_allocate_nothing() {
                 % 96;
         }
         let after = allocations();
-        assert_eq!(after - before, 0, "{case}/{}: decode allocated", dtype.name());
+        assert_eq!(after - before, 0, "{case}/{}/{} cache: decode allocated", dtype.name(), cache.name());
     }
 }
 
@@ -151,7 +156,7 @@ fn decode_on_a_pool_allocates_nothing_on_any_thread() {
         ..Preset::Tiny.config()
     };
     let path = std::env::temp_dir().join(format!("kvm-no-alloc-pool-{}.kvm", std::process::id()));
-    synth(&path, &cfg, &Policy { dtype: DType::Q8_0, overrides: vec![] }, 1, &mut |_| {}).unwrap();
+    synth(&path, &cfg, &Policy::uniform(DType::Q8_0), 1, &mut |_| {}).unwrap();
     let blob = std::fs::read(&path).unwrap();
     std::fs::remove_file(&path).ok();
     let model = Model::from_bytes(&blob).unwrap();

@@ -84,6 +84,8 @@ pub enum ConfigField {
     LogitSoftcap,
     ResidualScale,
     StateCapacity,
+    /// The header's attention cache dtype.
+    CacheDtype,
     Flags,
 }
 

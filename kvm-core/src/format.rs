@@ -14,6 +14,7 @@
 //! Parsing never panics and never reads out of bounds, whatever the input: every offset is
 //! checked with overflow-free arithmetic before it is sliced.
 
+use crate::cache::CacheDtype;
 use crate::config::{Config, StateBudget};
 use crate::error::{Error, Result, Section};
 use crate::quant::DType;
@@ -24,7 +25,7 @@ pub const MAGIC: [u8; 4] = *b"KVMF";
 pub const VERSION_MAJOR: u16 = 1;
 /// The minor version this build writes; newer minors are read (they only add fields in
 /// reserved space).
-pub const VERSION_MINOR: u16 = 0;
+pub const VERSION_MINOR: u16 = 1;
 /// Written as a little-endian u32; reads back differently on a byte-swapped file.
 pub const BYTE_ORDER_MARK: u32 = 0x0A0B_0C0D;
 /// Size of the fixed header.
@@ -55,6 +56,8 @@ pub struct Header {
     pub arena_len: u64,
     /// State slots the default arena holds.
     pub state_capacity: u32,
+    /// How sessions store the rows attention reads (minor 1; zero, f32, before).
+    pub cache: CacheDtype,
     pub n_tensors: u32,
     pub table_offset: u64,
     pub table_len: u64,
@@ -316,6 +319,7 @@ mod at {
     pub const TOK_OFFSET: usize = 72;
     pub const TOK_LEN: usize = 80;
     pub const TOK_CRC: usize = 88;
+    pub const CACHE: usize = 92;
     pub const CONFIG: usize = 96;
 }
 
@@ -412,11 +416,14 @@ impl Header {
             1 => TokenizerKind::Bpe,
             _ => return Err(Error::BadTokenizer),
         };
+        let cache =
+            CacheDtype::from_u32(r.u32(at::CACHE)?).ok_or(Error::BadConfig(crate::error::ConfigField::CacheDtype))?;
         let h = Header {
             minor,
             file_len: r.u64(at::FILE_LEN)?,
             arena_len: r.u64(at::ARENA_LEN)?,
             state_capacity: r.u32(at::STATE_CAPACITY)?,
+            cache,
             n_tensors: r.u32(at::N_TENSORS)?,
             table_offset: r.u64(at::TABLE_OFFSET)?,
             table_len: r.u64(at::TABLE_LEN)?,
@@ -458,6 +465,7 @@ impl Header {
         w.put(at::TOK_OFFSET, &self.tokenizer_offset.to_le_bytes());
         w.put(at::TOK_LEN, &self.tokenizer_len.to_le_bytes());
         w.put(at::TOK_CRC, &self.tokenizer_crc.to_le_bytes());
+        w.put(at::CACHE, &(self.cache as u32).to_le_bytes());
         let c = at::CONFIG;
         let k = &self.config;
         for (off, v) in [

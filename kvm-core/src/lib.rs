@@ -4,13 +4,14 @@
 //!
 //! Modules follow the data: [`format`] (the file) -> [`quant`] (weight blocks) ->
 //! [`kernels`] (matrix x vector) -> [`config`] + [`model`] (weights view, forward) ->
-//! [`state`] (arena layout, window, means state) -> [`tokenizer`] -> [`sampler`].
+//! [`state`] (arena layout, window, means state; rows stored as [`cache`] says) -> [`tokenizer`] -> [`sampler`].
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod cache;
 pub mod config;
 pub mod error;
 pub mod format;

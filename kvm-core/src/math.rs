@@ -8,10 +8,7 @@ pub const LN_EPS: f32 = 1e-5;
 
 /// `out = (x - mean) / sqrt(var + eps) * w + b` with the biased variance, as torch.
 pub fn layer_norm(x: &[f32], w: Vector<'_>, b: Vector<'_>, out: &mut [f32]) {
-    let n = x.len() as f32;
-    let mean = x.iter().sum::<f32>() / n;
-    let var = x.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / n;
-    let inv = 1.0 / libm::sqrtf(var + LN_EPS);
+    let (mean, inv) = ln_stats(x);
     for (i, (o, &v)) in out.iter_mut().zip(x).enumerate() {
         *o = (v - mean) * inv * w.get(i) + b.get(i);
     }
@@ -19,13 +16,20 @@ pub fn layer_norm(x: &[f32], w: Vector<'_>, b: Vector<'_>, out: &mut [f32]) {
 
 /// In-place [`layer_norm`].
 pub fn layer_norm_inplace(x: &mut [f32], w: Vector<'_>, b: Vector<'_>) {
-    let n = x.len() as f32;
-    let mean = x.iter().sum::<f32>() / n;
-    let var = x.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / n;
-    let inv = 1.0 / libm::sqrtf(var + LN_EPS);
+    let (mean, inv) = ln_stats(x);
     for (i, v) in x.iter_mut().enumerate() {
         *v = (*v - mean) * inv * w.get(i) + b.get(i);
     }
+}
+
+/// [`layer_norm`]'s mean and `1 / sqrt(var + eps)`: element `i` normalises to
+/// `(x[i] - mean) * inv * w[i] + b[i]`.
+#[inline]
+pub fn ln_stats(x: &[f32]) -> (f32, f32) {
+    let n = x.len() as f32;
+    let mean = x.iter().sum::<f32>() / n;
+    let var = x.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    (mean, 1.0 / libm::sqrtf(var + LN_EPS))
 }
 
 /// `a . b` with eight independent partial sums, which the compiler keeps in one vector

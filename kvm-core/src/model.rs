@@ -1,5 +1,6 @@
 //! The weights view ([`Model`]) and the forward pass of one token (spec §2).
 
+use crate::cache::CacheDtype;
 use crate::config::{flags, Config};
 use crate::error::{Error, Result};
 use crate::format::{self, Header, Role, TensorEntry, ENTRY_LEN, HEADER_LEN, N_GLOBAL_ROLES};
@@ -106,7 +107,7 @@ impl<'a> Model<'a> {
         };
         // The header's arena_len is what the writer's kvm computed; this build's own layout
         // decides (the two agree within a release), so only the capacity is checked here.
-        let layout = Layout::new(cfg, header.state_capacity as usize)?;
+        let layout = Layout::new(cfg, header.state_capacity as usize, header.cache)?;
         let mut layer_slot = [u8::MAX; LAYER_ROLES];
         let mut per_layer = 0;
         for (i, role) in Role::ALL[N_GLOBAL_ROLES..].iter().enumerate() {
@@ -148,7 +149,27 @@ impl<'a> Model<'a> {
     /// # Errors
     /// [`Error::BadConfig`] if `state_len` is outside `[chunk_len, natural_state_len]`.
     pub fn arena_len_for(&self, state_len: usize) -> Result<usize> {
-        Ok(Layout::new(self.config(), state_len)?.arena_len())
+        Ok(Layout::new(self.config(), state_len, self.cache())?.arena_len())
+    }
+
+    /// How this model's sessions store the rows attention reads (the file's choice unless
+    /// overridden by [`Model::with_cache`]).
+    #[inline]
+    pub fn cache(&self) -> CacheDtype {
+        self.header.cache
+    }
+
+    /// This model with its sessions storing attention rows as `cache`: `F16` halves the
+    /// state bytes each decode step reads and their share of the arena, at f16 precision
+    /// (see [`crate::cache`]). [`Model::arena_len`] follows.
+    ///
+    /// # Errors
+    /// [`Error::BadConfig`] if the arena size overflows.
+    pub fn with_cache(mut self, cache: CacheDtype) -> Result<Self> {
+        let layout = Layout::new(self.config(), self.header.state_capacity as usize, cache)?;
+        self.header.cache = cache;
+        self.arena_len = layout.arena_len();
+        Ok(self)
     }
 
     /// The model's tokenizer (validated at load).

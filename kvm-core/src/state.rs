@@ -8,23 +8,26 @@
 //! per layer  sk [n_heads, state_len, d_qk]    key sums
 //!            sv [n_heads, state_len, d_v]     value sums
 //!            r  [n_heads, state_len]          read radius (vlens) or fold count
-//!            nk [n_heads, state_len, d_qk]    LN_s_k(sk), refreshed when sk changes
-//!            nv [n_heads, state_len, d_v]     the value a read sees, likewise
-//!            wk [n_heads, window_len, d_qk]   window keys (post LN_k, post RoPE), a ring
-//!            wv [n_heads, window_len, d_v]    window values, a ring
+//!            nk [n_heads, state_len, d_qk]    LN_s_k(sk), refreshed when sk changes  (*)
+//!            nv [n_heads, state_len, d_v]     the value a read sees, likewise         (*)
+//!            wk [n_heads, window_len, d_qk]   window keys (post LN_k, post RoPE), a ring (*)
+//!            wv [n_heads, window_len, d_v]    window values, a ring                   (*)
 //!            wm [n_heads, window_len]         window merge gates, a ring
 //!            prev_q, prev_k [n_heads * d_qk], prev_v [n_heads * d_v], prev_m [d_model]
 //!                                             token-shift carries
 //! scratch    activations of one step, fold scratch, kernel scratch, logits
 //! ```
 //!
+//! (*) stored as the layout's [`CacheDtype`] (f32, or f16 in half the words); the rest is f32.
+//!
 //! Everything before `scratch` is the session's state: [`Session::snapshot`] copies it
 //! and nothing else. Every region starts on a 64-byte boundary.
 
+use crate::cache::{CacheDtype, Rows, RowsMut};
 use crate::config::{flags, Config, StateBudget};
 use crate::error::{Error, Result};
 use crate::kernels;
-use crate::math::{layer_norm_inplace, norm};
+use crate::math::{layer_norm_inplace, ln_stats, norm};
 use crate::model::Exec;
 use crate::model::{self, Logits, Model, Serial, Tap, Vector};
 use crate::quant::round_bf16;
@@ -49,11 +52,14 @@ const fn pad(n: usize) -> usize {
 pub struct Layout {
     /// State slots the arena holds.
     pub state_len: usize,
+    /// How the rows attention reads are stored.
+    pub cache: CacheDtype,
     /// f32s of one layer's state.
     layer_len: usize,
     /// f32s of the per-step scratch.
     scratch_len: usize,
     n_layers: usize,
+    /// Elements of each part of a layer's state ([`Layout::LAYER_CACHED`] ones of `cache`).
     layer_sizes: [usize; LAYER_PARTS],
     step_sizes: [usize; STEP_PARTS],
     /// Widths of the per-token activation rows.
@@ -67,13 +73,18 @@ const STEP_PARTS: usize = 7;
 const ROW_PARTS: usize = 13;
 
 impl Layout {
-    /// The layout of a session of `cfg` holding at most `state_len` slots.
+    /// The parts of a layer's state stored as the cache dtype: nk, nv, wk, wv.
+    const LAYER_CACHED: [bool; LAYER_PARTS] =
+        [false, false, false, true, true, true, true, false, false, false, false, false];
+
+    /// The layout of a session of `cfg` holding at most `state_len` slots, its attention
+    /// rows stored as `cache`.
     ///
     /// # Errors
     /// [`Error::BadConfig`] (`StateCapacity`) if `state_len` is below `chunk_len` (the
     /// first chunk always enters the state whole) or above the model's
     /// [`Config::natural_state_len`]; [`Error::BadConfig`] if the arena size overflows.
-    pub fn new(cfg: &Config, state_len: usize) -> Result<Layout> {
+    pub fn new(cfg: &Config, state_len: usize, cache: CacheDtype) -> Result<Layout> {
         use crate::error::ConfigField;
         let too_big = Error::BadConfig(ConfigField::StateCapacity);
         if state_len < cfg.chunk_len as usize || state_len > cfg.natural_state_len() {
@@ -123,11 +134,13 @@ impl Layout {
         ];
         let widest_input = d.max(cfg.d_vgate as usize).max(cfg.v_dim()).max(cfg.d_ff as usize);
         let sum = |sizes: &[usize]| sizes.iter().try_fold(0usize, |acc, &n| acc.checked_add(pad(n)));
-        let layer_len = sum(&layer_sizes).ok_or(too_big)?;
+        let layer_words = core::array::from_fn::<_, LAYER_PARTS, _>(|i| Self::part_words(cache, i, layer_sizes[i]));
+        let layer_len = sum(&layer_words).ok_or(too_big)?;
         let step_len = sum(&step_sizes).ok_or(too_big)?;
         let n_layers = cfg.n_layers as usize;
         let mut lay = Layout {
             state_len,
+            cache,
             layer_len,
             scratch_len: 0,
             n_layers,
@@ -140,6 +153,16 @@ impl Layout {
         let total = mul(layer_len, n_layers)?.checked_add(lay.scratch_len + COUNTERS).ok_or(too_big)?;
         mul(total, 4)?;
         Ok(lay)
+    }
+
+    /// f32 words of part `i` of a layer's state, `n` elements.
+    #[inline]
+    fn part_words(cache: CacheDtype, i: usize, n: usize) -> usize {
+        if Self::LAYER_CACHED[i] {
+            cache.words(n)
+        } else {
+            n
+        }
     }
 
     /// f32s of the activations of `n` tokens processed together (the `batch` of
@@ -187,10 +210,10 @@ pub(crate) struct LayerState<'s> {
     pub sk: &'s mut [f32],
     pub sv: &'s mut [f32],
     pub r: &'s mut [f32],
-    pub nk: &'s mut [f32],
-    pub nv: &'s mut [f32],
-    pub wk: &'s mut [f32],
-    pub wv: &'s mut [f32],
+    pub nk: RowsMut<'s>,
+    pub nv: RowsMut<'s>,
+    pub wk: RowsMut<'s>,
+    pub wv: RowsMut<'s>,
     pub wm: &'s mut [f32],
     pub prev_q: &'s mut [f32],
     pub prev_k: &'s mut [f32],
@@ -201,14 +224,17 @@ pub(crate) struct LayerState<'s> {
 impl<'s> LayerState<'s> {
     fn carve(mut buf: &'s mut [f32], lay: &Layout) -> Self {
         let z = &lay.layer_sizes;
+        let rows = |buf: &mut &'s mut [f32], i: usize| {
+            RowsMut::from_words(take(buf, Layout::part_words(lay.cache, i, z[i])), z[i], lay.cache)
+        };
         LayerState {
             sk: take(&mut buf, z[0]),
             sv: take(&mut buf, z[1]),
             r: take(&mut buf, z[2]),
-            nk: take(&mut buf, z[3]),
-            nv: take(&mut buf, z[4]),
-            wk: take(&mut buf, z[5]),
-            wv: take(&mut buf, z[6]),
+            nk: rows(&mut buf, 3),
+            nv: rows(&mut buf, 4),
+            wk: rows(&mut buf, 5),
+            wv: rows(&mut buf, 6),
             wm: take(&mut buf, z[7]),
             prev_q: take(&mut buf, z[8]),
             prev_k: take(&mut buf, z[9]),
@@ -445,11 +471,9 @@ impl HeadState<'_, '_> {
         ring_index(self.cfg, self.h, j)
     }
 
-    /// `pk = LN_s_k(k with dims [0, rope_dim) zeroed)`.
-    fn prepare_key(&self, k: &[f32], pk: &mut [f32]) {
-        let r = self.cfg.rope_dim as usize;
-        pk[..r].fill(0.0);
-        pk[r..].copy_from_slice(&k[r..]);
+    /// `pk <- LN_s_k(pk with dims [0, rope_dim) zeroed)`: `pk` holds a key on entry.
+    fn prepare_key(&self, pk: &mut [f32]) {
+        pk[..self.cfg.rope_dim as usize].fill(0.0);
         layer_norm_inplace(pk, self.ln_sk.0, self.ln_sk.1);
     }
 
@@ -458,52 +482,36 @@ impl HeadState<'_, '_> {
     fn refresh(&mut self, from: usize, to: usize) {
         let (dk, dv) = (self.dk(), self.dv());
         let vlens = self.cfg.has(flags::VLENS);
+        let (w, b) = self.ln_sk;
         for s in from..to {
             let i = self.slot(s);
             let st = &mut *self.st;
-            let nk = &mut st.nk[i * dk..(i + 1) * dk];
-            nk.copy_from_slice(&st.sk[i * dk..(i + 1) * dk]);
-            layer_norm_inplace(nk, self.ln_sk.0, self.ln_sk.1);
+            let sk = &st.sk[i * dk..(i + 1) * dk];
+            let (mean, inv) = ln_stats(sk);
+            st.nk.set(i, dk, |c| (sk[c] - mean) * inv * w.get(c) + b.get(c));
             let sv = &st.sv[i * dv..(i + 1) * dv];
-            let nv = &mut st.nv[i * dv..(i + 1) * dv];
             let r = st.r[i];
             if vlens {
                 let len = norm(sv).max(1e-12);
-                for (o, &v) in nv.iter_mut().zip(sv) {
-                    *o = round_bf16(v / len * r);
-                }
+                st.nv.set(i, dv, |c| round_bf16(sv[c] / len * r));
             } else {
-                for (o, &v) in nv.iter_mut().zip(sv) {
-                    *o = v / r;
-                }
+                st.nv.set(i, dv, |c| sv[c] / r);
             }
         }
-    }
-
-    /// Writes slot `s` as `(pk * gate, v * gate)`; the radius is `|v|` of the value as
-    /// given (`gated_radius == false`) or as stored, with vlens; 1 without.
-    fn write_slot(&mut self, s: usize, pk: &[f32], v: &[f32], gate: f32, gated_radius: bool) {
-        let i = self.slot(s);
-        let vlens = self.cfg.has(flags::VLENS);
-        let (dk, dv) = (self.dk(), self.dv());
-        let st = &mut *self.st;
-        store_slot(
-            &mut st.sk[i * dk..(i + 1) * dk],
-            &mut st.sv[i * dv..(i + 1) * dv],
-            &mut st.r[i],
-            pk,
-            v,
-            gate,
-            vlens,
-            gated_radius,
-        );
     }
 
     /// Copies the new token (`k` post-RoPE, `v`, gate `m`) into initial-state slot `s`;
     /// the radius is the ungated `|v|` even when the copy is gated.
     pub fn initial_append(&mut self, s: usize, k: &[f32], v: &[f32], m: f32, gated: bool, pk: &mut [f32]) {
-        self.prepare_key(k, pk);
-        self.write_slot(s, pk, v, if gated { m } else { 1.0 }, false);
+        pk.copy_from_slice(k);
+        self.prepare_key(pk);
+        let (i, dk, dv) = (self.slot(s), self.dk(), self.dv());
+        let vlens = self.cfg.has(flags::VLENS);
+        let st = &mut *self.st;
+        let sv = &mut st.sv[i * dv..(i + 1) * dv];
+        sv.copy_from_slice(v);
+        let gate = if gated { m } else { 1.0 };
+        store_slot(&mut st.sk[i * dk..(i + 1) * dk], sv, &mut st.r[i], pk, gate, vlens, false);
         self.refresh(s, s + 1);
     }
 
@@ -527,8 +535,9 @@ impl HeadState<'_, '_> {
 
         // pk_j = LN_s_k(k_j, rope dims zeroed) of every leaving token: [chunk_len, d_qk].
         for i in 0..c {
-            let ri = self.ring(b + i);
-            self.prepare_key(&self.st.wk[ri * dk..(ri + 1) * dk], &mut fs.pk[i * dk..(i + 1) * dk]);
+            let pk = &mut fs.pk[i * dk..(i + 1) * dk];
+            self.st.wk.as_rows().get(self.ring(b + i), pk);
+            self.prepare_key(pk);
         }
 
         // Novelty: a token's best similarity to the current slots; the n_append lowest
@@ -539,7 +548,7 @@ impl HeadState<'_, '_> {
             appended.fill((n_append == c) as u32);
         } else {
             // Similarities go to `dsk`, free until the merges sum into it.
-            let nk = &self.st.nk[self.slot(0) * dk..self.slot(slots_before) * dk];
+            let nk = self.st.nk.as_rows().rows(self.slot(0), self.slot(slots_before), dk);
             let novelty = &mut fs.novelty[..c];
             similarities(exec, dk, nk, &fs.pk[..c * dk], fs.dsk, |i, sims| {
                 novelty[i] = sims.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -564,12 +573,13 @@ impl HeadState<'_, '_> {
             let si = self.slot(s);
             let vlens = self.cfg.has(flags::VLENS);
             let st = &mut *self.st;
+            let sv = &mut st.sv[si * dv..(si + 1) * dv];
+            st.wv.as_rows().get(ri, sv);
             store_slot(
                 &mut st.sk[si * dk..(si + 1) * dk],
-                &mut st.sv[si * dv..(si + 1) * dv],
+                sv,
                 &mut st.r[si],
                 &fs.pk[i * dk..(i + 1) * dk],
-                &st.wv[ri * dv..(ri + 1) * dv],
                 gate,
                 vlens,
                 true,
@@ -590,7 +600,7 @@ impl HeadState<'_, '_> {
                 fs.pk[i * dk..(i + 1) * dk].iter_mut().for_each(|x| *x *= m);
             }
         }
-        let nk = &self.st.nk[self.slot(protected) * dk..self.slot(slots_after) * dk];
+        let nk = self.st.nk.as_rows().rows(self.slot(protected), self.slot(slots_after), dk);
         let index = &mut fs.index[..c];
         similarities(exec, dk, nk, &fs.pk[..c * dk], fs.dsk, |i, sims| {
             if index[i] != 0 {
@@ -621,10 +631,7 @@ impl HeadState<'_, '_> {
             for (o, &g) in fs.dsk[best * dk..(best + 1) * dk].iter_mut().zip(&fs.pk[i * dk..(i + 1) * dk]) {
                 *o += g;
             }
-            let v = &self.st.wv[ri * dv..(ri + 1) * dv];
-            for (o, &x) in fs.dsv[best * dv..(best + 1) * dv].iter_mut().zip(v) {
-                *o += x * vm;
-            }
+            self.st.wv.as_rows().add_scaled(ri, vm, &mut fs.dsv[best * dv..(best + 1) * dv]);
             merged = true;
         }
         if merged {
@@ -651,8 +658,8 @@ impl HeadState<'_, '_> {
     pub fn push_window(&mut self, t: usize, k: &[f32], v: &[f32], m: f32) {
         let (dk, dv) = (self.dk(), self.dv());
         let ri = self.ring(t);
-        self.st.wk[ri * dk..(ri + 1) * dk].copy_from_slice(k);
-        self.st.wv[ri * dv..(ri + 1) * dv].copy_from_slice(v);
+        self.st.wk.set(ri, dk, |c| k[c]);
+        self.st.wv.set(ri, dv, |c| v[c]);
         self.st.wm[ri] = m;
     }
 }
@@ -690,9 +697,10 @@ impl HeadReader<'_, '_> {
         let scores = &mut scores[..n_state + n_window];
         let (state_scores, window_scores) = scores.split_at_mut(n_state);
         let state = slot_index(self.h, self.state_len, 0);
-        let (nk, nv) =
-            (&self.st.nk[state * dk..(state + n_state) * dk], &self.st.nv[state * dv..(state + n_state) * dv]);
-        kernels::dots(nk, q, state_scores);
+        let (nk, nv) = (self.st.nk.as_rows(), self.st.nv.as_rows());
+        let (nk, nv) = (nk.rows(state, state + n_state, dk), nv.rows(state, state + n_state, dv));
+        let (wk, wv) = (self.st.wk.as_rows(), self.st.wv.as_rows());
+        nk.dots(q, state_scores);
         for x in state_scores.iter_mut() {
             *x = *x * state_temp * scale;
         }
@@ -700,7 +708,7 @@ impl HeadReader<'_, '_> {
         let mut at = 0;
         for span in spans.clone() {
             let part = &mut window_scores[at..at + span.len()];
-            kernels::dots(&self.st.wk[span.start * dk..span.end * dk], q, part);
+            wk.rows(span.start, span.end, dk).dots(q, part);
             for x in part.iter_mut() {
                 *x = *x * front_temp * scale;
             }
@@ -714,14 +722,10 @@ impl HeadReader<'_, '_> {
         }
         out.fill(0.0);
         let (state_scores, window_scores) = scores.split_at(n_state);
-        kernels::weighted_sum(state_scores, nv, out);
+        nv.weighted_sum(state_scores, out);
         let mut at = 0;
         for span in spans {
-            kernels::weighted_sum(
-                &window_scores[at..at + span.len()],
-                &self.st.wv[span.start * dv..span.end * dv],
-                out,
-            );
+            wv.rows(span.start, span.end, dv).weighted_sum(&window_scores[at..at + span.len()], out);
             at += span.len();
         }
     }
@@ -747,7 +751,7 @@ const SIM_PIECE: usize = 16;
 fn similarities(
     exec: &dyn Exec,
     d: usize,
-    keys: &[f32],
+    keys: Rows<'_>,
     queries: &[f32],
     scratch: &mut [f32],
     mut each: impl FnMut(usize, &[f32]),
@@ -763,7 +767,7 @@ fn similarities(
         exec.pieces(out, SIM_PIECE * s, &|p, piece| {
             for (j, row) in piece.chunks_exact_mut(s).enumerate() {
                 let q = q0 + p * SIM_PIECE + j;
-                kernels::dots(keys, &queries[q * d..(q + 1) * d], row);
+                keys.dots(&queries[q * d..(q + 1) * d], row);
             }
         });
         for (j, row) in out.chunks_exact(s).enumerate() {
@@ -772,28 +776,20 @@ fn similarities(
     }
 }
 
-/// `sk = pk * gate`, `sv = v * gate`, `r = |v|` or `|v * gate|` (vlens) or 1.
-#[allow(clippy::too_many_arguments)]
-fn store_slot(
-    sk: &mut [f32],
-    sv: &mut [f32],
-    r: &mut f32,
-    pk: &[f32],
-    v: &[f32],
-    gate: f32,
-    vlens: bool,
-    gated_radius: bool,
-) {
+/// `sk = pk * gate`, `sv = v * gate` (`sv` holds `v` on entry), `r = |v|` or
+/// `|v * gate|` (vlens) or 1.
+fn store_slot(sk: &mut [f32], sv: &mut [f32], r: &mut f32, pk: &[f32], gate: f32, vlens: bool, gated_radius: bool) {
+    let ungated = if vlens && !gated_radius { norm(sv) } else { 0.0 };
     for (o, &x) in sk.iter_mut().zip(pk) {
         *o = x * gate;
     }
-    for (o, &x) in sv.iter_mut().zip(v) {
-        *o = x * gate;
+    for o in sv.iter_mut() {
+        *o *= gate;
     }
     *r = match (vlens, gated_radius) {
         (false, _) => 1.0,
         (true, true) => norm(sv),
-        (true, false) => norm(v),
+        (true, false) => ungated,
     };
 }
 
@@ -836,7 +832,7 @@ impl<'m, 'a> Session<'m, 'a> {
     /// [`Error::BadConfig`] for a capacity out of range, [`Error::ArenaSize`],
     /// [`Error::ArenaMisaligned`].
     pub fn with_state_len(model: Model<'m>, arena: &'a mut [u8], state_len: usize) -> Result<Self> {
-        let layout = Layout::new(model.config(), state_len)?;
+        let layout = Layout::new(model.config(), state_len, model.cache())?;
         if arena.len() != layout.arena_len() {
             return Err(Error::ArenaSize { expected: layout.arena_len(), got: arena.len() });
         }
@@ -1084,16 +1080,17 @@ impl<'m, 'a> Session<'m, 'a> {
         }
         let at = self.counters();
         let start = COUNTERS + l * self.layout.layer_len;
-        let z = &self.layout.layer_sizes;
+        let (z, cache) = (&self.layout.layer_sizes, self.layout.cache);
         let mut off = start;
-        let mut next = |n: usize| {
-            let s = &self.arena[off..off + n];
-            off += pad(n);
+        let mut next = |i: usize| {
+            let words = Layout::part_words(cache, i, z[i]);
+            let s = &self.arena[off..off + words];
+            off += pad(words);
             s
         };
-        let (sk, sv, r) = (next(z[0]), next(z[1]), next(z[2]));
-        let (_nk, _nv) = (next(z[3]), next(z[4]));
-        let (wk, wv) = (next(z[5]), next(z[6]));
+        let (sk, sv, r) = (next(0), next(1), next(2));
+        let (_nk, _nv) = (next(3), next(4));
+        let (wk, wv) = (Rows::from_words(next(5), z[5], cache), Rows::from_words(next(6), z[6], cache));
         Some(LayerView {
             cfg: *cfg,
             state_len: self.layout.state_len,
@@ -1126,8 +1123,8 @@ pub struct LayerView<'s> {
     sk: &'s [f32],
     sv: &'s [f32],
     r: &'s [f32],
-    wk: &'s [f32],
-    wv: &'s [f32],
+    wk: Rows<'s>,
+    wv: Rows<'s>,
 }
 
 impl LayerView<'_> {
@@ -1145,14 +1142,13 @@ impl LayerView<'_> {
     pub fn state_radius(&self, h: usize, s: usize) -> f32 {
         self.r[h * self.state_len + s]
     }
-    /// Key of window token `j` (absolute position, in `[window_begin, pos)`) of head `h`.
-    pub fn window_key(&self, h: usize, j: usize) -> &[f32] {
-        let (dk, w) = (self.cfg.d_qk as usize, self.cfg.window_len());
-        &self.wk[(h * w + j % w) * dk..][..dk]
+    /// Key of window token `j` (absolute position, in `[window_begin, pos)`) of head `h`
+    /// into `out` (`[d_qk]`), as stored (f16 caches widen).
+    pub fn window_key(&self, h: usize, j: usize, out: &mut [f32]) {
+        self.wk.get(ring_index(&self.cfg, h, j), out);
     }
-    /// Value of window token `j` of head `h`.
-    pub fn window_value(&self, h: usize, j: usize) -> &[f32] {
-        let (dv, w) = (self.cfg.d_v as usize, self.cfg.window_len());
-        &self.wv[(h * w + j % w) * dv..][..dv]
+    /// Value of window token `j` of head `h` into `out` (`[d_v]`).
+    pub fn window_value(&self, h: usize, j: usize, out: &mut [f32]) {
+        self.wv.get(ring_index(&self.cfg, h, j), out);
     }
 }

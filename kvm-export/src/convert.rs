@@ -6,6 +6,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
+use kvm_core::cache::CacheDtype;
 use kvm_core::config::Config;
 use kvm_core::format::{self, Role, TokenizerKind};
 use kvm_core::quant::DType;
@@ -31,9 +32,17 @@ pub struct Policy {
     pub dtype: DType,
     /// Per-role overrides (`lm_head=q8_0`), by role.
     pub overrides: Vec<(Role, DType)>,
+    /// How sessions store attention rows by default (the header's cache dtype).
+    pub cache: CacheDtype,
 }
 
 impl Policy {
+    /// Every matrix `dtype` (with the q4_0 exceptions of [`Policy::dtype_for`]), no
+    /// overrides, the exact f32 cache.
+    pub fn uniform(dtype: DType) -> Policy {
+        Policy { dtype, overrides: vec![], cache: CacheDtype::F32 }
+    }
+
     /// The dtype a matrix of `role` with `cols` columns gets: the override, else the
     /// policy dtype, except that under q4_0 the embedding and the output head stay q8_0
     /// (on tiny-kjv that halves q4_0's loss in bits per byte for 6% more bytes);
@@ -126,7 +135,7 @@ pub fn convert(
         to_f32(t.dtype(), t.data()).with_context(|| format!("{st_name}: tensor `{name}`"))
     };
     let dtype_for = |role: Role, _rows: u32, cols: u32| policy.dtype_for(role, cols);
-    let report = write_model(out, &cfg, (kind, &section), &dtype_for, &mut source, on_tensor)?;
+    let report = write_model(out, &cfg, (kind, &section), policy.cache, &dtype_for, &mut source, on_tensor)?;
     Ok((cfg, report))
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use kvm_core::cache::CacheDtype;
 use kvm_core::config::Config;
 use kvm_core::format::{canonical_tensors, Role};
 use kvm_core::quant::DType;
@@ -34,6 +35,10 @@ enum Cmd {
         /// Storage type of weight matrices: f32, f16, bf16, q8_0, q4_0.
         #[arg(long, default_value = "f32")]
         dtype: String,
+        /// How sessions store attention's keys and values by default: f32 (exact) or f16
+        /// (half the state bytes per decode step and of the arena; runtimes may override).
+        #[arg(long, default_value = "f32")]
+        cache: String,
         /// Per-tensor override, ROLE=DTYPE (roles: embed, lm_head, wq, wk, wv, wo, up, down, vgate1, vgate2, gate); repeatable.
         #[arg(long = "tensor-dtype", value_name = "ROLE=DTYPE")]
         overrides: Vec<String>,
@@ -55,6 +60,10 @@ enum Cmd {
         /// Storage type of weight matrices: f32, f16, bf16, q8_0, q4_0.
         #[arg(long, default_value = "f32")]
         dtype: String,
+        /// How sessions store attention's keys and values by default: f32 (exact) or f16
+        /// (half the state bytes per decode step and of the arena; runtimes may override).
+        #[arg(long, default_value = "f32")]
+        cache: String,
         /// Per-tensor override, ROLE=DTYPE, as for `convert`; repeatable.
         #[arg(long = "tensor-dtype", value_name = "ROLE=DTYPE")]
         overrides: Vec<String>,
@@ -88,7 +97,7 @@ fn parse_role(s: &str) -> Result<Role> {
     })
 }
 
-fn parse_policy(dtype: &str, overrides: &[String]) -> Result<Policy> {
+fn parse_policy(dtype: &str, overrides: &[String], cache: &str) -> Result<Policy> {
     let overrides = overrides
         .iter()
         .map(|o| {
@@ -96,7 +105,9 @@ fn parse_policy(dtype: &str, overrides: &[String]) -> Result<Policy> {
             Ok((parse_role(r)?, parse_dtype(d)?))
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(Policy { dtype: parse_dtype(dtype)?, overrides })
+    let cache =
+        CacheDtype::from_name(cache).ok_or_else(|| anyhow!("unknown cache dtype `{cache}` (expected f32 or f16)"))?;
+    Ok(Policy { dtype: parse_dtype(dtype)?, overrides, cache })
 }
 
 /// A bar over the tensors of `cfg`, drawn on stderr only when it is a terminal and the
@@ -148,8 +159,8 @@ fn write_with_progress(
 
 fn run() -> Result<()> {
     match Cli::parse().cmd {
-        Cmd::Convert { dir, out, dtype, overrides, tokenizer, quiet } => {
-            let policy = parse_policy(&dtype, &overrides)?;
+        Cmd::Convert { dir, out, dtype, cache, overrides, tokenizer, quiet } => {
+            let policy = parse_policy(&dtype, &overrides, &cache)?;
             let tokenizer = match tokenizer.as_deref() {
                 None => TokenizerSource::Auto,
                 Some("bytes") => TokenizerSource::Bytes,
@@ -163,11 +174,11 @@ fn run() -> Result<()> {
                 Ok(report)
             })
         }
-        Cmd::Synth { preset, out, dtype, overrides, seed, quiet } => {
+        Cmd::Synth { preset, out, dtype, cache, overrides, seed, quiet } => {
             let names = Preset::ALL.map(Preset::name).join(", ");
             let preset =
                 Preset::from_name(&preset).ok_or_else(|| anyhow!("unknown preset `{preset}` (expected {names})"))?;
-            let policy = parse_policy(&dtype, &overrides)?;
+            let policy = parse_policy(&dtype, &overrides, &cache)?;
             let cfg = preset.config();
             write_with_progress(&out, quiet, count(&cfg), |on_tensor| {
                 synth(&out, &cfg, &policy, seed, on_tensor).with_context(|| format!("writing {}", out.display()))

@@ -194,7 +194,7 @@ pub fn synth(
 ) -> Result<WriteReport> {
     let mut source = |role: Role, layer: u16, rows: u32, cols: u32| Ok(tensor(seed, role, layer, rows, cols));
     let dtype_for = |role: Role, _rows: u32, cols: u32| policy.dtype_for(role, cols);
-    write_model(out, cfg, (TokenizerKind::Bytes, &[]), &dtype_for, &mut source, on_tensor)
+    write_model(out, cfg, (TokenizerKind::Bytes, &[]), policy.cache, &dtype_for, &mut source, on_tensor)
 }
 
 #[cfg(test)]
@@ -209,7 +209,7 @@ mod tests {
 
     fn write(name: &str, preset: Preset, dtype: DType, seed: u64) -> Vec<u8> {
         let path = tmp(name);
-        let policy = Policy { dtype, overrides: vec![] };
+        let policy = Policy::uniform(dtype);
         synth(&path, &preset.config(), &policy, seed, &mut |_| {}).unwrap();
         let bytes = std::fs::read(&path).unwrap();
         std::fs::remove_file(&path).ok();

@@ -6,6 +6,7 @@ use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+use kvm_core::cache::CacheDtype;
 use kvm_core::config::Config;
 use kvm_core::format::{
     self, crc32, crc32_update, Header, Role, TensorEntry, TokenizerKind, ENTRY_LEN, HEADER_LEN, TENSOR_ALIGN,
@@ -70,18 +71,20 @@ pub fn encode(dtype: DType, cols: usize, src: &[f32]) -> Result<Vec<u8>> {
 
 /// Writes `path`: `cfg`, the tokenizer section, and every tensor of the config in
 /// canonical order, each fetched from `source` (f32, `[rows, cols]` row-major) and
-/// stored as `dtype_for(role, rows, cols)`.
+/// stored as `dtype_for(role, rows, cols)`; sessions store attention rows as `cache`
+/// unless they override it.
 pub fn write_model(
     path: &Path,
     cfg: &Config,
     tokenizer: (TokenizerKind, &[u8]),
+    cache: CacheDtype,
     dtype_for: &dyn Fn(Role, u32, u32) -> DType,
     source: &mut dyn FnMut(Role, u16, u32, u32) -> Result<Vec<f32>>,
     on_tensor: &mut dyn FnMut(&TensorReport),
 ) -> Result<WriteReport> {
     cfg.validate().map_err(|e| anyhow::anyhow!("config: {e}"))?;
     let state_capacity = cfg.natural_state_len();
-    let layout = Layout::new(cfg, state_capacity).map_err(|e| anyhow::anyhow!("arena: {e}"))?;
+    let layout = Layout::new(cfg, state_capacity, cache).map_err(|e| anyhow::anyhow!("arena: {e}"))?;
     let tensors: Vec<(Role, u16)> = format::canonical_tensors(cfg).collect();
     let align = |x: u64| x.div_ceil(TENSOR_ALIGN as u64) * TENSOR_ALIGN as u64;
     let table_offset = HEADER_LEN as u64;
@@ -134,6 +137,7 @@ pub fn write_model(
         file_len,
         arena_len: layout.arena_len() as u64,
         state_capacity: state_capacity as u32,
+        cache,
         n_tensors: entries.len() as u32,
         table_offset,
         table_len,

@@ -47,6 +47,18 @@
 #define KVM_LOAD_TRUSTED 1
 
 /**
+ * `kvm_model_set_cache()`: store attention's keys and values as f32 (exact, the
+ * reference's numerics).
+ */
+#define KVM_CACHE_F32 0
+
+/**
+ * `kvm_model_set_cache()`: store attention's keys and values as f16: half the state bytes
+ * each decode step reads and a smaller arena, at f16 precision.
+ */
+#define KVM_CACHE_F16 1
+
+/**
  * The outcome of a call. `KVM_OK` is 0; each kind of core error has its own code, then
  * come the errors of the C layer itself.
  */
@@ -224,6 +236,10 @@ typedef struct kvm_model_desc {
    * `kvm_state_size()`: bytes of one state snapshot.
    */
   size_t state_size;
+  /**
+   * How sessions store attention's rows: `KVM_CACHE_F32` or `KVM_CACHE_F16`.
+   */
+  uint32_t cache;
 } kvm_model_desc;
 
 /**
@@ -304,6 +320,16 @@ kvm_status kvm_model_load(const uint8_t *blob,
  * `model` is null or a `kvm_model` (loaded or not); `info` is null or valid for writes.
  */
 kvm_status kvm_model_info(const struct kvm_model *model, struct kvm_model_desc *info);
+
+/**
+ * Makes sessions created from `model` from now on store attention's rows as `cache`
+ * (`KVM_CACHE_F32` or `KVM_CACHE_F16`) instead of what the file says; `kvm_arena_size()`
+ * and `kvm_state_size()` follow. Sessions already created keep theirs.
+ *
+ * # Safety
+ * `model` is null or a `kvm_model`.
+ */
+kvm_status kvm_model_set_cache(struct kvm_model *model, uint32_t cache);
 
 /**
  * Bytes of arena one session of `model` needs: the session handle, the core's state and

@@ -10,7 +10,7 @@ use kvm_export::synth::{synth, Preset};
 
 fn tiny_model(name: &str) -> PathBuf {
     let path = std::env::temp_dir().join(format!("kvm-bench-test-{}-{name}.kvm", std::process::id()));
-    synth(&path, &Preset::Tiny.config(), &Policy { dtype: DType::Q8_0, overrides: vec![] }, 5, &mut |_| {}).unwrap();
+    synth(&path, &Preset::Tiny.config(), &Policy::uniform(DType::Q8_0), 5, &mut |_| {}).unwrap();
     path
 }
 

@@ -22,7 +22,7 @@ fn kvm(args: &[&str]) -> std::process::Output {
 
 fn convert_case(case: &str, dtype: DType) -> PathBuf {
     let out = tmp(&format!("{case}-{}.kvm", dtype.name()));
-    let policy = Policy { dtype, overrides: vec![] };
+    let policy = Policy::uniform(dtype);
     convert(&golden_dir(case), &out, &policy, &TokenizerSource::Auto, &mut |_| {}).unwrap();
     out
 }
@@ -169,7 +169,7 @@ fn logits_match_with_any_thread_count() {
 #[test]
 fn greedy_generation_reproduces_the_reference() {
     let out = tmp("tiny-kjv-f32.kvm");
-    let policy = Policy { dtype: DType::F32, overrides: vec![] };
+    let policy = Policy::uniform(DType::F32);
     convert(&repo().join("models/tiny-kjv"), &out, &policy, &TokenizerSource::Auto, &mut |_| {}).unwrap();
     let greedy: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(repo().join("models/tiny-kjv/reference/greedy.json")).unwrap())

@@ -72,7 +72,7 @@ pub fn convert_to_bytes(dir: &Path, dtype: DType) -> Vec<u8> {
         dir.file_name().unwrap().to_string_lossy(),
         dtype.name()
     ));
-    let policy = Policy { dtype, overrides: vec![] };
+    let policy = Policy::uniform(dtype);
     convert(dir, &out, &policy, &TokenizerSource::Auto, &mut |_| {}).unwrap();
     let bytes = std::fs::read(&out).unwrap();
     std::fs::remove_file(&out).ok();

@@ -2,7 +2,8 @@
 //! version and config tampering, bad arenas, out-of-range tokens.
 
 use crate::common::*;
-use kvm_core::error::{Error, Section, Unsupported};
+use kvm_core::cache::CacheDtype;
+use kvm_core::error::{ConfigField, Error, Section, Unsupported};
 use kvm_core::format::{Header, HEADER_LEN};
 use kvm_core::quant::DType;
 use kvm_core::{Model, Session};
@@ -110,7 +111,10 @@ fn versions_and_byte_order() {
     let blob = fixed_basic();
     let mut major = blob.clone();
     major[4] = 2;
-    assert_eq!(Model::from_bytes(&major).unwrap_err(), Error::UnsupportedVersion { major: 2, minor: 0 });
+    assert_eq!(
+        Model::from_bytes(&major).unwrap_err(),
+        Error::UnsupportedVersion { major: 2, minor: kvm_core::format::VERSION_MINOR }
+    );
     // A newer minor version is read.
     let newer = with_header(&blob, |h| h.minor = 7);
     assert_eq!(Model::from_bytes(&newer).unwrap().header().minor, 7);
@@ -151,6 +155,32 @@ fn unsupported_and_invalid_configs_are_refused() {
         let bad = with_header(&blob, edit);
         assert!(Model::from_bytes(&bad).is_err(), "edited header accepted: {:?}", Header::parse(&bad));
     }
+}
+
+#[test]
+fn the_cache_dtype_is_read_from_the_header_and_unknown_ones_are_refused() {
+    let blob = fixed_basic();
+    let f32m = Model::from_bytes(&blob).unwrap();
+    assert_eq!(f32m.cache(), CacheDtype::F32);
+    let half_blob = with_header(&blob, |h| h.cache = CacheDtype::F16);
+    let half = Model::from_bytes(&half_blob).unwrap();
+    assert_eq!(half.cache(), CacheDtype::F16);
+    assert_eq!(half.arena_len(), f32m.with_cache(CacheDtype::F16).unwrap().arena_len());
+    assert!(half.arena_len() < f32m.arena_len());
+    // An f32 session's snapshot does not restore into an f16 session (other layout).
+    let (mut a1, mut a2) = (Arena::new(f32m.arena_len()), Arena::new(half.arena_len()));
+    let mut s1 = Session::new(f32m, a1.bytes()).unwrap();
+    s1.prefill(&[1, 2, 3]).unwrap();
+    let mut snap = vec![0u8; s1.snapshot_len()];
+    s1.snapshot(&mut snap).unwrap();
+    assert_eq!(Session::new(half, a2.bytes()).unwrap().restore(&snap).unwrap_err(), Error::BadSnapshot);
+    // A tag no build knows, with a valid header CRC.
+    let mut bad = blob.clone();
+    bad[92..96].copy_from_slice(&7u32.to_le_bytes());
+    bad[16..20].copy_from_slice(&0u32.to_le_bytes());
+    let crc = kvm_core::format::crc32(&bad[..HEADER_LEN]);
+    bad[16..20].copy_from_slice(&crc.to_le_bytes());
+    assert_eq!(Model::from_bytes(&bad).unwrap_err(), Error::BadConfig(ConfigField::CacheDtype));
 }
 
 #[test]
@@ -196,7 +226,7 @@ fn export_refuses_unsupported_checkpoints() {
         let mut cfg = base.clone();
         cfg[field] = value;
         std::fs::write(tmp.join("config.json"), cfg.to_string()).unwrap();
-        let policy = kvm_export::convert::Policy { dtype: DType::F32, overrides: vec![] };
+        let policy = kvm_export::convert::Policy::uniform(DType::F32);
         let err = kvm_export::convert::convert(
             &tmp,
             &tmp.join("out.kvm"),

@@ -1,7 +1,9 @@
 //! The trained byte-level checkpoint: bf16 weights converted to f32 reproduce the
-//! reference's greedy continuations and its bits per byte.
+//! reference's greedy continuations and its bits per byte; quantized weights and the f16
+//! attention cache stay within the accuracy bars.
 
 use crate::common::*;
+use kvm_core::cache::CacheDtype;
 use kvm_core::quant::DType;
 use kvm_core::state::Phase;
 use kvm_core::{Model, Session};
@@ -40,15 +42,9 @@ fn greedy_continuations_match_the_reference() {
     }
 }
 
-#[test]
-fn bits_per_byte_match_the_reference() {
-    let blob = convert_to_bytes(&repo().join("models/tiny-kjv"), DType::F32);
-    let model = Model::from_bytes(&blob).unwrap();
-    let nll: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(repo().join("models/tiny-kjv/reference/nll.json")).unwrap())
-            .unwrap();
-    let file = "dev_train_6k.txt";
-    let text = std::fs::read(repo().join("models/tiny-kjv/reference").join(file)).unwrap();
+/// Nats per byte of `text` (byte tokens), every byte after the first predicted from all
+/// before it with the session's own state.
+fn nats_per_byte(model: Model<'_>, text: &[u8]) -> f64 {
     let mut arena = Arena::new(model.arena_len());
     let mut session = Session::new(model, arena.bytes()).unwrap();
     let mut nats = 0f64;
@@ -59,9 +55,46 @@ fn bits_per_byte_match_the_reference() {
         let lse = z.iter().map(|&v| (v as f64 - max).exp()).sum::<f64>().ln() + max;
         nats += lse - z[w[1] as usize] as f64;
     }
-    let got = nats / (text.len() - 1) as f64;
+    nats / (text.len() - 1) as f64
+}
+
+fn dev_text(file: &str) -> Vec<u8> {
+    std::fs::read(repo().join("models/tiny-kjv/reference").join(file)).unwrap()
+}
+
+#[test]
+fn bits_per_byte_match_the_reference() {
+    let blob = convert_to_bytes(&repo().join("models/tiny-kjv"), DType::F32);
+    let model = Model::from_bytes(&blob).unwrap();
+    let nll: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(repo().join("models/tiny-kjv/reference/nll.json")).unwrap())
+            .unwrap();
+    let file = "dev_train_6k.txt";
+    let got = nats_per_byte(model, &dev_text(file));
     let want = nll[file]["nats_per_byte"].as_f64().unwrap();
     assert!((got - want).abs() < 1e-4, "nats/byte {got} vs reference {want}");
+}
+
+/// The accuracy bars, on text the model was trained on and text it was not: bits per byte
+/// of q8_0 weights within 1.005x f32's, of q4_0 (the default policy) within 1.06x, and of
+/// the f16 attention cache within 1.001x the f32 cache's (same q8_0 weights).
+#[test]
+fn quantized_weights_and_the_f16_cache_meet_the_accuracy_bars() {
+    let dir = repo().join("models/tiny-kjv");
+    let blobs = [DType::F32, DType::Q8_0, DType::Q4_0].map(|d| convert_to_bytes(&dir, d));
+    let [f32m, q8, q4] = [0, 1, 2].map(|i| Model::from_bytes(&blobs[i]).unwrap());
+    let q8_f16 = q8.with_cache(CacheDtype::F16).unwrap();
+    for file in ["dev_train_6k.txt", "dev_unseen_12k.txt"] {
+        let text = dev_text(file);
+        let base = nats_per_byte(f32m, &text);
+        let q8_ratio = nats_per_byte(q8, &text) / base;
+        let q4_ratio = nats_per_byte(q4, &text) / base;
+        let cache_ratio = nats_per_byte(q8_f16, &text) / nats_per_byte(q8, &text);
+        eprintln!("{file}: q8_0 {q8_ratio:.5}x f32, q4_0 {q4_ratio:.5}x, f16 cache {cache_ratio:.6}x f32 cache");
+        assert!(q8_ratio <= 1.005, "{file}: q8_0 bits per byte {q8_ratio}x f32");
+        assert!(q4_ratio <= 1.06, "{file}: q4_0 bits per byte {q4_ratio}x f32");
+        assert!(cache_ratio <= 1.001, "{file}: f16 cache bits per byte {cache_ratio}x f32 cache");
+    }
 }
 
 #[test]

@@ -50,6 +50,13 @@ pub const KVM_MAX_REPEAT_WINDOW: u32 = 256;
 /// costs time.
 pub const KVM_LOAD_TRUSTED: u32 = 1;
 
+/// `kvm_model_set_cache()`: store attention's keys and values as f32 (exact, the
+/// reference's numerics).
+pub const KVM_CACHE_F32: u32 = 0;
+/// `kvm_model_set_cache()`: store attention's keys and values as f16: half the state bytes
+/// each decode step reads and a smaller arena, at f16 precision.
+pub const KVM_CACHE_F16: u32 = 1;
+
 /// The outcome of a call. `KVM_OK` is 0; each kind of core error has its own code, then
 /// come the errors of the C layer itself.
 #[repr(i32)]
@@ -256,6 +263,8 @@ pub struct kvm_model_desc {
     pub arena_size: usize,
     /// `kvm_state_size()`: bytes of one state snapshot.
     pub state_size: usize,
+    /// How sessions store attention's rows: `KVM_CACHE_F32` or `KVM_CACHE_F16`.
+    pub cache: u32,
 }
 
 /// Sampling settings: each filter has a neutral value that switches it off.
@@ -558,9 +567,29 @@ pub unsafe extern "C" fn kvm_model_info(model: *const kvm_model, info: *mut kvm_
             file_len: m.header().file_len,
             arena_size: plan.total,
             state_size: session::state_size(&m)?,
+            cache: m.cache() as u32,
         };
         // SAFETY: per the contract.
         unsafe { put(info, out) }
+    }))
+}
+
+/// Makes sessions created from `model` from now on store attention's rows as `cache`
+/// (`KVM_CACHE_F32` or `KVM_CACHE_F16`) instead of what the file says; `kvm_arena_size()`
+/// and `kvm_state_size()` follow. Sessions already created keep theirs.
+///
+/// # Safety
+/// `model` is null or a `kvm_model`.
+#[no_mangle]
+pub unsafe extern "C" fn kvm_model_set_cache(model: *mut kvm_model, cache: u32) -> kvm_status {
+    status(catch(|| {
+        // SAFETY: per the contract.
+        let m = unsafe { model_of(model)? };
+        let cache = kvm_core::cache::CacheDtype::from_u32(cache).ok_or(KVM_ERR_INVALID_ARGUMENT)?;
+        let cell = ModelCell { magic: MODEL_LIVE, model: m.with_cache(cache)? };
+        // SAFETY: `model_of` checked it non-null, aligned and live.
+        unsafe { model.cast::<ModelCell>().write(cell) };
+        Ok(())
     }))
 }
 

@@ -359,7 +359,7 @@ impl SessionCell {
 /// # Errors
 /// `KVM_ERR_BAD_CONFIG` if the layout overflows (not for a loaded model).
 pub(crate) fn state_size(model: &Model<'_>) -> Result<usize, kvm_status> {
-    let layout = Layout::new(model.config(), model.header().state_capacity as usize)?;
+    let layout = Layout::new(model.config(), model.header().state_capacity as usize, model.cache())?;
     Ok(snap::CORE + layout.snapshot_len())
 }
 

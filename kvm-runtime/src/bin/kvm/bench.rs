@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use kvm_core::cache::CacheDtype;
 use kvm_core::format::Role;
 use kvm_core::kernels::Matrix;
 use kvm_core::model::{Exec, HeadFn, PieceFn};
@@ -28,6 +29,10 @@ use serde_json::{json, Value};
 pub struct Args {
     #[arg(long)]
     model: PathBuf,
+    /// Store attention's keys and values as f32 (exact) or f16 (half the state bytes per
+    /// step); default: what the model file says.
+    #[arg(long, value_parser = crate::parse_cache)]
+    cache: Option<CacheDtype>,
     /// Prompt tokens fed by chunked prefill before decoding.
     #[arg(long, default_value_t = 512)]
     prompt_len: usize,
@@ -68,7 +73,7 @@ pub struct Args {
 
 pub fn run(a: &Args) -> Result<()> {
     let file = ModelFile::open(&a.model)?;
-    let model = file.model()?;
+    let model = crate::with_cache(file.model()?, a.cache)?;
     let pool = Pool::new(a.threads.unwrap_or_else(default_threads))?;
     // Fault every page of the mapping in now, so no timed step pays for first touches.
     std::hint::black_box(file.bytes().iter().step_by(4096).fold(0u8, |s, &b| s ^ b));
@@ -102,11 +107,11 @@ fn describe(path: &std::path::Path, model: &Model<'_>, pool: &Pool) -> Value {
         weight_bytes += if e.role == Role::TokEmbed { e.len / e.rows.max(1) as u64 } else { e.len };
     }
     let dtype = model.matrix(Role::Wq, 0).dtype.name();
-    // Attention reads every state slot and the window's keys and values, in f32, for each
-    // head of each layer. Steady state: the state is full and the window holds
+    // Attention reads every state slot and the window's keys and values, stored as the
+    // cache dtype, for each head of each layer. Steady state: the state is full and the window holds
     // `window_len - chunk_len + r` tokens, r = 1..=chunk_len, so on average this many.
     let (c, w) = (cfg.chunk_len as f64, cfg.window_len() as f64);
-    let per_pos = (cfg.n_layers * cfg.n_heads * (cfg.d_qk + cfg.d_v)) as f64 * 4.0;
+    let per_pos = (cfg.n_layers * cfg.n_heads * (cfg.d_qk + cfg.d_v)) as f64 * model.cache().bytes() as f64;
     let state_bytes = per_pos * (cfg.natural_state_len() as f64 + w - c + (c + 1.0) / 2.0);
     json!({
         "model": path.display().to_string(),
@@ -116,6 +121,7 @@ fn describe(path: &std::path::Path, model: &Model<'_>, pool: &Pool) -> Value {
         "arena_bytes": model.arena_len(),
         "threads": pool.threads(),
         "kernel_tier": crate::kernel_tier(),
+        "cache": model.cache().name(),
         // Other processes' load makes numbers noisy (and 2-thread ones low) on shared machines.
         "loadavg_1m": std::fs::read_to_string("/proc/loadavg").ok().and_then(|l| l.split(' ').next()?.parse::<f64>().ok()),
         "weight_bytes_per_token": weight_bytes,

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use kvm_core::cache::CacheDtype;
 use kvm_core::sampler::{scratch_len, Candidate, Sampler, SamplerConfig};
 use kvm_core::state::Phase;
 use kvm_core::tokenizer::StreamDecoder;
@@ -18,6 +19,10 @@ use kvm_runtime::prefill::prefill;
 pub struct Args {
     #[arg(long)]
     model: PathBuf,
+    /// Store attention's keys and values as f32 (exact) or f16 (half the state bytes per
+    /// step); default: what the model file says.
+    #[arg(long, value_parser = crate::parse_cache)]
+    cache: Option<CacheDtype>,
     /// The text to continue.
     #[arg(long)]
     prompt: String,
@@ -71,7 +76,7 @@ pub fn run(a: &Args) -> Result<()> {
     };
     cfg.validate().context("sampler settings")?;
     let file = ModelFile::open(&a.model)?;
-    let model = file.model()?;
+    let model = crate::with_cache(file.model()?, a.cache)?;
     let tok = model.tokenizer();
     let prompt_ids = crate::tokens::encode(&tok, &a.prompt)?;
     if prompt_ids.is_empty() {

@@ -58,9 +58,10 @@ pub fn run(path: &Path) -> Result<()> {
     }
     println!("weights        {total} bytes");
     println!(
-        "arena          {} bytes ({} of state)",
+        "arena          {} bytes ({} of state, attention rows in {})",
         model.arena_len(),
-        kvm_core::state::Layout::new(c, h.state_capacity as usize).map(|l| l.snapshot_len()).unwrap_or(0)
+        kvm_core::state::Layout::new(c, h.state_capacity as usize, h.cache).map(|l| l.snapshot_len()).unwrap_or(0),
+        h.cache.name()
     );
     println!("kernel tier    {}", crate::kernel_tier());
     Ok(())

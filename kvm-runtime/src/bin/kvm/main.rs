@@ -15,6 +15,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use kvm_core::cache::CacheDtype;
+use kvm_core::Model;
 
 #[derive(Parser)]
 #[command(name = "kvm", version, about = "Run Key-Value Means language models in constant memory")]
@@ -40,6 +42,19 @@ enum Cmd {
     Tokenize(tokenize::Args),
     /// Measure prefill and decode speed, memory and bandwidth use.
     Bench(bench::Args),
+}
+
+/// `--cache f32|f16`: how sessions store attention's rows, overriding the model file.
+pub fn parse_cache(s: &str) -> Result<CacheDtype, String> {
+    CacheDtype::from_name(s).ok_or_else(|| format!("`{s}` is not a cache dtype (f32 or f16)"))
+}
+
+/// `model` with its sessions' cache dtype set to `cache` when given.
+pub fn with_cache(model: Model<'_>, cache: Option<CacheDtype>) -> anyhow::Result<Model<'_>> {
+    Ok(match cache {
+        Some(c) => model.with_cache(c)?,
+        None => model,
+    })
 }
 
 /// Name of the matrix kernel tier in use.
