@@ -115,7 +115,7 @@ pub fn dequant_row(w: &Matrix<'_>, row: usize, out: &mut [f32]) {
     unsafe { (table(tier()).dequant_row)(w.dtype, bytes, out) }
 }
 
-/// An element attention reads from the session state: `f32`, or [`f16`] (the compact
+/// An element attention reads from the session state: `f32`, or [`struct@f16`] (the compact
 /// cache, half the bytes). Kernels widen it exactly to f32 before any arithmetic, so the
 /// same values give the same bits whichever way they are stored.
 pub trait Stored: Copy + Send + Sync + sealed::Entries {
