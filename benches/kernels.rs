@@ -1,7 +1,8 @@
 //! Kernel throughput per dtype and tier, single thread, in bytes of weights per second.
 //!
 //! `cargo bench --bench kernels` (add a filter such as `matvec/768x768/q8_0` to narrow);
-//! `attention/` times the attention helpers (scores, exponentials, value sums).
+//! `attention/` times the attention helpers (scores, exponentials, value sums) over f32
+//! and f16 (`_f16`) state rows.
 //! Shapes are `[rows, cols]`: a `d_model` projection, the `d_ff` up-projection and the
 //! GPT-2-sized lm head, whose weights no cache holds. `matmul` counts the weights once per
 //! token, so its GB/s compare directly with `matvec`'s.
@@ -13,8 +14,9 @@
 use std::time::Duration;
 
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use kvm_core::kernels::{self, act_scratch_len, matmul_scratch_len, tier, Matrix, Tier};
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput};
+use half::f16;
+use kvm_core::kernels::{self, act_scratch_len, matmul_scratch_len, tier, Matrix, Stored, Tier};
 use kvm_core::quant::{quantize_row, DType};
 
 const DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0];
@@ -59,6 +61,10 @@ impl Aligned {
     fn floats_mut(&mut self) -> &mut [f32] {
         // SAFETY: a line is 4-aligned and any bytes are a valid f32.
         unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast(), self.len / 4) }
+    }
+    fn halves(&self) -> &[f16] {
+        // SAFETY: a line is 2-aligned and any bytes are a valid f16.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast(), self.len / 2) }
     }
 }
 
@@ -173,23 +179,22 @@ fn bench_matmul(c: &mut Bench) {
 
 /// Attention's helpers on one head of paper-120m: the scores of a query against 640 keys
 /// of 128 (256 state slots + a 384-token window), their softmax exponentials, and the sum
-/// of 640 values; bytes are the keys or values read.
+/// of 640 values, with the state in f32 and in f16; bytes are the keys or values read.
 fn bench_attention(c: &mut Bench) {
     let (n, d) = (640, 128);
     let mut g = c.benchmark_group(format!("attention/{n}x{d}"));
     let mut keys = aligned_values(n * d, 4);
     let keys = keys.floats_mut();
+    let mut halves = Aligned::zeroed(2 * n * d);
+    quantize_row(DType::F16, keys, halves.bytes_mut()).expect("row length");
     let q = values(d, 5);
     let mut scores = values(n, 6);
     let mut out = vec![0.0; d];
     for t in tiers() {
         // SAFETY: `supported` checked the CPU.
         unsafe { tier::force_tier(t) };
-        g.throughput(Throughput::Bytes((4 * n * d) as u64));
-        g.bench_function(BenchmarkId::new("dots", t), |b| b.iter(|| kernels::dots(keys, &q, &mut scores)));
-        g.bench_function(BenchmarkId::new("weighted_sum", t), |b| {
-            b.iter(|| kernels::weighted_sum(&scores, keys, &mut out))
-        });
+        bench_rows(&mut g, t, "", keys, &q, &mut scores, &mut out);
+        bench_rows(&mut g, t, "_f16", halves.halves(), &q, &mut scores, &mut out);
         // On a fresh copy of the scores each time (2.5 KB, a small part of the time).
         g.throughput(Throughput::Elements(n as u64));
         let mut e = scores.clone();
@@ -201,6 +206,24 @@ fn bench_attention(c: &mut Bench) {
         });
     }
     g.finish();
+}
+
+/// `dots` (`rows` as keys) and `weighted_sum` (`rows` as values) of tier `t`, named with
+/// `suffix`.
+fn bench_rows<T: Stored>(
+    g: &mut BenchmarkGroup<'_, ThreadTime>,
+    t: Tier,
+    suffix: &str,
+    rows: &[T],
+    q: &[f32],
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    g.throughput(Throughput::Bytes(size_of_val(rows) as u64));
+    g.bench_function(BenchmarkId::new(format!("dots{suffix}"), t), |b| b.iter(|| kernels::dots(rows, q, scores)));
+    g.bench_function(BenchmarkId::new(format!("weighted_sum{suffix}"), t), |b| {
+        b.iter(|| kernels::weighted_sum(scores, rows, out))
+    });
 }
 
 criterion_group! {

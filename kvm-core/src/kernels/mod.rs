@@ -115,7 +115,7 @@ pub fn dequant_row(w: &Matrix<'_>, row: usize, out: &mut [f32]) {
     unsafe { (table(tier()).dequant_row)(w.dtype, bytes, out) }
 }
 
-/// An element attention reads from the session state: `f32`, or [`f16`] (the compact
+/// An element attention reads from the session state: `f32`, or [`struct@f16`] (the compact
 /// cache, half the bytes). Kernels widen it exactly to f32 before any arithmetic, so the
 /// same values give the same bits whichever way they are stored.
 pub trait Stored: Copy + Send + Sync + sealed::Entries {
@@ -252,6 +252,22 @@ impl FloatType for BF16 {
     const DTYPE: DType = DType::BF16;
 }
 
+/// A [`Stored`] element's dtype as a type: the SIMD tiers read attention's state rows with
+/// the loaders they have for weight rows of that dtype, so one loop body serves both.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(crate) trait StoredType: Stored {
+    type Float: FloatType;
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+impl StoredType for f32 {
+    type Float = F32;
+}
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+impl StoredType for f16 {
+    type Float = F16;
+}
+
 /// A tier's entry points, picked once per call by [`table`] (tract's kernel table).
 struct Table {
     matvec: unsafe fn(&Matrix<'_>, &[f32], &mut [f32], &mut [u8]),
@@ -283,44 +299,44 @@ fn table(tier: Tier) -> &'static Table {
         matvec: run::<x86_64::avx2::Avx2, 4, 1>,
         matmul: run::<x86_64::avx2::Avx2, 2, 4>,
         dequant_row: x86_64::avx2::Avx2::dequant_row,
-        weighted_sum: x86_64::avx2::weighted_sum,
+        weighted_sum: x86_64::avx2::weighted_sum::<f32>,
         exp_sub: x86_64::avx2::exp_sub,
-        dots: x86_64::avx2::dots,
-        weighted_sum_f16: scalar::weighted_sum,
-        dots_f16: scalar::dots,
+        dots: x86_64::avx2::dots::<f32>,
+        weighted_sum_f16: x86_64::avx2::weighted_sum::<f16>,
+        dots_f16: x86_64::avx2::dots::<f16>,
     };
     #[cfg(target_arch = "x86_64")]
     static AVX512: Table = Table {
         matvec: run::<x86_64::avx512::Avx512, 4, 1>,
         matmul: run::<x86_64::avx512::Avx512, 4, 4>,
         dequant_row: x86_64::avx512::Avx512::dequant_row,
-        weighted_sum: x86_64::avx512::weighted_sum,
+        weighted_sum: x86_64::avx512::weighted_sum::<f32>,
         exp_sub: x86_64::avx512::exp_sub,
-        dots: x86_64::avx512::dots,
-        weighted_sum_f16: scalar::weighted_sum,
-        dots_f16: scalar::dots,
+        dots: x86_64::avx512::dots::<f32>,
+        weighted_sum_f16: x86_64::avx512::weighted_sum::<f16>,
+        dots_f16: x86_64::avx512::dots::<f16>,
     };
     #[cfg(target_arch = "aarch64")]
     static NEON: Table = Table {
         matvec: run::<aarch64::neon::Neon, 4, 1>,
         matmul: run::<aarch64::neon::Neon, 4, 4>,
         dequant_row: aarch64::neon::Neon::dequant_row,
-        weighted_sum: aarch64::neon::weighted_sum,
+        weighted_sum: aarch64::neon::weighted_sum::<f32>,
         exp_sub: aarch64::neon::exp_sub,
-        dots: aarch64::neon::dots,
-        weighted_sum_f16: scalar::weighted_sum,
-        dots_f16: scalar::dots,
+        dots: aarch64::neon::dots::<f32>,
+        weighted_sum_f16: aarch64::neon::weighted_sum::<f16>,
+        dots_f16: aarch64::neon::dots::<f16>,
     };
     #[cfg(target_arch = "aarch64")]
     static NEON_DOT: Table = Table {
         matvec: run::<aarch64::neon::NeonDot, 4, 1>,
         matmul: run::<aarch64::neon::NeonDot, 4, 4>,
         dequant_row: aarch64::neon::NeonDot::dequant_row,
-        weighted_sum: aarch64::neon::weighted_sum,
+        weighted_sum: aarch64::neon::weighted_sum::<f32>,
         exp_sub: aarch64::neon::exp_sub,
-        dots: aarch64::neon::dots,
-        weighted_sum_f16: scalar::weighted_sum,
-        dots_f16: scalar::dots,
+        dots: aarch64::neon::dots::<f32>,
+        weighted_sum_f16: aarch64::neon::weighted_sum::<f16>,
+        dots_f16: aarch64::neon::dots::<f16>,
     };
     match tier {
         #[cfg(target_arch = "x86_64")]

@@ -12,7 +12,7 @@ use core::arch::aarch64::*;
 use core::arch::asm;
 use core::marker::PhantomData;
 
-use crate::kernels::{scalar, FloatType, Kernel, Kernels, BF16, F16, F32};
+use crate::kernels::{scalar, FloatType, Kernel, Kernels, StoredType, BF16, F16, F32};
 use crate::quant::{DType, QK};
 
 /// The NEON tier.
@@ -73,10 +73,11 @@ fn f16_to_f32<const HIGH: bool>(h: uint16x8_t) -> float32x4_t {
     f
 }
 
-/// A float dtype whose 8 consecutive weights widen to two f32x4.
-pub(super) trait Widen8: FloatType {
+/// A float dtype whose 8 consecutive values widen to two f32x4: weight rows, and the
+/// attention state's rows ([`StoredType`]).
+pub(crate) trait Widen8: FloatType {
     /// # Safety
-    /// `p` points at 8 readable weights.
+    /// `p` points at 8 readable values.
     unsafe fn load8(p: *const u8) -> [float32x4_t; 2];
 }
 
@@ -500,14 +501,15 @@ unsafe fn blocks_row<B: Blocks32>(row: &[u8], out: &mut [f32]) {
     }
 }
 
-/// [`scalar::weighted_sum`] with 4 columns per vector, up to 8 vectors of columns held in
-/// registers across all the rows; multiplies and adds stay separate (no `fmla`), so the
-/// result is the scalar one bit for bit.
+/// [`scalar::weighted_sum`] with 4 columns per vector, loaded 8 at a time (f16 rows widen
+/// exactly with `fcvtl`), up to 8 vectors of columns held in registers across all the
+/// rows; multiplies and adds stay separate (no `fmla`), so the result is the scalar one bit
+/// for bit.
 ///
 /// # Safety
 /// NEON is present.
 #[target_feature(enable = "neon")]
-pub(crate) unsafe fn weighted_sum(p: &[f32], rows: &[f32], out: &mut [f32]) {
+pub(crate) unsafe fn weighted_sum<T: StoredType<Float: Widen8>>(p: &[f32], rows: &[T], out: &mut [f32]) {
     let d = out.len();
     if d == 0 {
         return;
@@ -516,41 +518,53 @@ pub(crate) unsafe fn weighted_sum(p: &[f32], rows: &[f32], out: &mut [f32]) {
     let mut c = 0;
     while c + 32 <= d {
         // SAFETY: NEON is present; columns [c, c + 32) exist in `out` and every row.
-        unsafe { sum_columns::<8>(&p[..n], rows, d, c, out) };
+        unsafe { sum_columns::<T, 4>(&p[..n], rows, d, c, out) };
         c += 32;
     }
-    while c + 4 <= d {
-        // SAFETY: as above, for 4 columns.
-        unsafe { sum_columns::<1>(&p[..n], rows, d, c, out) };
-        c += 4;
+    while c + 8 <= d {
+        // SAFETY: as above, for 8 columns.
+        unsafe { sum_columns::<T, 1>(&p[..n], rows, d, c, out) };
+        c += 8;
     }
     scalar::weighted_sum_columns(&p[..n], rows, c, out);
 }
 
-/// Columns `[c, c + 4 V)` of [`weighted_sum`] (`rows`: `[p.len(), d]`).
+/// Columns `[c, c + 8 V)` of [`weighted_sum`] (`rows`: `[p.len(), d]`), as `V` pairs of
+/// vectors.
 ///
 /// # Safety
-/// NEON is present; `c + 4 V <= d == out.len()` and `rows.len() >= p.len() * d`.
+/// NEON is present; `c + 8 V <= d == out.len()` and `rows.len() >= p.len() * d`.
 #[inline]
 #[target_feature(enable = "neon")]
-unsafe fn sum_columns<const V: usize>(p: &[f32], rows: &[f32], d: usize, c: usize, out: &mut [f32]) {
-    let o = out[c..c + 4 * V].as_mut_ptr();
-    let mut acc = [vdupq_n_f32(0.0); V];
+unsafe fn sum_columns<T: StoredType<Float: Widen8>, const V: usize>(
+    p: &[f32],
+    rows: &[T],
+    d: usize,
+    c: usize,
+    out: &mut [f32],
+) {
+    let o = out[c..c + 8 * V].as_mut_ptr();
+    let mut acc = [[vdupq_n_f32(0.0); 2]; V];
     for (k, a) in acc.iter_mut().enumerate() {
-        // SAFETY: `o` holds 4 V floats.
-        *a = unsafe { vld1q_f32(o.add(4 * k)) };
+        // SAFETY: `o` holds 8 V floats.
+        *a = unsafe { [vld1q_f32(o.add(8 * k)), vld1q_f32(o.add(8 * k + 4))] };
     }
     for (j, &pj) in p.iter().enumerate() {
         let pj = vdupq_n_f32(pj);
-        let r = rows[j * d + c..j * d + c + 4 * V].as_ptr();
+        let r = rows[j * d + c..j * d + c + 8 * V].as_ptr();
         for (k, a) in acc.iter_mut().enumerate() {
-            // SAFETY: `r` holds 4 V floats.
-            *a = vaddq_f32(*a, vmulq_f32(pj, unsafe { vld1q_f32(r.add(4 * k)) }));
+            // SAFETY: `r` holds 8 V elements.
+            let w = unsafe { T::Float::load8(r.add(8 * k).cast()) };
+            a[0] = vaddq_f32(a[0], vmulq_f32(pj, w[0]));
+            a[1] = vaddq_f32(a[1], vmulq_f32(pj, w[1]));
         }
     }
     for (k, a) in acc.iter().enumerate() {
         // SAFETY: as the loads.
-        unsafe { vst1q_f32(o.add(4 * k), *a) };
+        unsafe {
+            vst1q_f32(o.add(8 * k), a[0]);
+            vst1q_f32(o.add(8 * k + 4), a[1]);
+        }
     }
 }
 
@@ -589,12 +603,12 @@ fn exp4(x: float32x4_t) -> float32x4_t {
 }
 
 /// [`scalar::dots`] in its canonical order: the 16 lanes as four vectors, four rows at a
-/// time (independent chains to hide the adds' latency).
+/// time (independent chains to hide the adds' latency); f16 rows widen exactly first.
 ///
 /// # Safety
 /// NEON is present.
 #[target_feature(enable = "neon")]
-pub(crate) unsafe fn dots(rows: &[f32], x: &[f32], out: &mut [f32]) {
+pub(crate) unsafe fn dots<T: StoredType<Float: Widen8>>(rows: &[T], x: &[f32], out: &mut [f32]) {
     let d = x.len();
     if d == 0 {
         out.fill(0.0);
@@ -604,11 +618,11 @@ pub(crate) unsafe fn dots(rows: &[f32], x: &[f32], out: &mut [f32]) {
     let mut i = 0;
     while i + 4 <= n {
         // Safe to call: this function enables the features `dot_rows` needs.
-        out[i..i + 4].copy_from_slice(&dot_rows::<4>(&rows[i * d..(i + 4) * d], x));
+        out[i..i + 4].copy_from_slice(&dot_rows::<T, 4>(&rows[i * d..(i + 4) * d], x));
         i += 4;
     }
     while i < n {
-        out[i] = dot_rows::<1>(&rows[i * d..(i + 1) * d], x)[0];
+        out[i] = dot_rows::<T, 1>(&rows[i * d..(i + 1) * d], x)[0];
         i += 1;
     }
 }
@@ -616,7 +630,7 @@ pub(crate) unsafe fn dots(rows: &[f32], x: &[f32], out: &mut [f32]) {
 /// `R` rows of [`dots`] (`rows`: `[R, x.len()]`).
 #[inline]
 #[target_feature(enable = "neon")]
-fn dot_rows<const R: usize>(rows: &[f32], x: &[f32]) -> [f32; R] {
+fn dot_rows<T: StoredType<Float: Widen8>, const R: usize>(rows: &[T], x: &[f32]) -> [f32; R] {
     let d = x.len();
     let body = d - d % scalar::DOT_LANES;
     let mut acc = [[vdupq_n_f32(0.0); 4]; R];
@@ -626,9 +640,10 @@ fn dot_rows<const R: usize>(rows: &[f32], x: &[f32]) -> [f32; R] {
         let v: [float32x4_t; 4] = core::array::from_fn(|k| unsafe { vld1q_f32(x.as_ptr().add(c + 4 * k)) });
         for (r, a) in acc.iter_mut().enumerate() {
             let p = rows[r * d + c..r * d + c + 16].as_ptr();
-            for k in 0..4 {
-                // SAFETY: `p` holds 16 floats.
-                a[k] = vaddq_f32(a[k], vmulq_f32(unsafe { vld1q_f32(p.add(4 * k)) }, v[k]));
+            // SAFETY: `p` holds 16 elements.
+            let [lo, hi] = unsafe { [T::Float::load8(p.cast()), T::Float::load8(p.add(8).cast())] };
+            for (k, w) in [lo[0], lo[1], hi[0], hi[1]].into_iter().enumerate() {
+                a[k] = vaddq_f32(a[k], vmulq_f32(w, v[k]));
             }
         }
         c += 16;

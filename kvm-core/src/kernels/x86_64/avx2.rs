@@ -9,7 +9,7 @@
 use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
-use crate::kernels::{scalar, FloatType, Kernel, Kernels, BF16, F16, F32};
+use crate::kernels::{scalar, FloatType, Kernel, Kernels, StoredType, BF16, F16, F32};
 use crate::quant::{DType, QK};
 
 /// The AVX2 tier.
@@ -33,10 +33,11 @@ impl Kernels for Avx2 {
     }
 }
 
-/// A float dtype whose 8 consecutive weights widen to one vector.
-pub(super) trait Widen8: FloatType {
+/// A float dtype whose 8 consecutive values widen to one vector: weight rows, and the
+/// attention state's rows ([`StoredType`]).
+pub(crate) trait Widen8: FloatType {
     /// # Safety
-    /// AVX2, FMA and F16C are present; `p` points at 8 readable weights.
+    /// AVX2, FMA and F16C are present; `p` points at 8 readable values.
     unsafe fn load8(p: *const u8) -> __m256;
 }
 
@@ -628,13 +629,13 @@ unsafe fn blocks_row<B: Blocks32>(row: &[u8], out: &mut [f32]) {
 }
 
 /// [`scalar::weighted_sum`] with 8 columns per vector, up to 8 vectors of columns held in
-/// registers across all the rows; multiplies and adds stay separate, so the result is the
-/// scalar one bit for bit.
+/// registers across all the rows; f16 rows widen exactly (`vcvtph2ps`) and multiplies and
+/// adds stay separate, so the result is the scalar one bit for bit.
 ///
 /// # Safety
 /// AVX2, FMA and F16C are present.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn weighted_sum(p: &[f32], rows: &[f32], out: &mut [f32]) {
+pub(crate) unsafe fn weighted_sum<T: StoredType<Float: Widen8>>(p: &[f32], rows: &[T], out: &mut [f32]) {
     let d = out.len();
     if d == 0 {
         return;
@@ -643,12 +644,12 @@ pub(crate) unsafe fn weighted_sum(p: &[f32], rows: &[f32], out: &mut [f32]) {
     let mut c = 0;
     while c + 64 <= d {
         // SAFETY: AVX2 is present; columns [c, c + 64) exist in `out` and every row.
-        unsafe { sum_columns::<8>(&p[..n], rows, d, c, out) };
+        unsafe { sum_columns::<T, 8>(&p[..n], rows, d, c, out) };
         c += 64;
     }
     while c + 8 <= d {
         // SAFETY: as above, for 8 columns.
-        unsafe { sum_columns::<1>(&p[..n], rows, d, c, out) };
+        unsafe { sum_columns::<T, 1>(&p[..n], rows, d, c, out) };
         c += 8;
     }
     scalar::weighted_sum_columns(&p[..n], rows, c, out);
@@ -660,7 +661,13 @@ pub(crate) unsafe fn weighted_sum(p: &[f32], rows: &[f32], out: &mut [f32]) {
 /// AVX2 is present; `c + 8 V <= d == out.len()` and `rows.len() >= p.len() * d`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn sum_columns<const V: usize>(p: &[f32], rows: &[f32], d: usize, c: usize, out: &mut [f32]) {
+unsafe fn sum_columns<T: StoredType<Float: Widen8>, const V: usize>(
+    p: &[f32],
+    rows: &[T],
+    d: usize,
+    c: usize,
+    out: &mut [f32],
+) {
     let o = out[c..c + 8 * V].as_mut_ptr();
     let mut acc = [_mm256_setzero_ps(); V];
     for (k, a) in acc.iter_mut().enumerate() {
@@ -671,8 +678,8 @@ unsafe fn sum_columns<const V: usize>(p: &[f32], rows: &[f32], d: usize, c: usiz
         let pj = _mm256_set1_ps(pj);
         let r = rows[j * d + c..j * d + c + 8 * V].as_ptr();
         for (k, a) in acc.iter_mut().enumerate() {
-            // SAFETY: `r` holds 8 V floats.
-            *a = _mm256_add_ps(*a, _mm256_mul_ps(pj, unsafe { _mm256_loadu_ps(r.add(8 * k)) }));
+            // SAFETY: `r` holds 8 V elements.
+            *a = _mm256_add_ps(*a, _mm256_mul_ps(pj, unsafe { T::Float::load8(r.add(8 * k).cast()) }));
         }
     }
     for (k, a) in acc.iter().enumerate() {
@@ -720,12 +727,12 @@ fn exp8(x: __m256) -> __m256 {
 }
 
 /// [`scalar::dots`] in its canonical order: the 16 lanes as two vectors, four rows at a
-/// time (independent chains to hide the adds' latency).
+/// time (independent chains to hide the adds' latency); f16 rows widen exactly first.
 ///
 /// # Safety
 /// AVX2, FMA and F16C are present.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dots(rows: &[f32], x: &[f32], out: &mut [f32]) {
+pub(crate) unsafe fn dots<T: StoredType<Float: Widen8>>(rows: &[T], x: &[f32], out: &mut [f32]) {
     let d = x.len();
     if d == 0 {
         out.fill(0.0);
@@ -735,11 +742,11 @@ pub(crate) unsafe fn dots(rows: &[f32], x: &[f32], out: &mut [f32]) {
     let mut i = 0;
     while i + 4 <= n {
         // Safe to call: this function enables the features `dot_rows` needs.
-        out[i..i + 4].copy_from_slice(&dot_rows::<4>(&rows[i * d..(i + 4) * d], x));
+        out[i..i + 4].copy_from_slice(&dot_rows::<T, 4>(&rows[i * d..(i + 4) * d], x));
         i += 4;
     }
     while i < n {
-        out[i] = dot_rows::<1>(&rows[i * d..(i + 1) * d], x)[0];
+        out[i] = dot_rows::<T, 1>(&rows[i * d..(i + 1) * d], x)[0];
         i += 1;
     }
 }
@@ -747,7 +754,7 @@ pub(crate) unsafe fn dots(rows: &[f32], x: &[f32], out: &mut [f32]) {
 /// `R` rows of [`dots`] (`rows`: `[R, x.len()]`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dot_rows<const R: usize>(rows: &[f32], x: &[f32]) -> [f32; R] {
+fn dot_rows<T: StoredType<Float: Widen8>, const R: usize>(rows: &[T], x: &[f32]) -> [f32; R] {
     let d = x.len();
     let body = d - d % scalar::DOT_LANES;
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
@@ -757,8 +764,8 @@ fn dot_rows<const R: usize>(rows: &[f32], x: &[f32]) -> [f32; R] {
         let v = unsafe { [_mm256_loadu_ps(x.as_ptr().add(c)), _mm256_loadu_ps(x.as_ptr().add(c + 8))] };
         for (r, a) in acc.iter_mut().enumerate() {
             let p = rows[r * d + c..r * d + c + 16].as_ptr();
-            // SAFETY: `p` holds 16 floats.
-            let w = unsafe { [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))] };
+            // SAFETY: `p` holds 16 elements.
+            let w = unsafe { [T::Float::load8(p.cast()), T::Float::load8(p.add(8).cast())] };
             a[0] = _mm256_add_ps(a[0], _mm256_mul_ps(w[0], v[0]));
             a[1] = _mm256_add_ps(a[1], _mm256_mul_ps(w[1], v[1]));
         }

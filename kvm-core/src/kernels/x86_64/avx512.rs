@@ -11,7 +11,7 @@ use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
 use super::avx2::{self, prefetch, prefetch_any, quant_tile, Blocks32, GroupSums, Q4, Q8};
-use crate::kernels::{scalar, FloatType, Kernel, Kernels, BF16, F16, F32};
+use crate::kernels::{scalar, FloatType, Kernel, Kernels, StoredType, BF16, F16, F32};
 use crate::quant::{DType, QK};
 
 /// The AVX-512 tier.
@@ -35,10 +35,11 @@ impl Kernels for Avx512 {
     }
 }
 
-/// A float dtype whose 16 consecutive weights widen to one vector.
-pub(super) trait Widen16: FloatType {
+/// A float dtype whose 16 consecutive values widen to one vector: weight rows, and the
+/// attention state's rows ([`StoredType`]).
+pub(crate) trait Widen16: FloatType {
     /// # Safety
-    /// The tier's features are present; `p` points at 16 readable weights.
+    /// The tier's features are present; `p` points at 16 readable values.
     unsafe fn load16(p: *const u8) -> __m512;
 }
 
@@ -249,13 +250,14 @@ impl<B: Blocks32> Kernel for Quant<B> {
 }
 
 /// [`scalar::weighted_sum`] with 16 columns per vector, up to 8 vectors of columns held in
-/// registers across all the rows (one pass for a 128-wide head); multiplies and adds stay
-/// separate, so the result is the scalar one bit for bit.
+/// registers across all the rows (one pass for a 128-wide head); f16 rows widen exactly
+/// (`vcvtph2ps`, 16 from 32 bytes) and multiplies and adds stay separate, so the result is
+/// the scalar one bit for bit.
 ///
 /// # Safety
 /// The tier's features are present.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn weighted_sum(p: &[f32], rows: &[f32], out: &mut [f32]) {
+pub(crate) unsafe fn weighted_sum<T: StoredType<Float: Widen16>>(p: &[f32], rows: &[T], out: &mut [f32]) {
     let d = out.len();
     if d == 0 {
         return;
@@ -264,12 +266,12 @@ pub(crate) unsafe fn weighted_sum(p: &[f32], rows: &[f32], out: &mut [f32]) {
     let mut c = 0;
     while c + 128 <= d {
         // SAFETY: AVX-512 is present; columns [c, c + 128) exist in `out` and every row.
-        unsafe { sum_columns::<8>(&p[..n], rows, d, c, out) };
+        unsafe { sum_columns::<T, 8>(&p[..n], rows, d, c, out) };
         c += 128;
     }
     while c + 16 <= d {
         // SAFETY: as above, for 16 columns.
-        unsafe { sum_columns::<1>(&p[..n], rows, d, c, out) };
+        unsafe { sum_columns::<T, 1>(&p[..n], rows, d, c, out) };
         c += 16;
     }
     scalar::weighted_sum_columns(&p[..n], rows, c, out);
@@ -281,7 +283,13 @@ pub(crate) unsafe fn weighted_sum(p: &[f32], rows: &[f32], out: &mut [f32]) {
 /// AVX-512 F is present; `c + 16 V <= d == out.len()` and `rows.len() >= p.len() * d`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn sum_columns<const V: usize>(p: &[f32], rows: &[f32], d: usize, c: usize, out: &mut [f32]) {
+unsafe fn sum_columns<T: StoredType<Float: Widen16>, const V: usize>(
+    p: &[f32],
+    rows: &[T],
+    d: usize,
+    c: usize,
+    out: &mut [f32],
+) {
     let o = out[c..c + 16 * V].as_mut_ptr();
     let mut acc = [_mm512_setzero_ps(); V];
     for (k, a) in acc.iter_mut().enumerate() {
@@ -292,8 +300,8 @@ unsafe fn sum_columns<const V: usize>(p: &[f32], rows: &[f32], d: usize, c: usiz
         let pj = _mm512_set1_ps(pj);
         let r = rows[j * d + c..j * d + c + 16 * V].as_ptr();
         for (k, a) in acc.iter_mut().enumerate() {
-            // SAFETY: `r` holds 16 V floats.
-            *a = _mm512_add_ps(*a, _mm512_mul_ps(pj, unsafe { _mm512_loadu_ps(r.add(16 * k)) }));
+            // SAFETY: `r` holds 16 V elements.
+            *a = _mm512_add_ps(*a, _mm512_mul_ps(pj, unsafe { T::Float::load16(r.add(16 * k).cast()) }));
         }
     }
     for (k, a) in acc.iter().enumerate() {
@@ -343,12 +351,12 @@ fn exp16(x: __m512) -> __m512 {
 }
 
 /// [`scalar::dots`] in its canonical order: the 16 lanes as one vector, four rows at a time
-/// (independent chains to hide the adds' latency).
+/// (independent chains to hide the adds' latency); f16 rows widen exactly first.
 ///
 /// # Safety
 /// The tier's features are present.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn dots(rows: &[f32], x: &[f32], out: &mut [f32]) {
+pub(crate) unsafe fn dots<T: StoredType<Float: Widen16>>(rows: &[T], x: &[f32], out: &mut [f32]) {
     let d = x.len();
     if d == 0 {
         out.fill(0.0);
@@ -358,11 +366,11 @@ pub(crate) unsafe fn dots(rows: &[f32], x: &[f32], out: &mut [f32]) {
     let mut i = 0;
     while i + 4 <= n {
         // Safe to call: this function enables the features `dot_rows` needs.
-        out[i..i + 4].copy_from_slice(&dot_rows::<4>(&rows[i * d..(i + 4) * d], x));
+        out[i..i + 4].copy_from_slice(&dot_rows::<T, 4>(&rows[i * d..(i + 4) * d], x));
         i += 4;
     }
     while i < n {
-        out[i] = dot_rows::<1>(&rows[i * d..(i + 1) * d], x)[0];
+        out[i] = dot_rows::<T, 1>(&rows[i * d..(i + 1) * d], x)[0];
         i += 1;
     }
 }
@@ -370,7 +378,7 @@ pub(crate) unsafe fn dots(rows: &[f32], x: &[f32], out: &mut [f32]) {
 /// `R` rows of [`dots`] (`rows`: `[R, x.len()]`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn dot_rows<const R: usize>(rows: &[f32], x: &[f32]) -> [f32; R] {
+fn dot_rows<T: StoredType<Float: Widen16>, const R: usize>(rows: &[T], x: &[f32]) -> [f32; R] {
     let d = x.len();
     let body = d - d % scalar::DOT_LANES;
     let mut acc = [_mm512_setzero_ps(); R];
@@ -380,7 +388,7 @@ fn dot_rows<const R: usize>(rows: &[f32], x: &[f32]) -> [f32; R] {
         let v = unsafe { _mm512_loadu_ps(x.as_ptr().add(c)) };
         for (r, a) in acc.iter_mut().enumerate() {
             // SAFETY: as above.
-            let w = unsafe { _mm512_loadu_ps(rows[r * d + c..r * d + c + 16].as_ptr()) };
+            let w = unsafe { T::Float::load16(rows[r * d + c..r * d + c + 16].as_ptr().cast()) };
             *a = _mm512_add_ps(*a, _mm512_mul_ps(w, v));
         }
         c += 16;
