@@ -677,6 +677,7 @@ unsafe fn sum_columns<T: StoredType<Float: Widen8>, const V: usize>(
     for (j, &pj) in p.iter().enumerate() {
         let pj = _mm256_set1_ps(pj);
         let r = rows[j * d + c..j * d + c + 8 * V].as_ptr();
+        super::prefetch_ahead(r.cast(), 8 * V * size_of::<T>());
         for (k, a) in acc.iter_mut().enumerate() {
             // SAFETY: `r` holds 8 V elements.
             *a = _mm256_add_ps(*a, _mm256_mul_ps(pj, unsafe { T::Float::load8(r.add(8 * k).cast()) }));
@@ -741,8 +742,10 @@ pub(crate) unsafe fn dots<T: StoredType<Float: Widen8>>(rows: &[T], x: &[f32], o
     let n = (rows.len() / d).min(out.len());
     let mut i = 0;
     while i + 4 <= n {
+        let block = &rows[i * d..(i + 4) * d];
+        super::prefetch_ahead(block.as_ptr().cast(), size_of_val(block));
         // Safe to call: this function enables the features `dot_rows` needs.
-        out[i..i + 4].copy_from_slice(&dot_rows::<T, 4>(&rows[i * d..(i + 4) * d], x));
+        out[i..i + 4].copy_from_slice(&dot_rows::<T, 4>(block, x));
         i += 4;
     }
     while i < n {

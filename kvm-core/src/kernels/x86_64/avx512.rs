@@ -299,6 +299,7 @@ unsafe fn sum_columns<T: StoredType<Float: Widen16>, const V: usize>(
     for (j, &pj) in p.iter().enumerate() {
         let pj = _mm512_set1_ps(pj);
         let r = rows[j * d + c..j * d + c + 16 * V].as_ptr();
+        super::prefetch_ahead(r.cast(), 16 * V * size_of::<T>());
         for (k, a) in acc.iter_mut().enumerate() {
             // SAFETY: `r` holds 16 V elements.
             *a = _mm512_add_ps(*a, _mm512_mul_ps(pj, unsafe { T::Float::load16(r.add(16 * k).cast()) }));
@@ -365,8 +366,10 @@ pub(crate) unsafe fn dots<T: StoredType<Float: Widen16>>(rows: &[T], x: &[f32], 
     let n = (rows.len() / d).min(out.len());
     let mut i = 0;
     while i + 4 <= n {
+        let block = &rows[i * d..(i + 4) * d];
+        super::prefetch_ahead(block.as_ptr().cast(), size_of_val(block));
         // Safe to call: this function enables the features `dot_rows` needs.
-        out[i..i + 4].copy_from_slice(&dot_rows::<T, 4>(&rows[i * d..(i + 4) * d], x));
+        out[i..i + 4].copy_from_slice(&dot_rows::<T, 4>(block, x));
         i += 4;
     }
     while i < n {
