@@ -268,6 +268,25 @@ pub fn exp_approx(x: f32) -> f32 {
     y * f32::from_bits(((n as i32 + 127) as u32) << 23)
 }
 
+/// The f32 value of the f16 with bits `h`, exactly, as `vcvtph2ps` / `fcvtl` give it
+/// (NaNs quieted), in integer operations and one exact multiply: the scalar tier's
+/// widening of f16 cache rows, branch-light where `half` would check the CPU per value.
+#[inline(always)]
+pub fn widen_f16(h: u16) -> f32 {
+    let sign = u32::from(h & 0x8000) << 16;
+    let mag = u32::from(h & 0x7fff);
+    let bits = match mag >> 10 {
+        // Zero and subnormals: m * 2^-24, an exact integer conversion and power-of-two scaling.
+        0 => (mag as f32 * f32::from_bits((127 - 24) << 23)).to_bits(),
+        // Infinity, or a quiet NaN keeping the payload.
+        0x1f if mag & 0x3ff == 0 => 0x7f80_0000,
+        0x1f => 0x7fc0_0000 | (mag & 0x3ff) << 13,
+        // Normals: re-bias the exponent (15 -> 127).
+        _ => (mag << 13) + ((127 - 15) << 23),
+    };
+    f32::from_bits(sign | bits)
+}
+
 /// `x[i] = e^(x[i] - max)` ([`exp_approx`]): softmax's exponentials.
 pub fn exp_sub(x: &mut [f32], max: f32) {
     for v in x {
