@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Runs the kvm firmware (examples/mcu) on both QEMU boards and checks its text.
 #
-# usage: scripts/mcu-check.sh [--no-host] [--dtype D | MODEL]
+# usage: scripts/mcu-check.sh [--no-host] [--dtype D [--cache C] | MODEL]
 #
 # MODEL defaults to the bundled models/tiny-kjv-q8_0.kvm; --dtype converts models/tiny-kjv
-# with kvm-export first. Checks:
+# with kvm-export first (--cache f16: sessions store attention rows as f16). Checks:
 # - the text of an386 and an505 is identical;
 # - it equals the reference implementation's greedy continuation
 #   (models/tiny-kjv/reference/greedy.json) when the weights are exact (--dtype f32, f16
@@ -23,11 +23,13 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 run="$root/examples/mcu/run-qemu.sh"
 dtype=""
+cache=f32
 model=""
 host=1
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --dtype) dtype="${2:?--dtype needs a value}"; shift 2 ;;
+        --cache) cache="${2:?--cache needs a value}"; shift 2 ;;
         --no-host) host=0; shift ;;
         *) model="$1"; shift ;;
     esac
@@ -36,10 +38,10 @@ done
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 if [[ -n "$dtype" ]]; then
-    model="$root/examples/mcu/target/tiny-kjv-$dtype.kvm"
+    model="$root/examples/mcu/target/tiny-kjv-$dtype-$cache-cache.kvm"
     mkdir -p "$(dirname "$model")"
     (cd "$root" && cargo run --quiet --release -p kvm-export -- \
-        convert models/tiny-kjv -o "$model" --dtype "$dtype" --quiet)
+        convert models/tiny-kjv -o "$model" --dtype "$dtype" --cache "$cache" --quiet)
 fi
 model="${model:-$root/models/tiny-kjv-q8_0.kvm}"
 
@@ -55,8 +57,8 @@ check "an505 runs" "$run" --board an505 --out "$work/an505.txt" "$model"
 check "an386 and an505 agree" cmp "$work/an386.txt" "$work/an505.txt"
 
 prompt="And God said"
-case "$dtype" in
-    f32|f16|bf16)
+case "$dtype-$cache" in
+    f32-f32|f16-f32|bf16-f32)
         python3 - "$root/models/tiny-kjv/reference/greedy.json" "$prompt" >"$work/ref.txt" <<'EOF'
 import json, sys
 cases = {c["prompt"]: c for c in json.load(open(sys.argv[1]))}
