@@ -137,31 +137,36 @@ fn errors_are_one_line_and_never_panics() {
 }
 
 #[test]
-fn logits_match_with_any_thread_count() {
+fn logits_match_with_any_thread_count_and_either_cache() {
     let model = convert_case("growable_power_law", DType::F32);
     let g = golden("growable_power_law");
     let ids: Vec<String> = g["input_ids"].i32.iter().map(|i| i.to_string()).collect();
     let want: Vec<f32> = g["logits_full"].f32.clone();
-    for threads in ["1", "2", "3"] {
-        let out = tmp(&format!("threads-{threads}.npy"));
-        let o = kvm(&[
-            "logits",
-            "--model",
-            model.to_str().unwrap(),
-            "--tokens",
-            &ids.join(","),
-            "--prompt-len",
-            &ids.len().to_string(),
-            "--threads",
-            threads,
-            "--out",
-            out.to_str().unwrap(),
-        ]);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let (_, got) = read_npy(&out);
-        let worst = max_abs_diff(&got, &want);
-        assert!(worst <= 1e-3, "--threads {threads}: max abs logit error {worst}");
-        std::fs::remove_file(out).ok();
+    // The f16 cache's bar is the golden test's (tests/suite/golden.rs).
+    for (cache, tol) in [("f32", 1e-3), ("f16", 1e-2)] {
+        for threads in ["1", "2", "3"] {
+            let out = tmp(&format!("threads-{threads}-{cache}.npy"));
+            let o = kvm(&[
+                "logits",
+                "--model",
+                model.to_str().unwrap(),
+                "--tokens",
+                &ids.join(","),
+                "--prompt-len",
+                &ids.len().to_string(),
+                "--threads",
+                threads,
+                "--cache",
+                cache,
+                "--out",
+                out.to_str().unwrap(),
+            ]);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            let (_, got) = read_npy(&out);
+            let worst = max_abs_diff(&got, &want);
+            assert!(worst <= tol, "--threads {threads} --cache {cache}: max abs logit error {worst}");
+            std::fs::remove_file(out).ok();
+        }
     }
     std::fs::remove_file(model).ok();
 }
