@@ -6,7 +6,7 @@
 
 use half::f16;
 
-use crate::kernels;
+use crate::kernels::{self, Stored};
 
 /// Element type of the stored attention rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -127,7 +127,7 @@ impl<'a> Rows<'a> {
         let d = out.len();
         match self {
             Rows::F32(x) => out.copy_from_slice(&x[r * d..(r + 1) * d]),
-            Rows::F16(x) => out.iter_mut().zip(&x[r * d..(r + 1) * d]).for_each(|(o, h)| *o = h.to_f32()),
+            Rows::F16(x) => out.iter_mut().zip(&x[r * d..(r + 1) * d]).for_each(|(o, h)| *o = h.widen()),
         }
     }
 
@@ -136,7 +136,7 @@ impl<'a> Rows<'a> {
         let d = out.len();
         match self {
             Rows::F32(x) => out.iter_mut().zip(&x[r * d..(r + 1) * d]).for_each(|(o, &v)| *o += v * s),
-            Rows::F16(x) => out.iter_mut().zip(&x[r * d..(r + 1) * d]).for_each(|(o, h)| *o += h.to_f32() * s),
+            Rows::F16(x) => out.iter_mut().zip(&x[r * d..(r + 1) * d]).for_each(|(o, h)| *o += h.widen() * s),
         }
     }
 }
