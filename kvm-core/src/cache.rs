@@ -113,6 +113,16 @@ impl<'a> Rows<'a> {
         }
     }
 
+    /// `out[i * n + j] = row[j] . xs[i]` for every query of `xs` (`[m, d]`) against these
+    /// `n` rows of width `d` ([`kernels::dots_many`]).
+    #[inline]
+    pub fn dots_many(self, xs: &[f32], d: usize, out: &mut [f32]) {
+        match self {
+            Rows::F32(r) => kernels::dots_many(r, xs, d, out),
+            Rows::F16(r) => kernels::dots_many(r, xs, d, out),
+        }
+    }
+
     /// `out += sum_j p[j] * row[j]` ([`kernels::weighted_sum`]).
     #[inline]
     pub fn weighted_sum(self, p: &[f32], out: &mut [f32]) {

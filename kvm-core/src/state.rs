@@ -744,7 +744,7 @@ fn ring_spans(cfg: &Config, h: usize, begin: usize, end: usize) -> [core::ops::R
 /// Queries per piece of [`similarities`]' parallel work.
 const SIM_PIECE: usize = 16;
 
-/// Hands `each(i, sims_i)`, in query order, the dot products ([`kernels::dots`]) of query
+/// Hands `each(i, sims_i)`, in query order, the dot products ([`kernels::dots_many`]) of query
 /// `i` of `queries` (`[m, d]`) with every row of `keys` (`[s, d]`, `s` possibly 0),
 /// computed in blocks of queries that fit `scratch` (at least `s` floats), each block's
 /// pieces in parallel through `exec`.
@@ -765,10 +765,8 @@ fn similarities(
     for q0 in (0..m).step_by(block) {
         let out = &mut scratch[..block.min(m - q0) * s];
         exec.pieces(out, SIM_PIECE * s, &|p, piece| {
-            for (j, row) in piece.chunks_exact_mut(s).enumerate() {
-                let q = q0 + p * SIM_PIECE + j;
-                keys.dots(&queries[q * d..(q + 1) * d], row);
-            }
+            let q = q0 + p * SIM_PIECE;
+            keys.dots_many(&queries[q * d..(q + piece.len() / s) * d], d, piece);
         });
         for (j, row) in out.chunks_exact(s).enumerate() {
             each(q0 + j, row);

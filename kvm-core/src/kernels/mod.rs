@@ -143,6 +143,7 @@ mod sealed {
 
     pub trait Entries: Sized {
         fn dots(rows: &[Self], x: &[f32], out: &mut [f32]);
+        fn dots_many(rows: &[Self], xs: &[f32], d: usize, out: &mut [f32]) -> bool;
         fn weighted_sum(p: &[f32], rows: &[Self], out: &mut [f32]);
     }
 
@@ -150,6 +151,9 @@ mod sealed {
     impl Entries for f32 {
         fn dots(rows: &[f32], x: &[f32], out: &mut [f32]) {
             unsafe { (table(tier()).dots)(rows, x, out) }
+        }
+        fn dots_many(rows: &[f32], xs: &[f32], d: usize, out: &mut [f32]) -> bool {
+            table(tier()).dots_many.map(|f| unsafe { f(rows, xs, d, out) }).is_some()
         }
         fn weighted_sum(p: &[f32], rows: &[f32], out: &mut [f32]) {
             unsafe { (table(tier()).weighted_sum)(p, rows, out) }
@@ -159,6 +163,9 @@ mod sealed {
     impl Entries for f16 {
         fn dots(rows: &[f16], x: &[f32], out: &mut [f32]) {
             unsafe { (table(tier()).dots_f16)(rows, x, out) }
+        }
+        fn dots_many(rows: &[f16], xs: &[f32], d: usize, out: &mut [f32]) -> bool {
+            table(tier()).dots_many_f16.map(|f| unsafe { f(rows, xs, d, out) }).is_some()
         }
         fn weighted_sum(p: &[f32], rows: &[f16], out: &mut [f32]) {
             unsafe { (table(tier()).weighted_sum_f16)(p, rows, out) }
@@ -173,6 +180,25 @@ mod sealed {
 #[inline]
 pub fn dots<T: Stored>(rows: &[T], x: &[f32], out: &mut [f32]) {
     T::dots(rows, x, out)
+}
+
+/// [`dots`] of each query of `xs` (`[m, d]`) against every row of `rows` (`[n, d]`):
+/// `out[i * n + j] = rows[j] . xs[i]` (`out`: `[m, n]`), each in the canonical order, so
+/// the same bits as `m` calls of [`dots`]. Tiers with a multi-query kernel read each row
+/// once for several queries (the state's similarities in a fold); the others call
+/// [`dots`] per query.
+pub fn dots_many<T: Stored>(rows: &[T], xs: &[f32], d: usize, out: &mut [f32]) {
+    if d == 0 {
+        out.fill(0.0);
+        return;
+    }
+    let n = rows.len() / d;
+    if n == 0 || T::dots_many(rows, xs, d, out) {
+        return;
+    }
+    for (x, o) in xs.chunks_exact(d).zip(out.chunks_exact_mut(n)) {
+        dots(rows, x, o);
+    }
 }
 
 /// `out[c] += sum_j p[j] * rows[j][c]` for the `p.len()` rows of `rows` (`[n, out.len()]`):
@@ -268,6 +294,9 @@ impl StoredType for f16 {
     type Float = F16;
 }
 
+/// A multi-query [`dots_many`] kernel: `rows`, `xs`, `d`, `out`.
+type DotsMany<T> = unsafe fn(&[T], &[f32], usize, &mut [f32]);
+
 /// A tier's entry points, picked once per call by [`table`] (tract's kernel table).
 struct Table {
     matvec: unsafe fn(&Matrix<'_>, &[f32], &mut [f32], &mut [u8]),
@@ -278,6 +307,10 @@ struct Table {
     dots: unsafe fn(&[f32], &[f32], &mut [f32]),
     weighted_sum_f16: unsafe fn(&[f32], &[f16], &mut [f32]),
     dots_f16: unsafe fn(&[f16], &[f32], &mut [f32]),
+    /// Multi-query [`dots_many`] kernels (`rows`, `xs`, `d`, `out`; `d > 0`, at least one
+    /// row), where the tier has one.
+    dots_many: Option<DotsMany<f32>>,
+    dots_many_f16: Option<DotsMany<f16>>,
 }
 
 /// The table of `tier`; a tier of another architecture gets the scalar one.
@@ -293,6 +326,8 @@ fn table(tier: Tier) -> &'static Table {
         dots: scalar::dots,
         weighted_sum_f16: scalar::weighted_sum,
         dots_f16: scalar::dots,
+        dots_many: None,
+        dots_many_f16: None,
     };
     #[cfg(target_arch = "x86_64")]
     static AVX2: Table = Table {
@@ -304,6 +339,8 @@ fn table(tier: Tier) -> &'static Table {
         dots: x86_64::avx2::dots::<f32>,
         weighted_sum_f16: x86_64::avx2::weighted_sum::<f16>,
         dots_f16: x86_64::avx2::dots::<f16>,
+        dots_many: None,
+        dots_many_f16: None,
     };
     #[cfg(target_arch = "x86_64")]
     static AVX512: Table = Table {
@@ -315,6 +352,8 @@ fn table(tier: Tier) -> &'static Table {
         dots: x86_64::avx512::dots::<f32>,
         weighted_sum_f16: x86_64::avx512::weighted_sum::<f16>,
         dots_f16: x86_64::avx512::dots::<f16>,
+        dots_many: Some(x86_64::avx512::dots_many::<f32>),
+        dots_many_f16: Some(x86_64::avx512::dots_many::<f16>),
     };
     #[cfg(target_arch = "aarch64")]
     static NEON: Table = Table {
@@ -326,6 +365,8 @@ fn table(tier: Tier) -> &'static Table {
         dots: aarch64::neon::dots::<f32>,
         weighted_sum_f16: aarch64::neon::weighted_sum::<f16>,
         dots_f16: aarch64::neon::dots::<f16>,
+        dots_many: None,
+        dots_many_f16: None,
     };
     #[cfg(target_arch = "aarch64")]
     static NEON_DOT: Table = Table {
@@ -337,6 +378,8 @@ fn table(tier: Tier) -> &'static Table {
         dots: aarch64::neon::dots::<f32>,
         weighted_sum_f16: aarch64::neon::weighted_sum::<f16>,
         dots_f16: aarch64::neon::dots::<f16>,
+        dots_many: None,
+        dots_many_f16: None,
     };
     match tier {
         #[cfg(target_arch = "x86_64")]
@@ -770,6 +813,38 @@ pub(crate) mod tests {
                 assert_bits(&got, &want, &format_args!("{t} exp_sub [{len}]"));
             }
         }
+    }
+
+    /// Multi-query kernels give [`dots`]' bits for every query, f32 and f16 rows, on odd
+    /// shapes; the public function handles empty rows and zero widths.
+    #[test]
+    fn dots_many_matches_dots_per_query() {
+        fn check<T: Stored>(t: Tier, f: Option<DotsMany<T>>, conv: fn(f32) -> T) {
+            let Some(f) = f else { return };
+            for d in [1, 3, 15, 16, 17, 33, 128, 129] {
+                for (m, n) in [(1, 1), (3, 5), (4, 4), (5, 9), (8, 3), (9, 8)] {
+                    let rows: Vec<T> = values(n * d, d as u32).into_iter().map(conv).collect();
+                    let xs = values(m * d, 7 + m as u32);
+                    let mut want = vec![f32::NAN; m * n];
+                    for (x, o) in xs.chunks_exact(d).zip(want.chunks_exact_mut(n)) {
+                        scalar::dots(&rows, x, o);
+                    }
+                    let mut got = vec![f32::NAN; m * n];
+                    // SAFETY: the CPU supports `t`; `d > 0` and there are rows.
+                    unsafe { f(&rows, &xs, d, &mut got) };
+                    assert_bits(&got, &want, &format_args!("{t} dots_many [{m} x {n}, {d}]"));
+                }
+            }
+        }
+        for t in supported_tiers() {
+            check(t, table(t).dots_many, |x| x);
+            check(t, table(t).dots_many_f16, f16::from_f32);
+        }
+        let mut out = [1.0f32; 4];
+        dots_many::<f32>(&[], &[0.5; 6], 3, &mut out);
+        assert_eq!(out, [1.0; 4], "no rows: nothing written");
+        dots_many::<f32>(&[], &[], 0, &mut out);
+        assert_eq!(out, [0.0; 4], "zero width: empty sums");
     }
 
     /// The scalar tier's f16 widening is exact for every one of the 65536 bit patterns

@@ -378,6 +378,80 @@ pub(crate) unsafe fn dots<T: StoredType<Float: Widen16>>(rows: &[T], x: &[f32], 
     }
 }
 
+/// [`dots`] of every query of `xs` (`[m, d]`) against every row (`[n, d]`) into `out`
+/// (`[m, n]`): tiles of 4 rows x 4 queries, so each row is read once per 4 queries (and each
+/// query once per 4 rows); every dot keeps the canonical order, so the bits are
+/// [`dots`]' (queries left over go through it).
+///
+/// # Safety
+/// The tier's features are present; `d > 0`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn dots_many<T: StoredType<Float: Widen16>>(rows: &[T], xs: &[f32], d: usize, out: &mut [f32]) {
+    let n = rows.len() / d;
+    if n == 0 {
+        return;
+    }
+    let m = (xs.len() / d).min(out.len() / n);
+    let mut i = 0;
+    while i + 4 <= m {
+        let mut j = 0;
+        while j + 4 <= n {
+            // Safe to call: this function enables the features `dots_tile` needs.
+            dots_tile::<T, 4, 4>(rows, xs, d, n, (i, j), out);
+            j += 4;
+        }
+        while j < n {
+            dots_tile::<T, 1, 4>(rows, xs, d, n, (i, j), out);
+            j += 1;
+        }
+        i += 4;
+    }
+    for i in i..m {
+        // SAFETY: the features are enabled here.
+        unsafe { dots::<T>(rows, &xs[i * d..(i + 1) * d], &mut out[i * n..(i + 1) * n]) };
+    }
+}
+
+/// Rows `j0..j0 + R` against queries `i0..i0 + Q` of [`dots_many`], each dot in
+/// [`scalar::dots`]' canonical order (as [`dot_rows`]).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn dots_tile<T: StoredType<Float: Widen16>, const R: usize, const Q: usize>(
+    rows: &[T],
+    xs: &[f32],
+    d: usize,
+    n: usize,
+    (i0, j0): (usize, usize),
+    out: &mut [f32],
+) {
+    let body = d - d % scalar::DOT_LANES;
+    let (rows, xs) = (&rows[j0 * d..(j0 + R) * d], &xs[i0 * d..(i0 + Q) * d]);
+    let mut acc = [[_mm512_setzero_ps(); Q]; R];
+    let mut c = 0;
+    while c < body {
+        // SAFETY: columns `c..c + 16` exist in every query and row.
+        let x: [__m512; Q] = core::array::from_fn(|q| unsafe { _mm512_loadu_ps(xs[q * d + c..].as_ptr()) });
+        for (r, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: as above.
+            let w = unsafe { T::Float::load16(rows[r * d + c..r * d + c + 16].as_ptr().cast()) };
+            for (a, &x) in acc.iter_mut().zip(&x) {
+                *a = _mm512_add_ps(*a, _mm512_mul_ps(w, x));
+            }
+        }
+        c += 16;
+    }
+    for (r, acc) in acc.iter().enumerate() {
+        for (q, &a) in acc.iter().enumerate() {
+            let half = _mm256_add_ps(
+                _mm512_castps512_ps256(a),
+                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a))),
+            );
+            let (row, x) = (&rows[r * d + body..(r + 1) * d], &xs[q * d + body..(q + 1) * d]);
+            out[(i0 + q) * n + j0 + r] = scalar::dot_tail(avx2::fold8(half), row, x);
+        }
+    }
+}
+
 /// `R` rows of [`dots`] (`rows`: `[R, x.len()]`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
