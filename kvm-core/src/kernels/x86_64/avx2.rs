@@ -78,20 +78,6 @@ pub(super) fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
 
-/// Prefetches the cache line `ahead` bytes past `p` (a hint: never faults).
-///
-/// A tile reads several short rows side by side, which the hardware stream prefetcher
-/// does not follow (it tracks about one stream per 4 KiB page); without this, weights
-/// coming from DRAM arrive at half the bandwidth. Tiles ask for the same position in the
-/// next tile's rows (`ahead = R * row bytes`, rows being contiguous).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn prefetch(p: *const u8, ahead: usize) {
-    // `wrapping_add`: the address may lie past the end of the matrix, which is fine for a
-    // hint but not for `add`.
-    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead).cast())
-}
-
 /// Float kernel: `R x T` accumulators of 8 lanes, the `cols % 8` tail in scalar.
 pub(crate) struct Float<W>(PhantomData<W>);
 
@@ -115,7 +101,7 @@ impl<W: Widen8> Kernel for Float<W> {
                 // SAFETY: `w[r]` holds `cols` weights of `es` bytes.
                 let p = unsafe { w[r].as_ptr().add(c * es) };
                 if (c * es) % 64 == 0 {
-                    prefetch(p, ahead);
+                    super::prefetch(p, ahead);
                 }
                 // SAFETY: as above.
                 let wv = unsafe { W::load8(p) };
@@ -344,7 +330,7 @@ unsafe fn pair<B: Blocks32, D: BlockDot, const R: usize, const T: usize>(
             }
             for r in 0..R {
                 let p = w[r].as_ptr().add(b * bb);
-                prefetch_any(p, ahead);
+                super::prefetch(p, ahead);
                 for t in 0..T {
                     sk[r][t] = D::dot::<B>(p, av[t], prep[t]);
                 }
@@ -463,14 +449,6 @@ unsafe fn group<B: Blocks32, G: GroupSums, const R: usize, const T: usize>(
             }
         }
     }
-}
-
-/// [`prefetch`] without the target-feature attribute (SSE is baseline on x86_64), for
-/// the `inline(always)` bodies shared by the tiers.
-#[inline(always)]
-pub(super) fn prefetch_any(p: *const u8, ahead: usize) {
-    // SAFETY: a hint; SSE is part of x86_64.
-    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead).cast()) }
 }
 
 /// The integer tile of both x86 tiers: the canonical sum of [`scalar::sum_blocks`], 8

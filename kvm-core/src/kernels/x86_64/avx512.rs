@@ -10,7 +10,8 @@
 use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
-use super::avx2::{self, prefetch, prefetch_any, quant_tile, Blocks32, GroupSums, Q4, Q8};
+use super::avx2::{self, quant_tile, Blocks32, GroupSums, Q4, Q8};
+use super::prefetch;
 use crate::kernels::{scalar, FloatType, Kernel, Kernels, StoredType, BF16, F16, F32};
 use crate::quant::{DType, QK};
 
@@ -220,10 +221,10 @@ unsafe fn pair<B: Blocks32, const R: usize, const T: usize>(
         }
         for r in 0..R {
             let p = w[r].as_ptr().add(b * bb);
-            prefetch_any(p, ahead);
+            prefetch(p, ahead);
             let lo = _mm512_zextsi256_si512(B::load_biased(p));
             let wv = if both {
-                prefetch_any(p.add(bb), ahead);
+                prefetch(p.add(bb), ahead);
                 _mm512_inserti64x4::<1>(lo, B::load_biased(p.add(bb)))
             } else {
                 lo

@@ -4,20 +4,29 @@
 pub(crate) mod avx2;
 pub(crate) mod avx512;
 
+use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+
+/// Prefetches the cache line `ahead` bytes past `p` (a hint: never faults).
+///
+/// A tile reads several short rows side by side, which the hardware stream prefetcher
+/// does not follow (it tracks about one stream per 4 KiB page); without this, weights
+/// coming from DRAM arrive at half the bandwidth. Tiles ask for the same position in the
+/// next tile's rows (`ahead = R * row bytes`, rows being contiguous).
+#[inline(always)]
+pub(crate) fn prefetch(p: *const u8, ahead: usize) {
+    // SAFETY: a prefetch reads nothing architecturally (SSE, baseline on x86_64);
+    // `wrapping_add` keeps the address arithmetic defined past the end of the rows.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead).cast()) }
+}
+
 /// Bytes ahead of the current row that attention's kernels prefetch: the state's rows
 /// stream from memory once per token, faster than the hardware prefetcher ramps up.
 pub(crate) const PREFETCH_AHEAD: usize = 4096;
 
-/// Asks for the cache lines of `[p + PREFETCH_AHEAD, p + PREFETCH_AHEAD + len)`: a hint
-/// (it never faults, even past the end of the rows).
+/// [`prefetch`]es every cache line of `[p + PREFETCH_AHEAD, p + PREFETCH_AHEAD + len)`.
 #[inline(always)]
 pub(crate) fn prefetch_ahead(p: *const u8, len: usize) {
-    use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-    let mut off = 0;
-    while off < len {
-        // SAFETY: a prefetch reads nothing architecturally; `wrapping_add` keeps the
-        // address arithmetic defined whatever it points at.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_AHEAD + off).cast()) };
-        off += 64;
+    for off in (0..len).step_by(64) {
+        prefetch(p, PREFETCH_AHEAD + off);
     }
 }
