@@ -1,10 +1,12 @@
 //! One decode step (`Session::decode`, one thread) of random-weight models, per weight
-//! dtype, in the steady state (full window, full state).
+//! dtype and attention cache dtype (`q8_0/f16` = q8_0 weights, f16 cache), in the steady
+//! state (full window, full state).
 //!
 //! `cargo bench --bench decode` times the `tiny` preset; set `KVM_BENCH_PRESETS` to a
 //! comma-separated list (`tiny,paper-120m`) for others. `KVM_KERNELS` forces a tier.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use kvm_core::cache::CacheDtype;
 use kvm_core::quant::DType;
 use kvm_core::state::Phase;
 use kvm_core::Session;
@@ -43,17 +45,20 @@ fn decode(c: &mut Criterion) {
             ));
             synth(&path, &cfg, &Policy::uniform(dtype), 0, &mut |_| {}).unwrap();
             let file = ModelFile::open(&path).unwrap();
-            let model = file.model().unwrap();
-            let mut arena = Arena::new(model.arena_len());
-            let mut session = Session::new(model, arena.bytes_mut()).unwrap();
-            // Past the window, so every step reads a full state and a steady window.
-            let n = cfg.window_len() + cfg.chunk_len as usize;
-            let prompt: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(7919) % cfg.vocab_len).collect();
-            prefill(&mut session, &prompt, Phase::Prefill, &Pool::new(1).unwrap(), false).unwrap();
-            let mut next = argmax(session.logits());
-            group.bench_function(BenchmarkId::from_parameter(dtype.name()), |b| {
-                b.iter(|| next = argmax(session.decode(next).unwrap()))
-            });
+            for cache in CacheDtype::ALL {
+                let model = file.model().unwrap().with_cache(cache).unwrap();
+                let mut arena = Arena::new(model.arena_len());
+                let mut session = Session::new(model, arena.bytes_mut()).unwrap();
+                // Past the window, so every step reads a full state and a steady window.
+                let n = cfg.window_len() + cfg.chunk_len as usize;
+                let prompt: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(7919) % cfg.vocab_len).collect();
+                prefill(&mut session, &prompt, Phase::Prefill, &Pool::new(1).unwrap(), false).unwrap();
+                let mut next = argmax(session.logits());
+                let id = format!("{}/{}", dtype.name(), cache.name());
+                group.bench_function(BenchmarkId::from_parameter(id), |b| {
+                    b.iter(|| next = argmax(session.decode(next).unwrap()))
+                });
+            }
             std::fs::remove_file(&path).ok();
         }
         group.finish();
