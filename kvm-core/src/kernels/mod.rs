@@ -339,8 +339,8 @@ fn table(tier: Tier) -> &'static Table {
         dots: x86_64::avx2::dots::<f32>,
         weighted_sum_f16: x86_64::avx2::weighted_sum::<f16>,
         dots_f16: x86_64::avx2::dots::<f16>,
-        dots_many: None,
-        dots_many_f16: None,
+        dots_many: Some(x86_64::avx2::dots_many::<f32>),
+        dots_many_f16: Some(x86_64::avx2::dots_many::<f16>),
     };
     #[cfg(target_arch = "x86_64")]
     static AVX512: Table = Table {
