@@ -768,40 +768,60 @@ pub(crate) mod tests {
         }
     }
 
-    /// Attention's helpers: `dots`, `weighted_sum` and `exp_sub` give the scalar tier's bits in
-    /// every tier (they keep its operations and order), on odd widths and lengths.
+    /// `weighted_sum` and `dots` entries over rows stored as `T` give the scalar tier's bits
+    /// on the widened rows, on odd widths and lengths, and dots stay within [`BUDGET`] of
+    /// the f64 sums.
+    fn check_stored_entries<T: Stored>(
+        t: Tier,
+        weighted_sum: unsafe fn(&[f32], &[T], &mut [f32]),
+        dots: unsafe fn(&[T], &[f32], &mut [f32]),
+        store: fn(f32) -> T,
+    ) {
+        let stored = |n: usize, seed: u32| -> (Vec<T>, Vec<f32>) {
+            let rows: Vec<T> = values(n, seed).into_iter().map(store).collect();
+            let wide = rows.iter().map(|r| r.widen()).collect();
+            (rows, wide)
+        };
+        let name = core::any::type_name::<T>();
+        for d in [1, 3, 4, 7, 8, 15, 16, 17, 31, 33, 64, 65, 127, 128, 129, 200, 257] {
+            for n in [0, 1, 2, 5, 9] {
+                let (p, (rows, wide)) = (values(n, d as u32), stored(n * d, 3 + n as u32));
+                let start = values(d, 99);
+                let (mut want, mut got) = (start.clone(), start.clone());
+                scalar::weighted_sum(&p, &wide, &mut want);
+                // SAFETY: the CPU supports `t`; the table is called directly.
+                unsafe { weighted_sum(&p, &rows, &mut got) };
+                assert_bits(&got, &want, &format_args!("{t} weighted_sum {name} [{n}, {d}]"));
+            }
+        }
+        for d in [1, 3, 15, 16, 17, 31, 32, 33, 64, 127, 128, 129] {
+            for n in [0, 1, 3, 4, 5, 9] {
+                let ((rows, wide), x) = (stored(n * d, d as u32), values(d, 5 + n as u32));
+                let (mut want, mut got) = (vec![f32::NAN; n], vec![f32::NAN; n]);
+                scalar::dots(&wide, &x, &mut want);
+                // SAFETY: as above.
+                unsafe { dots(&rows, &x, &mut got) };
+                assert_bits(&got, &want, &format_args!("{t} dots {name} [{n}, {d}]"));
+                let exact: Vec<f32> = wide
+                    .chunks_exact(d)
+                    .map(|r| r.iter().zip(&x).map(|(a, b)| (a * b) as f64).sum::<f64>() as f32)
+                    .collect();
+                let mag: Vec<f32> =
+                    wide.chunks_exact(d).map(|r| r.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum()).collect();
+                assert_close(&got, &exact, &mag, &format_args!("{t} dots {name} [{n}, {d}] vs f64"));
+            }
+        }
+    }
+
+    /// Attention's helpers: `dots`, `weighted_sum` (over f32 rows and the f16 cache's rows)
+    /// and `exp_sub` give the scalar tier's bits in every tier (they keep its operations and
+    /// order), on odd widths and lengths.
     #[test]
     fn attention_helpers_match_scalar_bits() {
         for t in supported_tiers() {
             let tb = table(t);
-            for d in [1, 3, 4, 7, 8, 15, 16, 17, 31, 33, 64, 65, 127, 128, 129, 200, 257] {
-                for n in [0, 1, 2, 5, 9] {
-                    let (p, rows) = (values(n, d as u32), values(n * d, 3 + n as u32));
-                    let start = values(d, 99);
-                    let (mut want, mut got) = (start.clone(), start.clone());
-                    scalar::weighted_sum(&p, &rows, &mut want);
-                    // SAFETY: the CPU supports `t`; the table is called directly.
-                    unsafe { (tb.weighted_sum)(&p, &rows, &mut got) };
-                    assert_bits(&got, &want, &format_args!("{t} weighted_sum [{n}, {d}]"));
-                }
-            }
-            for d in [1, 3, 15, 16, 17, 31, 32, 33, 64, 127, 128, 129] {
-                for n in [0, 1, 3, 4, 5, 9] {
-                    let (rows, x) = (values(n * d, d as u32), values(d, 5 + n as u32));
-                    let (mut want, mut got) = (vec![f32::NAN; n], vec![f32::NAN; n]);
-                    scalar::dots(&rows, &x, &mut want);
-                    // SAFETY: as above.
-                    unsafe { (tb.dots)(&rows, &x, &mut got) };
-                    assert_bits(&got, &want, &format_args!("{t} dots [{n}, {d}]"));
-                    let exact: Vec<f32> = rows
-                        .chunks_exact(d)
-                        .map(|r| r.iter().zip(&x).map(|(a, b)| (a * b) as f64).sum::<f64>() as f32)
-                        .collect();
-                    let mag: Vec<f32> =
-                        rows.chunks_exact(d).map(|r| r.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum()).collect();
-                    assert_close(&got, &exact, &mag, &format_args!("{t} dots [{n}, {d}] vs f64"));
-                }
-            }
+            check_stored_entries(t, tb.weighted_sum, tb.dots, |x| x);
+            check_stored_entries(t, tb.weighted_sum_f16, tb.dots_f16, f16::from_f32);
             for len in [0, 1, 3, 7, 8, 15, 16, 17, 31, 33, 100, 769] {
                 // From far below the clamp to above it, through 0.
                 let mut want: Vec<f32> = values(len, len as u32).iter().map(|v| v * 30.0 - 8.0).collect();
@@ -854,39 +874,6 @@ pub(crate) mod tests {
         for h in 0..=u16::MAX {
             let (got, want) = (scalar::widen_f16(h), f16::from_bits(h).to_f32());
             assert_eq!(got.to_bits(), want.to_bits(), "{h:#06x}: {got} vs {want}");
-        }
-    }
-
-    /// The f16 entries (the compact state cache) give the scalar tier's bits too, and the
-    /// same bits as the f32 entries on the widened rows.
-    #[test]
-    fn f16_attention_helpers_match_scalar_bits() {
-        let half = |v: Vec<f32>| -> Vec<f16> { v.into_iter().map(f16::from_f32).collect() };
-        for t in supported_tiers() {
-            let tb = table(t);
-            for d in [1, 3, 4, 7, 8, 15, 16, 17, 31, 33, 64, 65, 127, 128, 129, 200, 257] {
-                for n in [0, 1, 2, 5, 9] {
-                    let (p, rows) = (values(n, d as u32), half(values(n * d, 3 + n as u32)));
-                    let wide: Vec<f32> = rows.iter().map(|h| h.to_f32()).collect();
-                    let start = values(d, 99);
-                    let (mut want, mut got) = (start.clone(), start.clone());
-                    scalar::weighted_sum(&p, &wide, &mut want);
-                    // SAFETY: the CPU supports `t`; the table is called directly.
-                    unsafe { (tb.weighted_sum_f16)(&p, &rows, &mut got) };
-                    assert_bits(&got, &want, &format_args!("{t} weighted_sum_f16 [{n}, {d}]"));
-                }
-            }
-            for d in [1, 3, 15, 16, 17, 31, 32, 33, 64, 127, 128, 129] {
-                for n in [0, 1, 3, 4, 5, 9] {
-                    let (rows, x) = (half(values(n * d, d as u32)), values(d, 5 + n as u32));
-                    let wide: Vec<f32> = rows.iter().map(|h| h.to_f32()).collect();
-                    let (mut want, mut got) = (vec![f32::NAN; n], vec![f32::NAN; n]);
-                    scalar::dots(&wide, &x, &mut want);
-                    // SAFETY: as above.
-                    unsafe { (tb.dots_f16)(&rows, &x, &mut got) };
-                    assert_bits(&got, &want, &format_args!("{t} dots_f16 [{n}, {d}]"));
-                }
-            }
         }
     }
 
