@@ -44,6 +44,19 @@ fn rows(t: &Tensor) -> Vec<&[f32]> {
     t.f32.chunks_exact(w).collect()
 }
 
+/// Every token's logits within `tol` of the reference's (same token count); prints the
+/// worst error.
+fn check_logits(got: &[Vec<f32>], want: &[&[f32]], tol: f32, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: tokens");
+    let mut worst = 0f32;
+    for (t, (got, want)) in got.iter().zip(want).enumerate() {
+        let d = max_abs_diff(got, want);
+        worst = worst.max(d);
+        assert!(d <= tol, "{what}: logits at t={t} differ by {d}");
+    }
+    eprintln!("{what}: max abs logit error {worst:.2e}");
+}
+
 fn check_case(name: &str) {
     let dir = golden_dir(name);
     let g = read_safetensors(&dir.join("golden.safetensors"));
@@ -57,13 +70,7 @@ fn check_case(name: &str) {
     // Prompt as prefill, then one token at a time.
     let (split, _) = run(model, &mut arena, &ids, p);
     let expected: Vec<&[f32]> = rows(&g["logits_prefill"]).into_iter().chain(rows(&g["logits_decode"])).collect();
-    let mut worst = 0f32;
-    for (t, (got, want)) in split.logits.iter().zip(&expected).enumerate() {
-        let d = max_abs_diff(got, want);
-        worst = worst.max(d);
-        assert!(d <= TOL, "{name}: prefill/decode logits at t={t} differ by {d}");
-    }
-    eprintln!("{name}: prefill+decode max abs logit error {worst:.2e}");
+    check_logits(&split.logits, &expected, TOL, &format!("{name}: prefill/decode"));
 
     // The compact f16 cache: a smaller arena, logits close to the reference's (f16 keys and
     // values move each score by ~1e-3 of its size; see F16_CACHE_TOL).
@@ -71,13 +78,7 @@ fn check_case(name: &str) {
     assert!(half.arena_len() < model.arena_len(), "{name}: f16 cache arena");
     let mut arena16 = Arena::new(half.arena_len());
     let (split16, _) = run(half, &mut arena16, &ids, p);
-    let mut worst16 = 0f32;
-    for (t, (got, want)) in split16.logits.iter().zip(&expected).enumerate() {
-        let d = max_abs_diff(got, want);
-        worst16 = worst16.max(d);
-        assert!(d <= F16_CACHE_TOL, "{name}: f16 cache logits at t={t} differ by {d}");
-    }
-    eprintln!("{name}: f16 cache max abs logit error {worst16:.2e}");
+    check_logits(&split16.logits, &expected, F16_CACHE_TOL, &format!("{name}: f16 cache"));
 
     // The prompt in batches (matrix products over several tokens at once), in
     // several batch sizes, then decode: same logits.
@@ -100,13 +101,7 @@ fn check_case(name: &str) {
     // The whole sequence as one prompt.
     let mut arena = Arena::new(model.arena_len());
     let (full, session) = run(model, &mut arena, &ids, ids.len());
-    let mut worst = 0f32;
-    for (t, (got, want)) in full.logits.iter().zip(rows(&g["logits_full"])).enumerate() {
-        let d = max_abs_diff(got, want);
-        worst = worst.max(d);
-        assert!(d <= TOL, "{name}: full logits at t={t} differ by {d}");
-    }
-    eprintln!("{name}: full max abs logit error {worst:.2e}");
+    check_logits(&full.logits, &rows(&g["logits_full"]), TOL, &format!("{name}: full"));
     for (i, key) in
         std::iter::once("embed".to_string()).chain((0..cfg.n_layers).map(|l| format!("hidden.{l}"))).enumerate()
     {
