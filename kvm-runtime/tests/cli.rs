@@ -51,29 +51,29 @@ fn logits_match_golden_vectors() {
         let model = convert_case(case, DType::F32);
         let g = golden(case);
         let ids: Vec<String> = g["input_ids"].i32.iter().map(|i| i.to_string()).collect();
-        let p = g["prompt_len"].i32[0];
-        let out = tmp(&format!("{case}.npy"));
-        let o = kvm(&[
-            "logits",
-            "--model",
-            model.to_str().unwrap(),
-            "--tokens",
-            &ids.join(","),
-            "--prompt-len",
-            &p.to_string(),
-            "--out",
-            out.to_str().unwrap(),
-        ]);
-        assert!(o.status.success(), "{case}: {}", String::from_utf8_lossy(&o.stderr));
-        let (shape, got) = read_npy(&out);
+        let p = g["prompt_len"].i32[0] as usize;
+        let (shape, got) = kvm_logits(&model, &ids, p, &[], case);
         let want: Vec<f32> = g["logits_prefill"].f32.iter().chain(&g["logits_decode"].f32).copied().collect();
         assert_eq!(shape, vec![ids.len(), want.len() / ids.len()]);
         let worst = max_abs_diff(&got, &want);
         assert!(worst <= 1e-3, "{case}: max abs logit error {worst}");
-        for f in [model, out] {
-            std::fs::remove_file(f).ok();
-        }
+        std::fs::remove_file(model).ok();
     }
+}
+
+/// `kvm logits --model M --tokens IDS --prompt-len P EXTRA...`: the `.npy` it writes (shape,
+/// values), which must succeed (`what` names the run).
+fn kvm_logits(model: &Path, ids: &[String], prompt_len: usize, extra: &[&str], what: &str) -> (Vec<usize>, Vec<f32>) {
+    let out = tmp(&format!("{}.npy", what.replace(' ', "-")));
+    let (tokens, prompt_len) = (ids.join(","), prompt_len.to_string());
+    let mut args = vec!["logits", "--model", model.to_str().unwrap(), "--tokens", &tokens, "--prompt-len", &prompt_len];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--out", out.to_str().unwrap()]);
+    let o = kvm(&args);
+    assert!(o.status.success(), "{what}: {}", String::from_utf8_lossy(&o.stderr));
+    let npy = read_npy(&out);
+    std::fs::remove_file(out).ok();
+    npy
 }
 
 #[test]
@@ -145,27 +145,10 @@ fn logits_match_with_any_thread_count_and_either_cache() {
     // The f16 cache's bar is the golden test's (tests/suite/golden.rs).
     for (cache, tol) in [("f32", 1e-3), ("f16", 1e-2)] {
         for threads in ["1", "2", "3"] {
-            let out = tmp(&format!("threads-{threads}-{cache}.npy"));
-            let o = kvm(&[
-                "logits",
-                "--model",
-                model.to_str().unwrap(),
-                "--tokens",
-                &ids.join(","),
-                "--prompt-len",
-                &ids.len().to_string(),
-                "--threads",
-                threads,
-                "--cache",
-                cache,
-                "--out",
-                out.to_str().unwrap(),
-            ]);
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-            let (_, got) = read_npy(&out);
+            let what = format!("threads {threads} cache {cache}");
+            let (_, got) = kvm_logits(&model, &ids, ids.len(), &["--threads", threads, "--cache", cache], &what);
             let worst = max_abs_diff(&got, &want);
             assert!(worst <= tol, "--threads {threads} --cache {cache}: max abs logit error {worst}");
-            std::fs::remove_file(out).ok();
         }
     }
     std::fs::remove_file(model).ok();
