@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use kvm_core::cache::CacheDtype;
 use kvm_core::format::Role;
 use kvm_core::kernels::Matrix;
 use kvm_core::model::{Exec, HeadFn, PieceFn};
@@ -29,10 +28,8 @@ use serde_json::{json, Value};
 pub struct Args {
     #[arg(long)]
     model: PathBuf,
-    /// Store attention's keys and values as f32 (exact) or f16 (half the state bytes per
-    /// step); default: what the model file says.
-    #[arg(long, value_parser = crate::parse_cache)]
-    cache: Option<CacheDtype>,
+    #[command(flatten)]
+    cache: crate::CacheArg,
     /// Prompt tokens fed by chunked prefill before decoding.
     #[arg(long, default_value_t = 512)]
     prompt_len: usize,
@@ -73,7 +70,7 @@ pub struct Args {
 
 pub fn run(a: &Args) -> Result<()> {
     let file = ModelFile::open(&a.model)?;
-    let model = crate::with_cache(file.model()?, a.cache)?;
+    let model = a.cache.apply(file.model()?)?;
     let pool = Pool::new(a.threads.unwrap_or_else(default_threads))?;
     // Fault every page of the mapping in now, so no timed step pays for first touches.
     std::hint::black_box(file.bytes().iter().step_by(4096).fold(0u8, |s, &b| s ^ b));

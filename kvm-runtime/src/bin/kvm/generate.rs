@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use kvm_core::cache::CacheDtype;
 use kvm_core::sampler::{scratch_len, Candidate, Sampler, SamplerConfig};
 use kvm_core::state::Phase;
 use kvm_core::tokenizer::StreamDecoder;
@@ -19,10 +18,8 @@ use kvm_runtime::prefill::prefill;
 pub struct Args {
     #[arg(long)]
     model: PathBuf,
-    /// Store attention's keys and values as f32 (exact) or f16 (half the state bytes per
-    /// step); default: what the model file says.
-    #[arg(long, value_parser = crate::parse_cache)]
-    cache: Option<CacheDtype>,
+    #[command(flatten)]
+    cache: crate::CacheArg,
     /// The text to continue.
     #[arg(long)]
     prompt: String,
@@ -76,7 +73,7 @@ pub fn run(a: &Args) -> Result<()> {
     };
     cfg.validate().context("sampler settings")?;
     let file = ModelFile::open(&a.model)?;
-    let model = crate::with_cache(file.model()?, a.cache)?;
+    let model = a.cache.apply(file.model()?)?;
     let tok = model.tokenizer();
     let prompt_ids = crate::tokens::encode(&tok, &a.prompt)?;
     if prompt_ids.is_empty() {

@@ -4,7 +4,6 @@ use std::io::BufWriter;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use kvm_core::cache::CacheDtype;
 use kvm_core::state::Phase;
 use kvm_core::Session;
 use kvm_runtime::arena::Arena;
@@ -16,10 +15,8 @@ use kvm_runtime::prefill::prefill;
 pub struct Args {
     #[arg(long)]
     model: PathBuf,
-    /// Store attention's keys and values as f32 (exact) or f16 (half the state bytes per
-    /// step); default: what the model file says.
-    #[arg(long, value_parser = crate::parse_cache)]
-    cache: Option<CacheDtype>,
+    #[command(flatten)]
+    cache: crate::CacheArg,
     /// Comma-separated token ids.
     #[arg(long, conflicts_with = "tokens_file", required_unless_present = "tokens_file")]
     tokens: Option<String>,
@@ -63,7 +60,7 @@ pub fn run(a: &Args) -> Result<()> {
         bail!("--prompt-len {} exceeds the {} tokens given", a.prompt_len, ids.len());
     }
     let file = ModelFile::open(&a.model)?;
-    let model = crate::with_cache(file.model()?, a.cache)?;
+    let model = a.cache.apply(file.model()?)?;
     let vocab = model.config().vocab_len as usize;
     let mut arena = Arena::new(model.arena_len());
     let mut session = Session::new(model, arena.bytes_mut())?;

@@ -44,17 +44,28 @@ enum Cmd {
     Bench(bench::Args),
 }
 
-/// `--cache f32|f16`: how sessions store attention's rows, overriding the model file.
-pub fn parse_cache(s: &str) -> Result<CacheDtype, String> {
-    CacheDtype::from_name(s).ok_or_else(|| format!("`{s}` is not a cache dtype (f32 or f16)"))
+/// `--cache f32|f16`, for every command that runs sessions: how they store attention's
+/// rows, overriding the model file.
+#[derive(Debug, clap::Args)]
+pub struct CacheArg {
+    /// Store attention's keys and values as f32 (exact) or f16 (half the state bytes per
+    /// step); default: what the model file says.
+    #[arg(long, value_parser = parse_cache)]
+    cache: Option<CacheDtype>,
 }
 
-/// `model` with its sessions' cache dtype set to `cache` when given.
-pub fn with_cache(model: Model<'_>, cache: Option<CacheDtype>) -> anyhow::Result<Model<'_>> {
-    Ok(match cache {
-        Some(c) => model.with_cache(c)?,
-        None => model,
-    })
+impl CacheArg {
+    /// `model` with its sessions' cache dtype set as asked (unchanged if not asked).
+    pub fn apply<'m>(&self, model: Model<'m>) -> anyhow::Result<Model<'m>> {
+        Ok(match self.cache {
+            Some(c) => model.with_cache(c)?,
+            None => model,
+        })
+    }
+}
+
+fn parse_cache(s: &str) -> Result<CacheDtype, String> {
+    CacheDtype::from_name(s).ok_or_else(|| format!("`{s}` is not a cache dtype (f32 or f16)"))
 }
 
 /// Name of the matrix kernel tier in use.

@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use kvm_core::cache::CacheDtype;
 use kvm_core::state::Phase;
 use kvm_core::Session;
 use kvm_runtime::arena::Arena;
@@ -14,10 +13,8 @@ use kvm_runtime::file::ModelFile;
 pub struct Args {
     #[arg(long)]
     model: PathBuf,
-    /// Store attention's keys and values as f32 (exact) or f16 (half the state bytes per
-    /// step); default: what the model file says.
-    #[arg(long, value_parser = crate::parse_cache)]
-    cache: Option<CacheDtype>,
+    #[command(flatten)]
+    cache: crate::CacheArg,
     /// UTF-8 text file to score.
     #[arg(long)]
     text: PathBuf,
@@ -36,7 +33,7 @@ pub fn nll(logits: &[f32], target: u32) -> f64 {
 pub fn run(a: &Args) -> Result<()> {
     let text = std::fs::read_to_string(&a.text).with_context(|| format!("reading {}", a.text.display()))?;
     let file = ModelFile::open(&a.model)?;
-    let model = crate::with_cache(file.model()?, a.cache)?;
+    let model = a.cache.apply(file.model()?)?;
     let tok = model.tokenizer();
     let ids = crate::tokens::encode(&tok, &text)?;
     if ids.len() < 2 {
