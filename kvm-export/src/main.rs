@@ -23,6 +23,22 @@ struct Cli {
     cmd: Cmd,
 }
 
+/// How a model file stores its weights and what cache its sessions default to (both
+/// commands).
+#[derive(clap::Args)]
+struct Storage {
+    /// Storage type of weight matrices: f32, f16, bf16, q8_0, q4_0.
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    /// How sessions store attention's keys and values by default: f32 (exact) or f16
+    /// (half the state bytes per decode step and of the arena; runtimes may override).
+    #[arg(long, default_value = "f32")]
+    cache: String,
+    /// Per-tensor override, ROLE=DTYPE (roles: embed, lm_head, wq, wk, wv, wo, up, down, vgate1, vgate2, gate); repeatable.
+    #[arg(long = "tensor-dtype", value_name = "ROLE=DTYPE")]
+    overrides: Vec<String>,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Convert an HF checkpoint directory (config.json + model.safetensors).
@@ -32,16 +48,8 @@ enum Cmd {
         /// Output model file.
         #[arg(short, long)]
         out: PathBuf,
-        /// Storage type of weight matrices: f32, f16, bf16, q8_0, q4_0.
-        #[arg(long, default_value = "f32")]
-        dtype: String,
-        /// How sessions store attention's keys and values by default: f32 (exact) or f16
-        /// (half the state bytes per decode step and of the arena; runtimes may override).
-        #[arg(long, default_value = "f32")]
-        cache: String,
-        /// Per-tensor override, ROLE=DTYPE (roles: embed, lm_head, wq, wk, wv, wo, up, down, vgate1, vgate2, gate); repeatable.
-        #[arg(long = "tensor-dtype", value_name = "ROLE=DTYPE")]
-        overrides: Vec<String>,
+        #[command(flatten)]
+        storage: Storage,
         /// Tokenizer: a tokenizer.json path, or `bytes`. Default: the checkpoint's tokenizer.json if present, else bytes.
         #[arg(long)]
         tokenizer: Option<String>,
@@ -57,16 +65,8 @@ enum Cmd {
         /// Output model file.
         #[arg(short, long)]
         out: PathBuf,
-        /// Storage type of weight matrices: f32, f16, bf16, q8_0, q4_0.
-        #[arg(long, default_value = "f32")]
-        dtype: String,
-        /// How sessions store attention's keys and values by default: f32 (exact) or f16
-        /// (half the state bytes per decode step and of the arena; runtimes may override).
-        #[arg(long, default_value = "f32")]
-        cache: String,
-        /// Per-tensor override, ROLE=DTYPE, as for `convert`; repeatable.
-        #[arg(long = "tensor-dtype", value_name = "ROLE=DTYPE")]
-        overrides: Vec<String>,
+        #[command(flatten)]
+        storage: Storage,
         /// The random seed: the same seed gives the same file.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -97,7 +97,7 @@ fn parse_role(s: &str) -> Result<Role> {
     })
 }
 
-fn parse_policy(dtype: &str, overrides: &[String], cache: &str) -> Result<Policy> {
+fn parse_policy(Storage { dtype, cache, overrides }: &Storage) -> Result<Policy> {
     let overrides = overrides
         .iter()
         .map(|o| {
@@ -159,8 +159,8 @@ fn write_with_progress(
 
 fn run() -> Result<()> {
     match Cli::parse().cmd {
-        Cmd::Convert { dir, out, dtype, cache, overrides, tokenizer, quiet } => {
-            let policy = parse_policy(&dtype, &overrides, &cache)?;
+        Cmd::Convert { dir, out, storage, tokenizer, quiet } => {
+            let policy = parse_policy(&storage)?;
             let tokenizer = match tokenizer.as_deref() {
                 None => TokenizerSource::Auto,
                 Some("bytes") => TokenizerSource::Bytes,
@@ -174,11 +174,11 @@ fn run() -> Result<()> {
                 Ok(report)
             })
         }
-        Cmd::Synth { preset, out, dtype, cache, overrides, seed, quiet } => {
+        Cmd::Synth { preset, out, storage, seed, quiet } => {
             let names = Preset::ALL.map(Preset::name).join(", ");
             let preset =
                 Preset::from_name(&preset).ok_or_else(|| anyhow!("unknown preset `{preset}` (expected {names})"))?;
-            let policy = parse_policy(&dtype, &overrides, &cache)?;
+            let policy = parse_policy(&storage)?;
             let cfg = preset.config();
             write_with_progress(&out, quiet, count(&cfg), |on_tensor| {
                 synth(&out, &cfg, &policy, seed, on_tensor).with_context(|| format!("writing {}", out.display()))
