@@ -628,8 +628,7 @@ pub fn validate_sections(blob: &[u8], h: &Header, check_data: bool) -> Result<()
         if !role.is_matrix() && e.dtype != DType::F32 {
             return Err(bad);
         }
-        let row_bytes = e.dtype.row_bytes(cols as usize).ok_or(bad)? as u64;
-        if row_bytes.checked_mul(rows as u64) != Some(e.len) {
+        if e.dtype.matrix_bytes(rows as usize, cols as usize).map(|n| n as u64) != Some(e.len) {
             return Err(bad);
         }
         if e.offset < prev_end {

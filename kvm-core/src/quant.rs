@@ -19,6 +19,9 @@ pub enum DType {
     Q8_0 = 3,
     /// Blocks of 32: f16 scale + 16 bytes of nibbles (4.5 bits/weight).
     Q4_0 = 4,
+    /// q4_0 blocks of [`X16`] rows interleaved ([`GroupQ4_0x16`]): the same bytes as q4_0
+    /// in the order a SIMD kernel reads them, 16 rows per vector.
+    Q4_0x16 = 5,
 }
 
 /// Weights per quant block.
@@ -42,8 +45,45 @@ pub struct BlockQ4_0 {
     pub qs: [u8; QK / 2],
 }
 
+/// Rows per group of an interleaved dtype ([`DType::group_rows`]).
+pub const X16: usize = 16;
+
+/// Block `b` of [`X16`] q4_0 rows, interleaved: the 16 scales, then the rows' nibble bytes
+/// in 4-byte pieces, piece `v` of every row before piece `v + 1`. Byte `k` of row `r`'s
+/// piece `v` is that row's `qs[4 * v + k]`, so one 64-byte vector holds weights
+/// `4v..4v + 4` (low nibbles) and `16 + 4v..` (high nibbles) of all 16 rows. A matrix
+/// is `[rows / 16, cols / 32]` of these, row-group-major.
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+pub struct GroupQ4_0x16 {
+    pub d: [[u8; 2]; X16],
+    pub qs: [[[u8; 4]; X16]; QK / 8],
+}
+
 const _: () = assert!(core::mem::size_of::<BlockQ8_0>() == 34);
 const _: () = assert!(core::mem::size_of::<BlockQ4_0>() == 18);
+const _: () = assert!(core::mem::size_of::<GroupQ4_0x16>() == X16 * 18);
+
+impl GroupQ4_0x16 {
+    /// Row `r`'s block, as plain q4_0.
+    #[inline]
+    pub fn block(&self, r: usize) -> BlockQ4_0 {
+        let mut b = BlockQ4_0 { d: self.d[r], qs: [0; QK / 2] };
+        for (v, piece) in self.qs.iter().enumerate() {
+            b.qs[4 * v..4 * v + 4].copy_from_slice(&piece[r]);
+        }
+        b
+    }
+
+    /// Stores `b` as row `r`'s block.
+    #[inline]
+    pub fn set_block(&mut self, r: usize, b: &BlockQ4_0) {
+        self.d[r] = b.d;
+        for (v, piece) in self.qs.iter_mut().enumerate() {
+            piece[r].copy_from_slice(&b.qs[4 * v..4 * v + 4]);
+        }
+    }
+}
 
 impl DType {
     /// Parses the on-disk tag.
@@ -54,6 +94,7 @@ impl DType {
             2 => Some(DType::BF16),
             3 => Some(DType::Q8_0),
             4 => Some(DType::Q4_0),
+            5 => Some(DType::Q4_0x16),
             _ => None,
         }
     }
@@ -66,19 +107,52 @@ impl DType {
             DType::BF16 => "bf16",
             DType::Q8_0 => "q8_0",
             DType::Q4_0 => "q4_0",
+            DType::Q4_0x16 => "q4_0x16",
         }
     }
 
     /// Parses a command-line name.
     pub fn from_name(s: &str) -> Option<DType> {
-        [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0].into_iter().find(|d| d.name() == s)
+        DType::ALL.into_iter().find(|d| d.name() == s)
+    }
+
+    /// Every dtype.
+    pub const ALL: [DType; 6] = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_0x16];
+
+    /// Rows stored together: [`X16`] for interleaved dtypes, else 1. A matrix's row count
+    /// is a multiple of it.
+    pub const fn group_rows(self) -> usize {
+        match self {
+            DType::Q4_0x16 => X16,
+            _ => 1,
+        }
+    }
+
+    /// The row-interleaved form of this dtype, if it has one.
+    pub const fn interleaved(self) -> Option<DType> {
+        match self {
+            DType::Q4_0 => Some(DType::Q4_0x16),
+            _ => None,
+        }
+    }
+
+    /// Bytes of a `[rows, cols]` matrix, or `None` if the shape does not fit the dtype
+    /// (`cols` not whole blocks, `rows` not whole groups) or overflows.
+    pub const fn matrix_bytes(self, rows: usize, cols: usize) -> Option<usize> {
+        if !rows.is_multiple_of(self.group_rows()) {
+            return None;
+        }
+        match self.row_bytes(cols) {
+            Some(rb) => rb.checked_mul(rows),
+            None => None,
+        }
     }
 
     /// Weights per storage unit (1 for floats, [`QK`] for quant blocks).
     pub const fn block_len(self) -> usize {
         match self {
             DType::F32 | DType::F16 | DType::BF16 => 1,
-            DType::Q8_0 | DType::Q4_0 => QK,
+            DType::Q8_0 | DType::Q4_0 | DType::Q4_0x16 => QK,
         }
     }
 
@@ -88,7 +162,7 @@ impl DType {
             DType::F32 => 4,
             DType::F16 | DType::BF16 => 2,
             DType::Q8_0 => core::mem::size_of::<BlockQ8_0>(),
-            DType::Q4_0 => core::mem::size_of::<BlockQ4_0>(),
+            DType::Q4_0 | DType::Q4_0x16 => core::mem::size_of::<BlockQ4_0>(),
         }
     }
 
@@ -175,14 +249,49 @@ pub fn encode_row_bf16(src: &[f32], dst: &mut [u8]) {
     }
 }
 
-/// Encodes one row of `src.len()` weights as `dtype` into `dst` (the exporter's entry
-/// point; the kernels read back exactly these bytes).
+/// Encodes a `[src.len() / cols, cols]` matrix as `dtype` into `dst` (the exporter's
+/// entry point; the kernels read back exactly these bytes).
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] if `src.len()` is not a whole number of blocks of `dtype` or
-/// `dst.len()` is not `dtype.row_bytes(src.len())`.
+/// [`Error::InvalidArgument`] if the shape does not fit `dtype`
+/// ([`DType::matrix_bytes`]) or `dst.len()` is not its size.
+pub fn quantize_matrix(dtype: DType, cols: usize, src: &[f32], dst: &mut [u8]) -> Result<()> {
+    let rows = if cols == 0 { 0 } else { src.len() / cols };
+    if rows * cols != src.len() || dtype.matrix_bytes(rows, cols) != Some(dst.len()) {
+        return Err(Error::InvalidArgument);
+    }
+    if rows == 0 {
+        return Ok(());
+    }
+    if dtype != DType::Q4_0x16 {
+        let rb = dst.len() / rows;
+        for (s, d) in src.chunks_exact(cols).zip(dst.chunks_exact_mut(rb.max(1))) {
+            quantize_row(dtype, s, d)?;
+        }
+        return Ok(());
+    }
+    let groups: &mut [GroupQ4_0x16] = bytemuck::cast_slice_mut(dst);
+    let nb = cols / QK;
+    for (g, rows) in groups.chunks_exact_mut(nb).zip(src.chunks_exact(X16 * cols)) {
+        for (r, row) in rows.chunks_exact(cols).enumerate() {
+            for (group, xs) in g.iter_mut().zip(row.chunks_exact(QK)) {
+                let mut b = [BlockQ4_0 { d: [0; 2], qs: [0; QK / 2] }];
+                quantize_row_q4_0(xs, &mut b);
+                group.set_block(r, &b[0]);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Encodes one row of `src.len()` weights as `dtype` into `dst`.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] if `src.len()` is not a whole number of blocks of `dtype`,
+/// `dst.len()` is not `dtype.row_bytes(src.len())`, or `dtype` stores rows in groups
+/// (use [`quantize_matrix`]).
 pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
-    if dtype.row_bytes(src.len()) != Some(dst.len()) {
+    if dtype.row_bytes(src.len()) != Some(dst.len()) || dtype.group_rows() != 1 {
         return Err(Error::InvalidArgument);
     }
     match dtype {
@@ -195,6 +304,7 @@ pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
         DType::BF16 => encode_row_bf16(src, dst),
         DType::Q8_0 => quantize_row_q8_0(src, bytemuck::cast_slice_mut(dst)),
         DType::Q4_0 => quantize_row_q4_0(src, bytemuck::cast_slice_mut(dst)),
+        DType::Q4_0x16 => return Err(Error::InvalidArgument),
     }
     Ok(())
 }

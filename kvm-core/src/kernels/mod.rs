@@ -25,7 +25,7 @@ pub use tier::{detect, init_from_env, TierError};
 pub use tier::{force_tier, tier, Tier};
 
 use crate::error::{Error, Result};
-use crate::quant::{DType, QK};
+use crate::quant::{DType, QK, X16};
 use half::f16;
 
 /// A row-major weight matrix `[rows, cols]` borrowed from the model blob.
@@ -42,11 +42,10 @@ impl<'a> Matrix<'a> {
     /// Wraps `data` as a `[rows, cols]` matrix of `dtype`.
     ///
     /// # Errors
-    /// [`Error::OutOfBounds`] if `data` is not exactly the matrix's size or `cols` is not a
-    /// whole number of blocks.
+    /// [`Error::OutOfBounds`] if `data` is not exactly the matrix's size or the shape does
+    /// not fit the dtype ([`DType::matrix_bytes`]).
     pub fn new(dtype: DType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self> {
-        let row_bytes = dtype.row_bytes(cols).ok_or(Error::OutOfBounds)?;
-        if rows.checked_mul(row_bytes) != Some(data.len()) {
+        if dtype.matrix_bytes(rows, cols) != Some(data.len()) {
             return Err(Error::OutOfBounds);
         }
         Ok(Matrix { dtype, rows, cols, data })
@@ -58,9 +57,11 @@ impl<'a> Matrix<'a> {
         self.data.len() / self.rows.max(1)
     }
 
-    /// Rows `[r0, r1)` as a matrix of their own (used to split work across threads).
+    /// Rows `[r0, r1)` as a matrix of their own (used to split work across threads);
+    /// both are multiples of the dtype's [`DType::group_rows`].
     #[inline]
     pub fn row_range(&self, r0: usize, r1: usize) -> Matrix<'a> {
+        debug_assert!(r0.is_multiple_of(self.dtype.group_rows()) && r1.is_multiple_of(self.dtype.group_rows()));
         let rb = self.row_bytes();
         Matrix { dtype: self.dtype, rows: r1 - r0, cols: self.cols, data: &self.data[r0 * rb..r1 * rb] }
     }
@@ -110,6 +111,10 @@ pub fn matmul(w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]) {
 pub fn dequant_row(w: &Matrix<'_>, row: usize, out: &mut [f32]) {
     debug_assert_eq!(out.len(), w.cols);
     let rb = w.row_bytes();
+    if w.dtype == DType::Q4_0x16 {
+        let group = &w.data[row / X16 * X16 * rb..(row / X16 + 1) * X16 * rb];
+        return scalar::dequant_q4_0x16(bytemuck::cast_slice(group), row % X16, out);
+    }
     let bytes = &w.data[row * rb..(row + 1) * rb];
     // SAFETY: as in `matvec`.
     unsafe { (table(tier()).dequant_row)(w.dtype, bytes, out) }
@@ -233,6 +238,17 @@ pub(crate) trait Kernel {
     unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[Self::Act]; T], cols: usize) -> [[f32; T]; R];
 }
 
+/// The kernel of a row-interleaved integer dtype ([`DType::group_rows`] > 1): the rows of
+/// one group against `T` q8 activations, each row's result the plain dtype's bits.
+pub(crate) trait GroupKernel {
+    /// Returns `out[t][r] = row r of the group . a[t]`.
+    ///
+    /// # Safety
+    /// The CPU supports the kernel's tier; `g` is one whole group (`X16 * row_bytes(cols)`
+    /// bytes) and every `a[t]` one whole activation (`act_scratch_len(cols)` bytes).
+    unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T];
+}
+
 /// Everything a tier supplies; [`run`] turns it into `matvec`/`matmul`.
 pub(crate) trait Kernels {
     type F32: Kernel<Act = f32>;
@@ -240,6 +256,7 @@ pub(crate) trait Kernels {
     type BF16: Kernel<Act = f32>;
     type Q8_0: Kernel<Act = u8>;
     type Q4_0: Kernel<Act = u8>;
+    type Q4_0x16: GroupKernel;
 
     /// Quantizes `x` (`[cols]`, `cols % QK == 0`) into `out` (`[act_scratch_len(cols)]`),
     /// producing exactly the bytes of [`scalar::quantize_act`], so that every tier's integer
@@ -421,25 +438,31 @@ unsafe fn run<K: Kernels, const R: usize, const T: usize>(w: &Matrix<'_>, xs: &[
             DType::F32 => tiles::<K::F32, R, T>(data, rb, cols, xs, cols, ys, ld),
             DType::F16 => tiles::<K::F16, R, T>(data, rb, cols, xs, cols, ys, ld),
             DType::BF16 => tiles::<K::BF16, R, T>(data, rb, cols, xs, cols, ys, ld),
-            DType::Q8_0 => quantized::<K, K::Q8_0, R, T>(data, rb, cols, xs, ys, ld, act),
-            DType::Q4_0 => quantized::<K, K::Q4_0, R, T>(data, rb, cols, xs, ys, ld, act),
+            DType::Q8_0 => quantized::<K>(cols, xs, ys, ld, act, |a, per, yg| {
+                tiles::<K::Q8_0, R, T>(data, rb, cols, a, per, yg, ld)
+            }),
+            DType::Q4_0 => quantized::<K>(cols, xs, ys, ld, act, |a, per, yg| {
+                tiles::<K::Q4_0, R, T>(data, rb, cols, a, per, yg, ld)
+            }),
+            DType::Q4_0x16 => quantized::<K>(cols, xs, ys, ld, act, |a, per, yg| {
+                groups::<K::Q4_0x16, T>(data, rb, cols, a, per, yg, ld)
+            }),
         }
     }
 }
 
-/// [`run`] for an integer format: quantizes as many tokens as `act` holds, then streams the
-/// weights once over that group; `ys` is `[n, ld]`.
+/// [`run`] for an integer format: quantizes as many tokens as `act` holds, then lets
+/// `walk(act, stride, ys)` stream the weights once over that group; `ys` is `[n, ld]`.
 ///
 /// # Safety
-/// The CPU supports `K`'s tier.
-unsafe fn quantized<K: Kernels, Q: Kernel<Act = u8>, const R: usize, const T: usize>(
-    w: &[u8],
-    rb: usize,
+/// The CPU supports `K`'s tier, and `walk` needs nothing more.
+unsafe fn quantized<K: Kernels>(
     cols: usize,
     xs: &[f32],
     ys: &mut [f32],
     ld: usize,
     act: &mut [u8],
+    walk: impl Fn(&[u8], usize, &mut [f32]),
 ) {
     let per = act_scratch_len(cols);
     let group = act.len() / per;
@@ -453,8 +476,41 @@ unsafe fn quantized<K: Kernels, Q: Kernel<Act = u8>, const R: usize, const T: us
             // SAFETY: the caller guarantees the tier.
             unsafe { K::quantize_act(x, a) };
         }
-        // SAFETY: the caller guarantees the tier.
-        unsafe { tiles::<Q, R, T>(w, rb, cols, a, per, yg, ld) };
+        walk(a, per, yg);
+    }
+}
+
+/// Walks `w` (`[rows / 16]` groups of 16 rows of `rb` bytes) x `a` (`[n, stride]`), each
+/// group against `T` tokens at a time, then single tokens: `ys[t * ld + r] = w[r] . a[t]`.
+///
+/// # Safety
+/// As [`tiles`].
+unsafe fn groups<G: GroupKernel, const T: usize>(
+    w: &[u8],
+    rb: usize,
+    cols: usize,
+    a: &[u8],
+    stride: usize,
+    ys: &mut [f32],
+    ld: usize,
+) {
+    let n = (a.len() / stride).min(ys.len() / ld.max(1));
+    let act = |t: usize| &a[t * stride..(t + 1) * stride];
+    for (i, g) in w.chunks_exact(X16 * rb).enumerate() {
+        let mut t0 = 0;
+        while t0 < n {
+            let out: &[[f32; X16]] = if t0 + T <= n {
+                // SAFETY: forwarded; `g` is one group and each activation `stride` bytes.
+                &unsafe { G::group::<T>(g, core::array::from_fn(|j| act(t0 + j)), cols) }
+            } else {
+                // SAFETY: as above.
+                &unsafe { G::group::<1>(g, [act(t0)], cols) }
+            };
+            for (j, y) in out.iter().enumerate() {
+                ys[(t0 + j) * ld + i * X16..][..X16].copy_from_slice(y);
+            }
+            t0 += out.len();
+        }
     }
 }
 
@@ -538,7 +594,7 @@ pub(crate) mod tests {
     use std::vec::Vec;
 
     use super::*;
-    use crate::quant::quantize_row;
+    use crate::quant::{quantize_matrix, GroupQ4_0x16};
 
     /// Deterministic values in `[-1, 1)` (xorshift32) with a larger outlier every 37th, as
     /// real weights and activations have.
@@ -561,17 +617,32 @@ pub(crate) mod tests {
 
     /// A `[rows, cols]` matrix of `dtype` filled with [`values`].
     fn encode(dtype: DType, rows: usize, cols: usize, seed: u32) -> Vec<u8> {
-        let rb = dtype.row_bytes(cols).unwrap();
-        let mut bytes = vec![0u8; rows * rb];
-        for (r, row) in bytes.chunks_exact_mut(rb).enumerate() {
-            quantize_row(dtype, &values(cols, seed + r as u32), row).unwrap();
-        }
+        let src: Vec<f32> = (0..rows).flat_map(|r| values(cols, seed + r as u32)).collect();
+        let mut bytes = vec![0u8; dtype.matrix_bytes(rows, cols).unwrap()];
+        quantize_matrix(dtype, cols, &src, &mut bytes).unwrap();
         bytes
     }
 
-    const DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0];
+    /// Row `r` of `w` in its plain (row-major) form.
+    fn plain_row(w: &Matrix<'_>, r: usize) -> Vec<u8> {
+        let rb = w.row_bytes();
+        if w.dtype != DType::Q4_0x16 {
+            return w.data[r * rb..(r + 1) * rb].to_vec();
+        }
+        let groups: &[GroupQ4_0x16] = bytemuck::cast_slice(&w.data[r / X16 * X16 * rb..(r / X16 + 1) * X16 * rb]);
+        groups.iter().flat_map(|g| bytemuck::bytes_of(&g.block(r % X16)).to_vec()).collect()
+    }
+
     const ROWS: [usize; 7] = [1, 2, 3, 4, 5, 7, 9];
     const TOKENS: [usize; 7] = [1, 2, 3, 4, 5, 7, 17];
+
+    /// Row counts to test: around every tile height, or 1 to 3 whole groups.
+    fn rows_of(dtype: DType) -> Vec<usize> {
+        match dtype.group_rows() {
+            1 => ROWS.to_vec(),
+            g => vec![g, 2 * g, 3 * g],
+        }
+    }
 
     /// Columns to test: odd lengths for floats (SIMD body plus scalar tail), 32 k for blocks.
     fn cols_of(dtype: DType) -> &'static [usize] {
@@ -583,19 +654,21 @@ pub(crate) mod tests {
     }
 
     /// The scalar tier's `ys` (`[n, rows]`) for `xs` (`[n, cols]`), pair by pair.
+    /// Interleaved dtypes give their plain form's results: q4_0x16 is checked against the
+    /// q4_0 oracle on the de-interleaved rows.
     fn reference(w: &Matrix<'_>, xs: &[f32]) -> Vec<f32> {
-        let rb = w.row_bytes();
         let mut act = vec![0u8; act_scratch_len(w.cols)];
         let mut ys = Vec::new();
         for x in xs.chunks_exact(w.cols) {
             if w.dtype.block_len() == QK {
                 scalar::quantize_act(x, &mut act);
             }
-            for row in w.data.chunks_exact(rb) {
+            for r in 0..w.rows {
+                let row = plain_row(w, r);
                 ys.push(match w.dtype {
-                    DType::Q8_0 => scalar::dot_q8_0(row, &act, w.cols),
-                    DType::Q4_0 => scalar::dot_q4_0(row, &act, w.cols),
-                    float => scalar::dot_row(float, row, x),
+                    DType::Q8_0 => scalar::dot_q8_0(&row, &act, w.cols),
+                    DType::Q4_0 | DType::Q4_0x16 => scalar::dot_q4_0(&row, &act, w.cols),
+                    float => scalar::dot_row(float, &row, x),
                 });
             }
         }
@@ -609,7 +682,7 @@ pub(crate) mod tests {
         let mut out = Vec::new();
         for x in xs.chunks_exact(w.cols) {
             for r in 0..w.rows {
-                scalar::dequant_row(w.dtype, &w.data[r * w.row_bytes()..][..w.row_bytes()], &mut row);
+                scalar::dequant_row(w.dtype, &plain_row(w, r), &mut row);
                 out.push(row.iter().zip(x).map(|(a, b)| (a * b).abs()).sum());
             }
         }
@@ -648,9 +721,9 @@ pub(crate) mod tests {
     /// the public dispatch, against the scalar reference, for every dtype and shape: integer
     /// formats bit for bit, float ones within [`BUDGET`].
     fn suite(t: Tier) {
-        for dtype in DTYPES {
+        for dtype in DType::ALL {
             for &cols in cols_of(dtype) {
-                for rows in ROWS {
+                for rows in rows_of(dtype) {
                     let bytes = encode(dtype, rows, cols, (rows * cols) as u32);
                     let w = Matrix::new(dtype, rows, cols, &bytes).unwrap();
                     let x = values(cols, 7);
@@ -662,10 +735,10 @@ pub(crate) mod tests {
                     let mut out = vec![f32::NAN; cols];
                     dequant_row(&w, rows - 1, &mut out);
                     let mut want = vec![0.0; cols];
-                    scalar::dequant_row(dtype, &bytes[(rows - 1) * w.row_bytes()..], &mut want);
+                    scalar::dequant_row(dtype, &plain_row(&w, rows - 1), &mut want);
                     assert_eq!(out, want, "{t} dequant_row {dtype:?} [{rows}, {cols}]");
                 }
-                let rows = 5;
+                let rows = 5usize.next_multiple_of(dtype.group_rows());
                 let bytes = encode(dtype, rows, cols, cols as u32);
                 let w = Matrix::new(dtype, rows, cols, &bytes).unwrap();
                 for n in TOKENS {
@@ -1053,7 +1126,7 @@ pub(crate) mod tests {
 
     #[test]
     fn empty_shapes() {
-        for dtype in DTYPES {
+        for dtype in DType::ALL {
             let w = Matrix::new(dtype, 0, 64, &[]).unwrap();
             let mut act = vec![0u8; act_scratch_len(64)];
             matvec(&w, &values(64, 1), &mut [], &mut act);
@@ -1063,6 +1136,10 @@ pub(crate) mod tests {
         let mut y = [f32::NAN; 3];
         matvec(&w, &[], &mut y, &mut []);
         assert_eq!(y, [0.0; 3]);
+        // Interleaved dtypes hold whole groups of rows only.
+        let bytes = vec![0u8; 17 * DType::Q4_0x16.row_bytes(64).unwrap()];
+        assert!(Matrix::new(DType::Q4_0x16, 17, 64, &bytes).is_err());
+        assert!(Matrix::new(DType::Q4_0, 17, 64, &bytes).is_ok());
     }
 
     #[test]

@@ -9,9 +9,11 @@
 use core::marker::PhantomData;
 
 use super::{FloatType, Kernel, Kernels, Stored, BF16, F16, F32};
-use crate::quant::{bf16_le, f16_le, BlockQ4_0, BlockQ8_0, DType, QK};
+use super::GroupKernel;
+use crate::quant::{bf16_le, f16_le, BlockQ4_0, BlockQ8_0, DType, GroupQ4_0x16, QK, X16};
 
-/// Exact dot product of one encoded row with `x` (f32 products, summed in order).
+/// Exact dot product of one encoded row with `x` (f32 products, summed in order). A row of
+/// an interleaved dtype comes in its plain form ([`DType::Q4_0x16`] as q4_0).
 pub fn dot_row(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
     match dtype {
         DType::F32 => row.chunks_exact(4).zip(x).map(|(b, &v)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * v).sum(),
@@ -28,7 +30,7 @@ pub fn dot_row(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
                 })
                 .sum()
         }
-        DType::Q4_0 => {
+        DType::Q4_0 | DType::Q4_0x16 => {
             let blocks: &[BlockQ4_0] = bytemuck::cast_slice(row);
             blocks
                 .iter()
@@ -133,22 +135,42 @@ pub fn dot_q8_0(row: &[u8], act: &[u8], cols: usize) -> f32 {
     }))
 }
 
+/// The exact integer dot product of a q4_0 block with a q8 activation block.
+#[inline]
+fn isum_q4_0(b: &BlockQ4_0, q: &[i8]) -> i32 {
+    let (lo, hi) = q.split_at(QK / 2);
+    b.qs.iter()
+        .zip(lo.iter().zip(hi))
+        .map(|(&w, (&a0, &a1))| ((w & 15) as i32 - 8) * a0 as i32 + ((w >> 4) as i32 - 8) * a1 as i32)
+        .sum()
+}
+
 /// Reference q4_0 row . q8 activation, as [`dot_q8_0`].
 pub fn dot_q4_0(row: &[u8], act: &[u8], cols: usize) -> f32 {
     let blocks: &[BlockQ4_0] = bytemuck::cast_slice(row);
     let (qs, ds) = act_parts(act, cols);
-    sum_blocks(blocks.iter().zip(qs.chunks_exact(QK).zip(ds.chunks_exact(4))).map(|(b, (q, d))| {
-        let (lo, hi) = q.split_at(QK / 2);
-        let s: i32 =
-            b.qs.iter()
-                .zip(lo.iter().zip(hi))
-                .map(|(&w, (&a0, &a1))| ((w & 15) as i32 - 8) * a0 as i32 + ((w >> 4) as i32 - 8) * a1 as i32)
-                .sum();
-        block_term(b.d, d, s)
+    sum_blocks(blocks.iter().zip(qs.chunks_exact(QK).zip(ds.chunks_exact(4))).map(|(b, (q, d))| block_term(b.d, d, isum_q4_0(b, q))))
+}
+
+/// Reference row `r` of one q4_0x16 row group (`[cols / 32]` blocks) . q8 activation:
+/// exactly [`dot_q4_0`] of that row.
+pub fn dot_q4_0x16(group: &[GroupQ4_0x16], r: usize, act: &[u8], cols: usize) -> f32 {
+    let (qs, ds) = act_parts(act, cols);
+    sum_blocks(group.iter().zip(qs.chunks_exact(QK).zip(ds.chunks_exact(4))).map(|(g, (q, d))| {
+        let b = g.block(r);
+        block_term(b.d, d, isum_q4_0(&b, q))
     }))
 }
 
-/// Reference row decode: `out[c] = w[c]` for one row of `dtype`.
+/// Decodes row `r` of one q4_0x16 row group into `out` (`[cols]`).
+pub fn dequant_q4_0x16(group: &[GroupQ4_0x16], r: usize, out: &mut [f32]) {
+    for (g, o) in group.iter().zip(out.chunks_exact_mut(QK)) {
+        dequant_row(DType::Q4_0, bytemuck::bytes_of(&g.block(r)), o);
+    }
+}
+
+/// Reference row decode: `out[c] = w[c]` for one row of `dtype` (of an interleaved dtype,
+/// in its plain form).
 pub fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
     match dtype {
         DType::F32 => {
@@ -175,7 +197,7 @@ pub fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
                 }
             }
         }
-        DType::Q4_0 => {
+        DType::Q4_0 | DType::Q4_0x16 => {
             let blocks: &[BlockQ4_0] = bytemuck::cast_slice(row);
             for (b, o) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
                 let d = f16_le(b.d);
@@ -361,12 +383,23 @@ impl Kernel for Q4_0 {
     }
 }
 
+/// Scalar q4_0x16 kernel: each row of the group as [`dot_q4_0x16`].
+pub(crate) struct Q4_0x16;
+
+impl GroupKernel for Q4_0x16 {
+    unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
+        let g: &[GroupQ4_0x16] = bytemuck::cast_slice(g);
+        core::array::from_fn(|t| core::array::from_fn(|r| dot_q4_0x16(g, r, a[t], cols)))
+    }
+}
+
 impl Kernels for Scalar {
     type F32 = Float<F32>;
     type F16 = Float<F16>;
     type BF16 = Float<BF16>;
     type Q8_0 = Q8_0;
     type Q4_0 = Q4_0;
+    type Q4_0x16 = Q4_0x16;
 
     unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
         quantize_act(x, out)

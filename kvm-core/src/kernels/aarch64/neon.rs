@@ -26,6 +26,7 @@ impl Kernels for Neon {
     type BF16 = Float<BF16>;
     type Q8_0 = Quant<Q8, Mull>;
     type Q4_0 = Quant<Q4, Mull>;
+    type Q4_0x16 = crate::kernels::scalar::Q4_0x16;
 
     unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
         // SAFETY: the caller guarantees NEON.
@@ -44,6 +45,7 @@ impl Kernels for NeonDot {
     type BF16 = Float<BF16>;
     type Q8_0 = Quant<Q8, SDot>;
     type Q4_0 = Quant<Q4, SDot>;
+    type Q4_0x16 = crate::kernels::scalar::Q4_0x16;
 
     unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
         // SAFETY: the caller guarantees NEON.

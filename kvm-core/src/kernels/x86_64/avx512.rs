@@ -11,9 +11,9 @@ use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
 use super::avx2::{self, quant_tile, Blocks32, GroupSums, Q4, Q8};
-use super::prefetch;
-use crate::kernels::{scalar, FloatType, Kernel, Kernels, StoredType, BF16, F16, F32};
-use crate::quant::{DType, QK};
+use super::{prefetch_ahead, prefetch};
+use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32};
+use crate::quant::{DType, GroupQ4_0x16, QK, X16};
 
 /// The AVX-512 tier.
 pub(crate) struct Avx512;
@@ -24,6 +24,7 @@ impl Kernels for Avx512 {
     type BF16 = Float<BF16>;
     type Q8_0 = Quant<Q8>;
     type Q4_0 = Quant<Q4>;
+    type Q4_0x16 = Q4x16;
 
     unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
         // SAFETY: this tier includes the AVX2 one.
@@ -247,6 +248,92 @@ impl<B: Blocks32> Kernel for Quant<B> {
     unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[u8]; T], cols: usize) -> [[f32; T]; R] {
         // SAFETY: forwarded; the tier's features are enabled here.
         unsafe { quant_tile::<B, Vnni, R, T>(w, a, cols) }
+    }
+}
+
+/// q4_0x16 groups: one lane per row, so a block's 16 exact row sums come out of 8
+/// `vpdpbusd`s with no folding, and the canonical sum's 8 accumulators are 8 vectors
+/// (accumulator `b % 8` of all 16 rows), summed in the scalar tree at the end.
+pub(crate) struct Q4x16;
+
+impl GroupKernel for Q4x16 {
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
+        let mut out = [[0.0; X16]; T];
+        // Two tokens at a time keep 16 accumulators in registers; the group's bytes are
+        // in L1 for the next pair.
+        let mut t = 0;
+        while t < T {
+            // SAFETY: forwarded.
+            if t + 1 < T {
+                [out[t], out[t + 1]] = unsafe { q4x16_tokens::<2>(g, [a[t], a[t + 1]], cols) };
+                t += 2;
+            } else {
+                [out[t]] = unsafe { q4x16_tokens::<1>(g, [a[t]], cols) };
+                t += 1;
+            }
+        }
+        out
+    }
+}
+
+/// [`Q4x16`] for `T` tokens.
+///
+/// # Safety
+/// As [`GroupKernel::group`], with this tier's features enabled in the caller.
+#[inline(always)]
+unsafe fn q4x16_tokens<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
+    let nb = cols / QK;
+    let gb = core::mem::size_of::<GroupQ4_0x16>();
+    debug_assert_eq!(g.len(), nb * gb);
+    // SAFETY: `g` holds `nb` blocks of the group and each `a[t]` a whole activation
+    // (`cols` values, then `nb` f32 scales); the features are enabled in the caller.
+    unsafe {
+        let (m, eight) = (_mm512_set1_epi8(15), _mm256_set1_epi8(8));
+        let mut acc = [[_mm512_setzero_ps(); 8]; T];
+        for b in 0..nb {
+            let wb = g.as_ptr().add(b * gb);
+            prefetch_ahead(wb, gb);
+            let dw = _mm512_cvtph_ps(_mm256_loadu_si256(wb.cast()));
+            let q = wb.add(2 * X16);
+            // Byte k of each row's piece v: weight 4v + k (low nibble), 16 + 4v + k (high).
+            let mut lo = [_mm512_setzero_si512(); 4];
+            let mut hi = [_mm512_setzero_si512(); 4];
+            for v in 0..4 {
+                let x = _mm512_loadu_si512(q.add(64 * v).cast());
+                lo[v] = _mm512_and_si512(x, m);
+                hi[v] = _mm512_and_si512(_mm512_srli_epi16::<4>(x), m);
+            }
+            for t in 0..T {
+                let pa = a[t].as_ptr().add(b * QK);
+                // The nibbles are the weights plus 8: start at -8 * sum(a).
+                let c = _mm256_dpbusd_epi32(_mm256_setzero_si256(), eight, _mm256_loadu_si256(pa.cast()));
+                let c = _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256::<1>(c));
+                let c = _mm_add_epi32(c, _mm_shuffle_epi32::<0b0100_1110>(c));
+                let c = _mm_add_epi32(c, _mm_shuffle_epi32::<0b1011_0001>(c));
+                let quad = |k: usize| _mm512_set1_epi32(pa.add(4 * k).cast::<i32>().read_unaligned());
+                // Two independent chains of 4, added exactly.
+                let mut s0 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_broadcastd_epi32(c));
+                let mut s1 = _mm512_setzero_si512();
+                for v in 0..4 {
+                    s0 = _mm512_dpbusd_epi32(s0, lo[v], quad(v));
+                    s1 = _mm512_dpbusd_epi32(s1, hi[v], quad(4 + v));
+                }
+                let da = _mm512_set1_ps(a[t].as_ptr().add(cols + 4 * b).cast::<f32>().read_unaligned());
+                let term = _mm512_mul_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)));
+                acc[t][b % 8] = _mm512_add_ps(acc[t][b % 8], term);
+            }
+        }
+        let mut out = [[0.0; X16]; T];
+        for t in 0..T {
+            let k = &acc[t];
+            let sum = _mm512_add_ps(
+                _mm512_add_ps(_mm512_add_ps(k[0], k[1]), _mm512_add_ps(k[2], k[3])),
+                _mm512_add_ps(_mm512_add_ps(k[4], k[5]), _mm512_add_ps(k[6], k[7])),
+            );
+            _mm512_storeu_ps(out[t].as_mut_ptr(), sum);
+        }
+        out
     }
 }
 
