@@ -256,7 +256,7 @@ pub fn encode_row_bf16(src: &[f32], dst: &mut [u8]) {
 /// [`Error::InvalidArgument`] if the shape does not fit `dtype`
 /// ([`DType::matrix_bytes`]) or `dst.len()` is not its size.
 pub fn quantize_matrix(dtype: DType, cols: usize, src: &[f32], dst: &mut [u8]) -> Result<()> {
-    let rows = if cols == 0 { 0 } else { src.len() / cols };
+    let rows = src.len().checked_div(cols).unwrap_or(0);
     if rows * cols != src.len() || dtype.matrix_bytes(rows, cols) != Some(dst.len()) {
         return Err(Error::InvalidArgument);
     }
@@ -314,6 +314,8 @@ mod tests {
     use super::*;
     use crate::kernels::scalar::dequant_row;
     use crate::kernels::tests::values;
+    extern crate std;
+    use std::vec;
 
     /// Encodes then decodes `src` as `dtype`.
     fn round_trip(dtype: DType, src: &[f32]) -> [f32; 1024] {
@@ -395,5 +397,37 @@ mod tests {
         assert_eq!(quantize_row(DType::Q8_0, &x[..33], &mut buf[..68]), Err(Error::InvalidArgument));
         assert_eq!(quantize_row(DType::Q8_0, &x, &mut buf[..67]), Err(Error::InvalidArgument));
         assert_eq!(quantize_row(DType::F16, &x[..3], &mut buf[..6]), Ok(()));
+        // Interleaved dtypes encode whole matrices only.
+        assert_eq!(quantize_row(DType::Q4_0x16, &x, &mut buf[..36]), Err(Error::InvalidArgument));
+    }
+
+    #[test]
+    fn q4_0x16_holds_the_q4_0_blocks_of_16_rows() {
+        let (rows, cols) = (32, 96);
+        let x = values(rows * cols, 4);
+        let mut plain = vec![0u8; DType::Q4_0.matrix_bytes(rows, cols).unwrap()];
+        let mut x16 = vec![0u8; DType::Q4_0x16.matrix_bytes(rows, cols).unwrap()];
+        quantize_matrix(DType::Q4_0, cols, &x, &mut plain).unwrap();
+        quantize_matrix(DType::Q4_0x16, cols, &x, &mut x16).unwrap();
+        assert_eq!(plain.len(), x16.len());
+        let blocks: &[BlockQ4_0] = bytemuck::cast_slice(&plain);
+        let groups: &[GroupQ4_0x16] = bytemuck::cast_slice(&x16);
+        let nb = cols / QK;
+        for r in 0..rows {
+            for b in 0..nb {
+                let want = bytemuck::bytes_of(&blocks[r * nb + b]);
+                assert_eq!(bytemuck::bytes_of(&groups[r / X16 * nb + b].block(r % X16)), want, "row {r} block {b}");
+            }
+        }
+        // Piece v of a group block: 4 bytes of each row in turn.
+        let g = &groups[0];
+        assert_eq!(g.qs[1][3], blocks[3 * nb].qs[4..8]);
+        // Whole groups of rows only.
+        assert_eq!(DType::Q4_0x16.matrix_bytes(17, cols), None);
+        assert_eq!(DType::Q4_0.matrix_bytes(17, cols), Some(17 * 3 * 18));
+        let mut odd = vec![0u8; 17 * 3 * 18];
+        assert_eq!(quantize_matrix(DType::Q4_0x16, cols, &x[..17 * cols], &mut odd), Err(Error::InvalidArgument));
+        assert_eq!(DType::from_u8(DType::Q4_0x16 as u8), Some(DType::Q4_0x16));
+        assert_eq!(DType::from_name("q4_0x16"), Some(DType::Q4_0x16));
     }
 }

@@ -34,27 +34,37 @@ pub struct Policy {
     pub overrides: Vec<(Role, DType)>,
     /// How sessions store attention rows by default (the header's cache dtype).
     pub cache: CacheDtype,
+    /// Store matrices in their dtype's row-interleaved form where it has one and the
+    /// shape allows (q4_0 as q4_0x16: the SIMD kernels read it faster). Off for targets
+    /// that run the scalar kernels, which read the plain form a little faster.
+    pub repack: bool,
 }
 
 impl Policy {
     /// Every matrix `dtype` (with the q4_0 exceptions of [`Policy::dtype_for`]), no
-    /// overrides, the exact f32 cache.
+    /// overrides, the exact f32 cache, repacked.
     pub fn uniform(dtype: DType) -> Policy {
-        Policy { dtype, overrides: vec![], cache: CacheDtype::F32 }
+        Policy { dtype, overrides: vec![], cache: CacheDtype::F32, repack: true }
     }
 
-    /// The dtype a matrix of `role` with `cols` columns gets: the override, else the
-    /// policy dtype, except that under q4_0 the embedding and the output head stay q8_0
-    /// (on tiny-kjv that halves q4_0's loss in bits per byte for 6% more bytes);
-    /// quantized formats fall back to f16 when `cols` is not a whole number of blocks.
-    pub fn dtype_for(&self, role: Role, cols: u32) -> DType {
+    /// The dtype a `[rows, cols]` matrix of `role` gets: the override, else the policy
+    /// dtype, except that under q4_0 the embedding and the output head stay q8_0 (on
+    /// tiny-kjv that halves q4_0's loss in bits per byte for 6% more bytes); quantized
+    /// formats fall back to f16 when `cols` is not a whole number of blocks. The result is
+    /// row-interleaved when asked for (`q4_0x16`, or [`Policy::repack`]) and `rows` is a
+    /// whole number of groups, else plain.
+    pub fn dtype_for(&self, role: Role, rows: u32, cols: u32) -> DType {
+        let plain = |d: DType| if d == DType::Q4_0x16 { DType::Q4_0 } else { d };
         let edge = matches!(role, Role::TokEmbed | Role::LmHead);
-        let default = if self.dtype == DType::Q4_0 && edge { DType::Q8_0 } else { self.dtype };
-        let d = self.overrides.iter().find(|(r, _)| *r == role).map(|&(_, d)| d).unwrap_or(default);
-        if d.row_bytes(cols as usize).is_some() {
-            d
-        } else {
-            DType::F16
+        let default = if plain(self.dtype) == DType::Q4_0 && edge { DType::Q8_0 } else { self.dtype };
+        let asked = self.overrides.iter().find(|(r, _)| *r == role).map(|&(_, d)| d).unwrap_or(default);
+        let d = plain(asked);
+        if d.row_bytes(cols as usize).is_none() {
+            return DType::F16;
+        }
+        match d.interleaved() {
+            Some(x) if (self.repack || asked == x) && x.matrix_bytes(rows as usize, cols as usize).is_some() => x,
+            _ => d,
         }
     }
 }
@@ -134,7 +144,7 @@ pub fn convert(
         }
         to_f32(t.dtype(), t.data()).with_context(|| format!("{st_name}: tensor `{name}`"))
     };
-    let dtype_for = |role: Role, _rows: u32, cols: u32| policy.dtype_for(role, cols);
+    let dtype_for = |role: Role, rows: u32, cols: u32| policy.dtype_for(role, rows, cols);
     let report = write_model(out, &cfg, (kind, &section), policy.cache, &dtype_for, &mut source, on_tensor)?;
     Ok((cfg, report))
 }
@@ -164,4 +174,30 @@ fn tokenizer_section(dir: &Path, src: &TokenizerSource) -> Result<(TokenizerKind
     let text = std::fs::read_to_string(&json_path).with_context(|| format!("reading {}", json_path.display()))?;
     let section = crate::tokenizer::build_section(&text).with_context(|| format!("in {}", json_path.display()))?;
     Ok((TokenizerKind::Bpe, section))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_keeps_q4_0_edges_at_q8_0_and_interleaves_whole_row_groups() {
+        let q4 = Policy::uniform(DType::Q4_0);
+        assert_eq!(q4.dtype_for(Role::Wq, 768, 768), DType::Q4_0x16);
+        assert_eq!(q4.dtype_for(Role::LmHead, 50304, 768), DType::Q8_0);
+        // Rows that are not whole groups of 16 stay row-major; columns that are not whole
+        // blocks fall back to f16.
+        assert_eq!(q4.dtype_for(Role::MergeGate, 6, 768), DType::Q4_0);
+        assert_eq!(q4.dtype_for(Role::Wq, 768, 100), DType::F16);
+        let plain = Policy { repack: false, ..Policy::uniform(DType::Q4_0) };
+        assert_eq!(plain.dtype_for(Role::Wq, 768, 768), DType::Q4_0);
+        // Asking for q4_0x16 by name interleaves even without `repack`, where it can.
+        let named = Policy { repack: false, ..Policy::uniform(DType::Q4_0x16) };
+        assert_eq!(named.dtype_for(Role::Wq, 768, 768), DType::Q4_0x16);
+        assert_eq!(named.dtype_for(Role::MergeGate, 6, 768), DType::Q4_0);
+        assert_eq!(named.dtype_for(Role::TokEmbed, 50304, 768), DType::Q8_0);
+        let head = Policy { overrides: vec![(Role::LmHead, DType::Q4_0)], ..Policy::uniform(DType::Q8_0) };
+        assert_eq!(head.dtype_for(Role::LmHead, 50304, 768), DType::Q4_0x16);
+        assert_eq!(head.dtype_for(Role::Wq, 768, 768), DType::Q8_0);
+    }
 }

@@ -27,9 +27,14 @@ struct Cli {
 /// commands).
 #[derive(clap::Args)]
 struct Storage {
-    /// Storage type of weight matrices: f32, f16, bf16, q8_0, q4_0.
+    /// Storage type of weight matrices: f32, f16, bf16, q8_0, q4_0 (q4_0x16 forces the
+    /// interleaved form of q4_0).
     #[arg(long, default_value = "f32")]
     dtype: String,
+    /// Keep q4_0 matrices row-major instead of interleaving 16 rows (q4_0x16), for
+    /// targets that run the scalar kernels (microcontrollers).
+    #[arg(long)]
+    no_repack: bool,
     /// How sessions store attention's keys and values by default: f32 (exact) or f16
     /// (half the state bytes per decode step and of the arena; runtimes may override).
     #[arg(long, default_value = "f32")]
@@ -77,7 +82,7 @@ enum Cmd {
 }
 
 fn parse_dtype(s: &str) -> Result<DType> {
-    DType::from_name(s).ok_or_else(|| anyhow!("unknown dtype `{s}` (expected f32, f16, bf16, q8_0 or q4_0)"))
+    DType::from_name(s).ok_or_else(|| anyhow!("unknown dtype `{s}` (expected f32, f16, bf16, q8_0, q4_0 or q4_0x16)"))
 }
 
 fn parse_role(s: &str) -> Result<Role> {
@@ -97,7 +102,7 @@ fn parse_role(s: &str) -> Result<Role> {
     })
 }
 
-fn parse_policy(Storage { dtype, cache, overrides }: &Storage) -> Result<Policy> {
+fn parse_policy(Storage { dtype, cache, overrides, no_repack }: &Storage) -> Result<Policy> {
     let overrides = overrides
         .iter()
         .map(|o| {
@@ -107,7 +112,7 @@ fn parse_policy(Storage { dtype, cache, overrides }: &Storage) -> Result<Policy>
         .collect::<Result<Vec<_>>>()?;
     let cache =
         CacheDtype::from_name(cache).ok_or_else(|| anyhow!("unknown cache dtype `{cache}` (expected f32 or f16)"))?;
-    Ok(Policy { dtype: parse_dtype(dtype)?, overrides, cache })
+    Ok(Policy { dtype: parse_dtype(dtype)?, overrides, cache, repack: !no_repack })
 }
 
 /// A bar over the tensors of `cfg`, drawn on stderr only when it is a terminal and the

@@ -193,7 +193,7 @@ pub fn synth(
     on_tensor: &mut dyn FnMut(&TensorReport),
 ) -> Result<WriteReport> {
     let mut source = |role: Role, layer: u16, rows: u32, cols: u32| Ok(tensor(seed, role, layer, rows, cols));
-    let dtype_for = |role: Role, _rows: u32, cols: u32| policy.dtype_for(role, cols);
+    let dtype_for = |role: Role, rows: u32, cols: u32| policy.dtype_for(role, rows, cols);
     write_model(out, cfg, (TokenizerKind::Bytes, &[]), policy.cache, &dtype_for, &mut source, on_tensor)
 }
 

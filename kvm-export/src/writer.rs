@@ -57,15 +57,14 @@ pub fn hf_name(role: Role, layer: u16) -> String {
     role.hf_name().replace("{}", &layer.to_string())
 }
 
-/// Encodes `src` (`[rows, cols]` f32) as `dtype`, row by row.
+/// Encodes `src` (`[rows, cols]` f32) as `dtype`.
 pub fn encode(dtype: DType, cols: usize, src: &[f32]) -> Result<Vec<u8>> {
-    let row_bytes =
-        dtype.row_bytes(cols).with_context(|| format!("{cols} columns do not fit {} blocks", dtype.name()))?;
     let rows = src.len() / cols.max(1);
-    let mut out = vec![0u8; rows * row_bytes];
-    for (s, d) in src.chunks_exact(cols).zip(out.chunks_exact_mut(row_bytes)) {
-        kvm_core::quant::quantize_row(dtype, s, d).map_err(|e| anyhow::anyhow!("{e}"))?;
-    }
+    let len = dtype
+        .matrix_bytes(rows, cols)
+        .with_context(|| format!("[{rows}, {cols}] does not fit {} blocks", dtype.name()))?;
+    let mut out = vec![0u8; len];
+    kvm_core::quant::quantize_matrix(dtype, cols, src, &mut out).map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(out)
 }
 

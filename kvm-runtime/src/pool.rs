@@ -356,7 +356,8 @@ impl Exec for Pool {
             return Serial.matmul(w, xs, ys, act);
         }
         let (rows, n) = (w.rows, xs.len() / w.cols);
-        let per = rows.div_ceil(parts);
+        // Parts split between row groups of interleaved dtypes.
+        let per = rows.div_ceil(parts).next_multiple_of(w.dtype.group_rows());
         let need = kernels::matmul_scratch_len(w.cols, n);
         let ys = Disjoint::new(ys);
         // Part `p` computes output rows `p * per..`, for every token.
@@ -391,15 +392,13 @@ impl Exec for Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kvm_core::quant::{quantize_row, DType};
+    use kvm_core::quant::{quantize_matrix, DType};
 
     fn matrix_bytes(dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
-        let row_bytes = dtype.row_bytes(cols).unwrap();
-        let mut out = vec![0u8; rows * row_bytes];
-        for (r, dst) in out.chunks_exact_mut(row_bytes).enumerate() {
-            let src: Vec<f32> = (0..cols).map(|c| ((r * 31 + c * 17) % 97) as f32 / 97.0 - 0.5).collect();
-            quantize_row(dtype, &src, dst).unwrap();
-        }
+        let src: Vec<f32> =
+            (0..rows * cols).map(|i| ((i / cols * 31 + i % cols * 17) % 97) as f32 / 97.0 - 0.5).collect();
+        let mut out = vec![0u8; dtype.matrix_bytes(rows, cols).unwrap()];
+        quantize_matrix(dtype, cols, &src, &mut out).unwrap();
         out
     }
 
@@ -415,8 +414,9 @@ mod tests {
     #[test]
     fn split_products_equal_serial_ones_exactly() {
         let pool = Pool::new(3).unwrap();
-        for dtype in [DType::F32, DType::Q8_0, DType::Q4_0] {
-            let (rows, cols) = (1000, 256);
+        for dtype in [DType::F32, DType::Q8_0, DType::Q4_0, DType::Q4_0x16] {
+            // Three parts of 334 rows, or of 336 (whole groups of 16) for q4_0x16.
+            let (rows, cols) = (1000usize.next_multiple_of(dtype.group_rows()), 256);
             let data = matrix_bytes(dtype, rows, cols);
             let w = Matrix::new(dtype, rows, cols, &data).unwrap();
             for n in [1, 5] {

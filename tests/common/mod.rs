@@ -64,16 +64,20 @@ pub fn read_safetensors(path: &Path) -> HashMap<String, Tensor> {
 /// Converts checkpoint `dir` to a temporary model file with `dtype` matrices; returns
 /// its bytes.
 pub fn convert_to_bytes(dir: &Path, dtype: DType) -> Vec<u8> {
+    convert_with(dir, &Policy::uniform(dtype))
+}
+
+/// Converts checkpoint `dir` to a temporary model file as `policy` says; returns its bytes.
+pub fn convert_with(dir: &Path, policy: &Policy) -> Vec<u8> {
     static UNIQUE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let out = std::env::temp_dir().join(format!(
         "kvm-test-{}-{}-{}-{}.kvm",
         std::process::id(),
         UNIQUE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         dir.file_name().unwrap().to_string_lossy(),
-        dtype.name()
+        policy.dtype.name()
     ));
-    let policy = Policy::uniform(dtype);
-    convert(dir, &out, &policy, &TokenizerSource::Auto, &mut |_| {}).unwrap();
+    convert(dir, &out, policy, &TokenizerSource::Auto, &mut |_| {}).unwrap();
     let bytes = std::fs::read(&out).unwrap();
     std::fs::remove_file(&out).ok();
     bytes

@@ -4,9 +4,11 @@
 
 use crate::common::*;
 use kvm_core::cache::CacheDtype;
+use kvm_core::format::Role;
 use kvm_core::quant::DType;
 use kvm_core::state::Phase;
 use kvm_core::{Model, Session};
+use kvm_export::convert::Policy;
 
 fn argmax(v: &[f32]) -> u32 {
     let mut best = 0;
@@ -94,6 +96,28 @@ fn quantized_weights_and_the_f16_cache_meet_the_accuracy_bars() {
         assert!(q8_ratio <= 1.005, "{file}: q8_0 bits per byte {q8_ratio}x f32");
         assert!(q4_ratio <= 1.06, "{file}: q4_0 bits per byte {q4_ratio}x f32");
         assert!(cache_ratio <= 1.001, "{file}: f16 cache bits per byte {cache_ratio}x f32 cache");
+    }
+}
+
+/// q4_0 matrices interleaved for the SIMD kernels (the default) give the row-major
+/// layout's logits bit for bit, token after token.
+#[test]
+fn repacked_q4_0_decodes_as_row_major_q4_0() {
+    let dir = repo().join("models/tiny-kjv");
+    let repacked = convert_with(&dir, &Policy::uniform(DType::Q4_0));
+    let plain = convert_with(&dir, &Policy { repack: false, ..Policy::uniform(DType::Q4_0) });
+    let [a, b] = [&repacked, &plain].map(|blob| Model::from_bytes(blob).unwrap());
+    assert_eq!(a.matrix(Role::Wq, 0).dtype, DType::Q4_0x16);
+    assert_eq!(b.matrix(Role::Wq, 0).dtype, DType::Q4_0);
+    let (mut arena_a, mut arena_b) = (Arena::new(a.arena_len()), Arena::new(b.arena_len()));
+    let mut sa = Session::new(a, arena_a.bytes()).unwrap();
+    let mut sb = Session::new(b, arena_b.bytes()).unwrap();
+    let text = dev_text("dev_unseen_12k.txt");
+    let prompt: Vec<u32> = text[..200].iter().map(|&c| c as u32).collect();
+    let bits = |z: &[f32]| z.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(sa.prefill(&prompt).unwrap()), bits(sb.prefill(&prompt).unwrap()));
+    for (i, &c) in text[200..400].iter().enumerate() {
+        assert_eq!(bits(sa.decode(c as u32).unwrap()), bits(sb.decode(c as u32).unwrap()), "token {i}");
     }
 }
 
