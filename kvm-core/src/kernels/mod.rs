@@ -1111,6 +1111,56 @@ pub(crate) mod tests {
         }
     }
 
+    /// q4_0x16 on adversarial data (extreme scales, nibbles at both ends, a row of nothing
+    /// but 15s against activations of +-127, which fill the widening kernels' i16 lanes
+    /// nearly to the brim): every tier gives the q4_0 reference's bits.
+    #[test]
+    fn q4_0x16_is_bit_identical_on_extremes() {
+        for nb in [1, 7, 8, 9, 17] {
+            let cols = nb * QK;
+            for groups in [1, 2] {
+                let rows = groups * X16;
+                let seed = (nb * 7 + groups) as u32;
+                let mut plain = adversarial_weights(DType::Q4_0, rows, nb, seed);
+                let rb = DType::Q4_0.row_bytes(cols).unwrap();
+                for block in plain[3 * rb..4 * rb].chunks_exact_mut(DType::Q4_0.block_bytes()) {
+                    block[2..].fill(0xff);
+                }
+                let mut bytes = vec![0u8; DType::Q4_0x16.matrix_bytes(rows, cols).unwrap()];
+                let g: &mut [GroupQ4_0x16] = bytemuck::cast_slice_mut(&mut bytes);
+                for (r, row) in plain.chunks_exact(rb).enumerate() {
+                    for (b, block) in row.chunks_exact(DType::Q4_0.block_bytes()).enumerate() {
+                        g[r / X16 * nb + b].set_block(r % X16, bytemuck::from_bytes(block));
+                    }
+                }
+                let w = Matrix::new(DType::Q4_0x16, rows, cols, &bytes).unwrap();
+                for n in [1, 2, 5] {
+                    let mut xs = adversarial_activations(n, cols, seed + n as u32);
+                    // The last token: blocks of all -1 or all 1, quantized to -127 or 127.
+                    for (b, block) in xs[(n - 1) * cols..].chunks_exact_mut(QK).enumerate() {
+                        block.fill(if b % 3 == 0 { 1.0 } else { -1.0 });
+                    }
+                    let want = reference(&w, &xs);
+                    for t in supported_tiers() {
+                        for group in [1, n] {
+                            let mut ys = vec![f32::NAN; n * rows];
+                            let mut act = vec![0u8; act_scratch_len(cols) * group];
+                            // SAFETY: the CPU supports `t`; the table is called directly.
+                            unsafe { (table(t).matmul)(&w, &xs, &mut ys, &mut act) };
+                            assert_bits(&ys, &want, &format_args!("{t} q4_0x16 [{rows}, {nb} blocks] x {n}/{group}"));
+                        }
+                        let mut y = vec![f32::NAN; rows];
+                        let mut act = vec![0u8; act_scratch_len(cols)];
+                        let x = &xs[(n - 1) * cols..];
+                        // SAFETY: as above.
+                        unsafe { (table(t).matvec)(&w, x, &mut y, &mut act) };
+                        assert_bits(&y, &want[(n - 1) * rows..], &format_args!("{t} q4_0x16 matvec [{rows}, {nb}]"));
+                    }
+                }
+            }
+        }
+    }
+
     /// The canonical order itself: 8 lanes, block `b` in lane `b % 8`, then the fixed tree.
     #[test]
     fn canonical_block_sum_order() {

@@ -5,15 +5,17 @@
 //! widens with `fcvtl`, written as inline assembly because the f16 vector intrinsics need a
 //! newer compiler than the crate's MSRV. Integer formats take `i8 x i8` products of a whole
 //! block: `smull` + `smlal2` pairs (at most 2 * 128 * 127, which fits i16) widened into
-//! i32 lanes, or four `sdot`-accumulated byte quads per lane. The two tiers share
+//! i32 lanes, or four `sdot`-accumulated byte quads per lane. q4_0x16 groups hold 4 rows
+//! of 4 bytes in a vector, so the activation quad they meet is one lane: `sdot` by element,
+//! or that quad broadcast for the widening multiplies ([`Q4x16`]). The two tiers share
 //! everything but that one step, and give the scalar tier's bits (see [`Quant`]).
 
 use core::arch::aarch64::*;
 use core::arch::asm;
 use core::marker::PhantomData;
 
-use crate::kernels::{scalar, FloatType, Kernel, Kernels, StoredType, BF16, F16, F32};
-use crate::quant::{DType, QK};
+use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32};
+use crate::quant::{DType, GroupQ4_0x16, QK, X16};
 
 /// The NEON tier.
 pub(crate) struct Neon;
@@ -26,7 +28,7 @@ impl Kernels for Neon {
     type BF16 = Float<BF16>;
     type Q8_0 = Quant<Q8, Mull>;
     type Q4_0 = Quant<Q4, Mull>;
-    type Q4_0x16 = crate::kernels::scalar::Q4_0x16;
+    type Q4_0x16 = Q4x16<Mull>;
 
     unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
         // SAFETY: the caller guarantees NEON.
@@ -45,7 +47,7 @@ impl Kernels for NeonDot {
     type BF16 = Float<BF16>;
     type Q8_0 = Quant<Q8, SDot>;
     type Q4_0 = Quant<Q4, SDot>;
-    type Q4_0x16 = crate::kernels::scalar::Q4_0x16;
+    type Q4_0x16 = Q4x16<SDot>;
 
     unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
         // SAFETY: the caller guarantees NEON.
@@ -186,13 +188,17 @@ impl Blocks32 for Q4 {
     #[target_feature(enable = "neon")]
     unsafe fn load32(p: *const u8) -> [int8x16_t; 2] {
         // SAFETY: a block is the 2 scale bytes then 16 bytes of nibbles.
-        let q = unsafe { vld1q_u8(p.add(2)) };
+        let [lo, hi] = nibbles(unsafe { vld1q_u8(p.add(2)) });
         let eight = vdupq_n_s8(8);
-        [
-            vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(15))), eight),
-            vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8::<4>(q)), eight),
-        ]
+        [vsubq_s8(lo, eight), vsubq_s8(hi, eight)]
     }
+}
+
+/// The low and the high nibbles of `q`'s bytes, as bytes in `0..16`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn nibbles(q: uint8x16_t) -> [int8x16_t; 2] {
+    [vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(15))), vreinterpretq_s8_u8(vshrq_n_u8::<4>(q))]
 }
 
 /// The f16 scale at the start of the block at `p`.
@@ -415,6 +421,190 @@ unsafe fn pair<B: Blocks32, D: Dot32, const R: usize, const T: usize>(
     }
 }
 
+/// The exact i32 dot products of 4 rows of a q4_0x16 block with an activation block: the
+/// step [`Q4x16`] takes per vector of rows.
+pub(crate) trait Dot4Rows {
+    /// `acc + [nibbles of row r . a]` for `r` in `0..4`: bytes `4r..4r + 4` of `lo[v]` and
+    /// of `hi[v]` are row `r`'s nibbles (in `0..16`) for weights `4v..4v + 4` and
+    /// `16 + 4v..16 + 4v + 4`, so they meet quad `v` of `a[0]` and quad `v` of `a[1]`.
+    ///
+    /// # Safety
+    /// As [`Dot32::dot32`].
+    unsafe fn dot4rows(acc: int32x4_t, lo: [int8x16_t; 4], hi: [int8x16_t; 4], a: [int8x16_t; 2]) -> int32x4_t;
+}
+
+/// Each of the 4 byte quads of `a` (`a.s[k]`), repeated across a vector.
+#[inline]
+#[target_feature(enable = "neon")]
+fn quads(a: int8x16_t) -> [int8x16_t; 4] {
+    let a = vreinterpretq_s32_s8(a);
+    [
+        vreinterpretq_s8_s32(vdupq_laneq_s32::<0>(a)),
+        vreinterpretq_s8_s32(vdupq_laneq_s32::<1>(a)),
+        vreinterpretq_s8_s32(vdupq_laneq_s32::<2>(a)),
+        vreinterpretq_s8_s32(vdupq_laneq_s32::<3>(a)),
+    ]
+}
+
+impl Dot4Rows for Mull {
+    #[inline(always)]
+    unsafe fn dot4rows(acc: int32x4_t, lo: [int8x16_t; 4], hi: [int8x16_t; 4], a: [int8x16_t; 2]) -> int32x4_t {
+        // SAFETY: NEON is present.
+        unsafe {
+            let (qa, qb) = (quads(a[0]), quads(a[1]));
+            // `l` holds rows 0 and 1 (the low halves), `h` rows 2 and 3, 4 lanes a row;
+            // each lane sums 8 products of at most 15 * 128 in magnitude.
+            let mut l = vmull_s8(vget_low_s8(lo[0]), vget_low_s8(qa[0]));
+            let mut h = vmull_high_s8(lo[0], qa[0]);
+            for v in 1..4 {
+                l = vmlal_s8(l, vget_low_s8(lo[v]), vget_low_s8(qa[v]));
+                h = vmlal_high_s8(h, lo[v], qa[v]);
+            }
+            for v in 0..4 {
+                l = vmlal_s8(l, vget_low_s8(hi[v]), vget_low_s8(qb[v]));
+                h = vmlal_high_s8(h, hi[v], qb[v]);
+            }
+            // Two lanes a row (16 products: at most 30720, still i16), then one i32 lane.
+            vpadalq_s16(acc, vpaddq_s16(l, h))
+        }
+    }
+}
+
+impl Dot4Rows for SDot {
+    #[inline(always)]
+    unsafe fn dot4rows(acc: int32x4_t, lo: [int8x16_t; 4], hi: [int8x16_t; 4], a: [int8x16_t; 2]) -> int32x4_t {
+        let mut acc = acc;
+        // SAFETY: register-only; the caller enables `dotprod` (as in `dot32`). `sdot` by
+        // element takes one quad of `a` for every lane.
+        unsafe {
+            asm!(
+                "sdot {acc:v}.4s, {l0:v}.16b, {a0:v}.4b[0]",
+                "sdot {acc:v}.4s, {l1:v}.16b, {a0:v}.4b[1]",
+                "sdot {acc:v}.4s, {l2:v}.16b, {a0:v}.4b[2]",
+                "sdot {acc:v}.4s, {l3:v}.16b, {a0:v}.4b[3]",
+                "sdot {acc:v}.4s, {h0:v}.16b, {a1:v}.4b[0]",
+                "sdot {acc:v}.4s, {h1:v}.16b, {a1:v}.4b[1]",
+                "sdot {acc:v}.4s, {h2:v}.16b, {a1:v}.4b[2]",
+                "sdot {acc:v}.4s, {h3:v}.16b, {a1:v}.4b[3]",
+                acc = inout(vreg) acc,
+                l0 = in(vreg) lo[0],
+                l1 = in(vreg) lo[1],
+                l2 = in(vreg) lo[2],
+                l3 = in(vreg) lo[3],
+                h0 = in(vreg) hi[0],
+                h1 = in(vreg) hi[1],
+                h2 = in(vreg) hi[2],
+                h3 = in(vreg) hi[3],
+                a0 = in(vreg) a[0],
+                a1 = in(vreg) a[1],
+                options(pure, nomem, nostack),
+            );
+        }
+        acc
+    }
+}
+
+/// q4_0x16 groups: 4 rows a vector, so a block's exact sums for the 16 rows come out as 4
+/// vectors with no folding, and accumulator `b % 8` of the canonical sum
+/// ([`scalar::sum_blocks`]) of 4 rows is one f32x4. A token's 8 x 4 accumulators would fill
+/// the register file, so they stay in memory: each block's terms are made in registers,
+/// 4 rows at a time with the nibbles decoded once for every token in flight (all `T` with
+/// `sdot`, one with the widening multiplies), and added in with one load and one store each.
+pub(crate) struct Q4x16<D>(PhantomData<D>);
+
+impl GroupKernel for Q4x16<Mull> {
+    #[target_feature(enable = "neon")]
+    unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
+        // One token at a time: the nibbles cost little next to the 64 multiplies a token
+        // makes of them, and with several tokens the compiler hoists the activations'
+        // widening out of the multiplies (and spills it), which costs more.
+        let mut out = [[0.0; X16]; T];
+        for (o, a) in out.iter_mut().zip(a) {
+            // SAFETY: forwarded; NEON is enabled here.
+            [*o] = unsafe { q4x16_group::<Mull, 1>(g, [a], cols) };
+        }
+        out
+    }
+}
+
+impl GroupKernel for Q4x16<SDot> {
+    #[target_feature(enable = "neon,dotprod")]
+    unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
+        // SAFETY: forwarded; NEON and dotprod are enabled here.
+        unsafe { q4x16_group::<SDot, T>(g, a, cols) }
+    }
+}
+
+/// The body of both [`Q4x16`] kernels, inlined into each so that `D::dot4rows` compiles
+/// with its tier's features.
+///
+/// # Safety
+/// As [`GroupKernel::group`], with `D`'s features enabled in the caller.
+#[inline(always)]
+unsafe fn q4x16_group<D: Dot4Rows, const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
+    let nb = cols / QK;
+    let gb = core::mem::size_of::<GroupQ4_0x16>();
+    debug_assert_eq!(g.len(), nb * gb);
+    // SAFETY: NEON is present; `g` holds the group's `nb` blocks and each `a[t]` a whole
+    // activation (`cols` values, then `nb` f32 scales).
+    unsafe {
+        // `acc[t][k][j]`: accumulator `k` of rows `4j..4j + 4` for token `t`.
+        let mut acc = [[[vdupq_n_f32(0.0); 4]; scalar::LANES]; T];
+        for b in 0..nb {
+            let wb = g.as_ptr().add(b * gb);
+            // The 16 scales, rows `4j..4j + 4` in `dw[j]` (exact).
+            let h = [vreinterpretq_u16_u8(vld1q_u8(wb)), vreinterpretq_u16_u8(vld1q_u8(wb.add(16)))];
+            let dw = [
+                f16_to_f32::<false>(h[0]),
+                f16_to_f32::<true>(h[0]),
+                f16_to_f32::<false>(h[1]),
+                f16_to_f32::<true>(h[1]),
+            ];
+            let mut x = [[vdupq_n_s8(0); 2]; T];
+            let mut base = [vdupq_n_s32(0); T];
+            let mut da = [0.0f32; T];
+            for t in 0..T {
+                let p = a[t].as_ptr().add(b * QK);
+                x[t] = [vld1q_s8(p.cast()), vld1q_s8(p.add(16).cast())];
+                // The nibbles are the weights plus 8: every row's sum starts at -8 * sum(a)
+                // (each half's sum at most 16 * 128 in magnitude, as i16).
+                let s = i32::from(vaddlvq_s8(x[t][0])) + i32::from(vaddlvq_s8(x[t][1]));
+                base[t] = vdupq_n_s32(-8 * s);
+                da[t] = f32::from_le_bytes(a[t].as_ptr().add(cols + 4 * b).cast::<[u8; 4]>().read());
+            }
+            let k = b % scalar::LANES;
+            // Row quad `j` of piece `v` is the 16 bytes at `64 v + 16 j` after the scales.
+            let q = wb.add(2 * X16);
+            for j in 0..4 {
+                let mut lo = [vdupq_n_s8(0); 4];
+                let mut hi = [vdupq_n_s8(0); 4];
+                for v in 0..4 {
+                    [lo[v], hi[v]] = nibbles(vld1q_u8(q.add(64 * v + 16 * j)));
+                }
+                for t in 0..T {
+                    let isum = D::dot4rows(base[t], lo, hi, x[t]);
+                    // `(d_w * d_a) * isum`, two multiplies (no FMA), as `scalar::block_term`.
+                    let term = vmulq_f32(vmulq_n_f32(dw[j], da[t]), vcvtq_f32_s32(isum));
+                    acc[t][k][j] = vaddq_f32(acc[t][k][j], term);
+                }
+            }
+        }
+        let mut out = [[0.0; X16]; T];
+        for t in 0..T {
+            for j in 0..4 {
+                // `scalar::reduce_lanes`' tree, 4 rows a vector.
+                let c = &acc[t];
+                let s = vaddq_f32(
+                    vaddq_f32(vaddq_f32(c[0][j], c[1][j]), vaddq_f32(c[2][j], c[3][j])),
+                    vaddq_f32(vaddq_f32(c[4][j], c[5][j]), vaddq_f32(c[6][j], c[7][j])),
+                );
+                vst1q_f32(out[t].as_mut_ptr().add(4 * j), s);
+            }
+        }
+        out
+    }
+}
+
 /// [`scalar::quantize_act`] 32 values at a time, with the same operations per value
 /// (`fcvtns` rounds to nearest even), hence the same bytes.
 ///
@@ -458,7 +648,8 @@ unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
             DType::F16 => widen_row::<F16>(row, out),
             DType::BF16 => widen_row::<BF16>(row, out),
             DType::Q8_0 => blocks_row::<Q8>(row, out),
-            DType::Q4_0 => blocks_row::<Q4>(row, out),
+            // A q4_0x16 row comes in its plain form (as `scalar::dequant_row`).
+            DType::Q4_0 | DType::Q4_0x16 => blocks_row::<Q4>(row, out),
         }
     }
 }
