@@ -256,7 +256,7 @@ pub fn encode_row_bf16(src: &[f32], dst: &mut [u8]) {
 /// [`Error::InvalidArgument`] if the shape does not fit `dtype`
 /// ([`DType::matrix_bytes`]) or `dst.len()` is not its size.
 pub fn quantize_matrix(dtype: DType, cols: usize, src: &[f32], dst: &mut [u8]) -> Result<()> {
-    let rows = if cols == 0 { 0 } else { src.len() / cols };
+    let rows = src.len().checked_div(cols).unwrap_or(0);
     if rows * cols != src.len() || dtype.matrix_bytes(rows, cols) != Some(dst.len()) {
         return Err(Error::InvalidArgument);
     }

@@ -8,8 +8,8 @@
 
 use core::marker::PhantomData;
 
-use super::{FloatType, Kernel, Kernels, Stored, BF16, F16, F32};
 use super::GroupKernel;
+use super::{FloatType, Kernel, Kernels, Stored, BF16, F16, F32};
 use crate::quant::{bf16_le, f16_le, BlockQ4_0, BlockQ8_0, DType, GroupQ4_0x16, QK, X16};
 
 /// Exact dot product of one encoded row with `x` (f32 products, summed in order). A row of
@@ -149,7 +149,12 @@ fn isum_q4_0(b: &BlockQ4_0, q: &[i8]) -> i32 {
 pub fn dot_q4_0(row: &[u8], act: &[u8], cols: usize) -> f32 {
     let blocks: &[BlockQ4_0] = bytemuck::cast_slice(row);
     let (qs, ds) = act_parts(act, cols);
-    sum_blocks(blocks.iter().zip(qs.chunks_exact(QK).zip(ds.chunks_exact(4))).map(|(b, (q, d))| block_term(b.d, d, isum_q4_0(b, q))))
+    sum_blocks(
+        blocks
+            .iter()
+            .zip(qs.chunks_exact(QK).zip(ds.chunks_exact(4)))
+            .map(|(b, (q, d))| block_term(b.d, d, isum_q4_0(b, q))),
+    )
 }
 
 /// Reference row `r` of one q4_0x16 row group (`[cols / 32]` blocks) . q8 activation:

@@ -11,7 +11,7 @@ use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
 use super::avx2::{self, quant_tile, Blocks32, GroupSums, Q4, Q8};
-use super::{prefetch_ahead, prefetch};
+use super::{prefetch, prefetch_ahead};
 use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32};
 use crate::quant::{DType, GroupQ4_0x16, QK, X16};
 
