@@ -17,9 +17,9 @@ use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use half::f16;
 use kvm_core::kernels::{self, act_scratch_len, matmul_scratch_len, tier, Matrix, Stored, Tier};
-use kvm_core::quant::{quantize_row, DType};
+use kvm_core::quant::{quantize_matrix, quantize_row, DType};
 
-const DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0];
+const DTYPES: [DType; 6] = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_0x16];
 
 /// Deterministic values in `[-1, 1)` (xorshift32).
 fn values(n: usize, seed: u32) -> Vec<f32> {
@@ -75,13 +75,14 @@ fn aligned_values(n: usize, seed: u32) -> Aligned {
     a
 }
 
-/// A `[rows, cols]` matrix of `dtype`, encoded.
+/// A `[rows, cols]` matrix of `dtype`, encoded (row-interleaved dtypes a group of rows at
+/// a time; `rows` is a whole number of groups).
 fn weights(dtype: DType, rows: usize, cols: usize) -> Aligned {
-    let rb = dtype.row_bytes(cols).expect("whole blocks");
-    let row = values(cols, 1);
+    let (rb, g) = (dtype.row_bytes(cols).expect("whole blocks"), dtype.group_rows());
+    let group = values(cols, 1).repeat(g);
     let mut w = Aligned::zeroed(rows * rb);
-    for chunk in w.bytes_mut().chunks_exact_mut(rb) {
-        quantize_row(dtype, &row, chunk).expect("row length");
+    for chunk in w.bytes_mut().chunks_exact_mut(g * rb) {
+        quantize_matrix(dtype, cols, &group, chunk).expect("whole groups");
     }
     w
 }

@@ -5,12 +5,15 @@
 //! `w * a` is computed as `|w| * (a * sign(w))`. A weight of -128 stays exact (its
 //! magnitude is read unsigned) and the activation quantizer never emits -128, so the
 //! integer block sums equal the scalar ones bit for bit.
+//! Row-interleaved q4_0x16 groups ([`Q4x16`]) put one row in each i32 lane instead, so
+//! their block sums need no folding.
 
 use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
-use crate::kernels::{scalar, FloatType, Kernel, Kernels, StoredType, BF16, F16, F32};
-use crate::quant::{DType, QK};
+use super::prefetch_ahead;
+use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32};
+use crate::quant::{DType, GroupQ4_0x16, QK, X16};
 
 /// The AVX2 tier.
 pub(crate) struct Avx2;
@@ -21,7 +24,7 @@ impl Kernels for Avx2 {
     type BF16 = Float<BF16>;
     type Q8_0 = Quant<Q8>;
     type Q4_0 = Quant<Q4>;
-    type Q4_0x16 = crate::kernels::scalar::Q4_0x16;
+    type Q4_0x16 = Q4x16;
 
     unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
         // SAFETY: the caller guarantees AVX2/FMA/F16C.
@@ -513,6 +516,139 @@ impl<B: Blocks32> Kernel for Quant<B> {
     unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[u8]; T], cols: usize) -> [[f32; T]; R] {
         // SAFETY: forwarded; the tier's features are enabled here.
         unsafe { quant_tile::<B, Maddubs, R, T>(w, a, cols) }
+    }
+}
+
+/// q4_0x16 groups: one i32 lane per row, so a vector holds 8 rows (half a group) and a
+/// block's 8 exact row sums need no folding; the canonical sum's 8 accumulators are 8
+/// vectors per half (accumulator `b % 8` of its 8 rows), summed in the scalar tree at the
+/// end.
+///
+/// `maddubs` takes the biased nibbles (unsigned, 0..=15) as they are: a pair sum is at
+/// most `2 * 15 * 128` and the 8 of an i16 lane (one per activation quad) at most `30720`,
+/// so they add up exactly in i16. Taking off `8 * a` for the lane's 16 weights (at most
+/// `16 * 8 * 128 = 16384`, [`bias16`]) leaves its exact `sum (w - 8) * a`, at most
+/// `16 * 8 * 128` too, and one `madd` joins a row's two lanes into its block sum.
+///
+/// Both halves of a block share the activation's quads, bias and scale, so one pass does
+/// both and the accumulators (16 per token) live in memory: 16 registers cannot hold them
+/// and a block's working set, and each is touched only once per 8 blocks.
+pub(crate) struct Q4x16;
+
+/// Tokens [`Q4x16`] takes per pass over a group, sharing each decoded half block: 2 beat
+/// both 1 (decoding twice as often) and 4 (spilling the nibbles) in `benches/kernels.rs`.
+const Q4X16_TOKENS: usize = 2;
+
+impl GroupKernel for Q4x16 {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
+        const N: usize = Q4X16_TOKENS;
+        let mut out = [[0.0; X16]; T];
+        // The first pass prefetches; the group is in L1 or L2 for the others.
+        let mut t = 0;
+        while t < T {
+            if t + N <= T {
+                // SAFETY: forwarded; the features are enabled here.
+                let o = unsafe { q4x16_tokens::<N>(g, core::array::from_fn(|j| a[t + j]), cols, t == 0) };
+                out[t..t + N].copy_from_slice(&o);
+                t += N;
+            } else {
+                // SAFETY: as above.
+                [out[t]] = unsafe { q4x16_tokens::<1>(g, [a[t]], cols, t == 0) };
+                t += 1;
+            }
+        }
+        out
+    }
+}
+
+/// [`Q4x16`] for `T` tokens, block by block, both halves of each; `fetch`: prefetch the
+/// weights ahead.
+///
+/// # Safety
+/// As [`GroupKernel::group`], with AVX2/FMA/F16C enabled in the caller.
+#[inline(always)]
+unsafe fn q4x16_tokens<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize, fetch: bool) -> [[f32; X16]; T] {
+    let nb = cols / QK;
+    let gb = core::mem::size_of::<GroupQ4_0x16>();
+    debug_assert_eq!(g.len(), nb * gb);
+    // SAFETY: `g` holds `nb` blocks of the group and each `a[t]` a whole activation (`cols`
+    // values, then `nb` f32 scales); the features are enabled in the caller.
+    unsafe {
+        let (m, ones) = (_mm256_set1_epi8(15), _mm256_set1_epi16(1));
+        // [half][token][b % 8]
+        let mut acc = [[[_mm256_setzero_ps(); 8]; T]; 2];
+        for b in 0..nb {
+            let wb = g.as_ptr().add(b * gb);
+            if fetch {
+                prefetch_ahead(wb, gb);
+            }
+            let mut bias = [_mm256_setzero_si256(); T];
+            let mut da = [_mm256_setzero_ps(); T];
+            for t in 0..T {
+                bias[t] = bias16(a[t].as_ptr().add(b * QK));
+                da[t] = _mm256_set1_ps(a[t].as_ptr().add(cols + 4 * b).cast::<f32>().read_unaligned());
+            }
+            for (h, acc) in acc.iter_mut().enumerate() {
+                // The half's 8 scales: [8] f16 -> [8] f32 (exact).
+                let dw = _mm256_cvtph_ps(_mm_loadu_si128(wb.add(16 * h).cast()));
+                // Piece v of the half: [8 rows][4 bytes], byte k of a row holding weight
+                // 4v + k (low nibble) and 16 + 4v + k (high nibble).
+                let q = wb.add(2 * X16 + 32 * h);
+                let mut nib = [_mm256_setzero_si256(); 8];
+                for v in 0..4 {
+                    let x = _mm256_loadu_si256(q.add(64 * v).cast());
+                    nib[v] = _mm256_and_si256(x, m);
+                    nib[4 + v] = _mm256_and_si256(_mm256_srli_epi16::<4>(x), m);
+                }
+                for t in 0..T {
+                    let pa = a[t].as_ptr().add(b * QK);
+                    // Activations 4k..4k + 4 in every row's lane.
+                    let quad = |k: usize| _mm256_set1_epi32(pa.add(4 * k).cast::<i32>().read_unaligned());
+                    // Two independent i16 chains of 4 (see [`Q4x16`] for why they are exact).
+                    let mut s0 = _mm256_setzero_si256();
+                    let mut s1 = _mm256_setzero_si256();
+                    for v in 0..4 {
+                        s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(nib[v], quad(v)));
+                        s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(nib[4 + v], quad(4 + v)));
+                    }
+                    let isum = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_add_epi16(s0, s1), bias[t]), ones);
+                    let term = _mm256_mul_ps(_mm256_mul_ps(dw, da[t]), _mm256_cvtepi32_ps(isum));
+                    acc[t][b % 8] = _mm256_add_ps(acc[t][b % 8], term);
+                }
+            }
+        }
+        let mut out = [[0.0; X16]; T];
+        for (h, acc) in acc.iter().enumerate() {
+            for (out, k) in out.iter_mut().zip(acc) {
+                let sum = _mm256_add_ps(
+                    _mm256_add_ps(_mm256_add_ps(k[0], k[1]), _mm256_add_ps(k[2], k[3])),
+                    _mm256_add_ps(_mm256_add_ps(k[4], k[5]), _mm256_add_ps(k[6], k[7])),
+                );
+                _mm256_storeu_ps(out.as_mut_ptr().add(8 * h), sum);
+            }
+        }
+        out
+    }
+}
+
+/// What the nibbles' bias adds to [`Q4x16`]'s i16 lanes for the activation block at `pa`:
+/// `8 * (a_4k + a_4k+1)` summed over the 8 quads `k` in the even lanes, `8 * (a_4k+2 +
+/// a_4k+3)` in the odd ones (each at most `16 * 8 * 128 = 16384`).
+///
+/// # Safety
+/// AVX2 is enabled in the (inlining) caller; `pa` points at 32 readable bytes.
+#[inline(always)]
+unsafe fn bias16(pa: *const u8) -> __m256i {
+    // SAFETY: forwarded.
+    unsafe {
+        // [16] i16: 8 * (a_2i + a_2i+1); lane parity picks the pair within a quad.
+        let p = _mm256_maddubs_epi16(_mm256_set1_epi8(8), _mm256_loadu_si256(pa.cast()));
+        // Fold lanes i + 8, i + 4, i + 2 onto lane i: each keeps its parity.
+        let p = _mm_add_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256::<1>(p));
+        let p = _mm_add_epi16(p, _mm_shuffle_epi32::<0b0100_1110>(p));
+        let p = _mm_add_epi16(p, _mm_shuffle_epi32::<0b1011_0001>(p));
+        _mm256_broadcastsi128_si256(p)
     }
 }
 
