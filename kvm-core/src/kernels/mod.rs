@@ -1022,43 +1022,6 @@ pub(crate) mod tests {
         }
     }
 
-    /// q4_0x16 nibbles at both ends (every nibble 15 or 0) against whole blocks of +127,
-    /// -127 or alternating activations: the largest partial sums a kernel forms (the AVX2
-    /// tier's i16 lanes reach `8 * 2 * 15 * 127`) must stay exact.
-    #[test]
-    fn extreme_q4_0x16_weights_stay_exact() {
-        let (rows, nb) = (2 * X16, 11);
-        let cols = nb * QK;
-        let gb = core::mem::size_of::<GroupQ4_0x16>();
-        let mut bytes = encode(DType::Q4_0x16, rows, cols, 5);
-        for (i, b) in bytes.iter_mut().enumerate() {
-            if i % gb >= 2 * X16 {
-                *b = [0xff, 0xff, 0x00, 0x0f, 0xf0][(i / gb) % 5];
-            }
-        }
-        let w = Matrix::new(DType::Q4_0x16, rows, cols, &bytes).unwrap();
-        let n = 3;
-        let xs: Vec<f32> = (0..n * cols)
-            .map(|i| match (i / QK + i / cols) % 3 {
-                0 => 1.0,
-                1 => -1.0,
-                _ => [1.0, -1.0][i % 2],
-            })
-            .collect();
-        let want = reference(&w, &xs);
-        for t in supported_tiers() {
-            let mut ys = vec![f32::NAN; n * rows];
-            let mut act = vec![0u8; act_scratch_len(cols) * n];
-            // SAFETY: the CPU supports `t`; the table is called directly, not installed.
-            unsafe { (table(t).matmul)(&w, &xs, &mut ys, &mut act) };
-            assert_bits(&ys, &want, &format_args!("{t} q4_0x16 extremes matmul"));
-            let mut y = vec![f32::NAN; rows];
-            // SAFETY: as above.
-            unsafe { (table(t).matvec)(&w, &xs[..cols], &mut y, &mut act[..act_scratch_len(cols)]) };
-            assert_bits(&y, &want[..rows], &format_args!("{t} q4_0x16 extremes matvec"));
-        }
-    }
-
     /// Raw `[rows, nb blocks]` of `dtype` with adversarial contents: scales from the
     /// largest f16 down to subnormals, zeros and negatives; weights at both ends of their
     /// range (q8_0's -128, which our quantizer never writes, included) and zero blocks.
