@@ -135,13 +135,16 @@ pub fn dot_q8_0(row: &[u8], act: &[u8], cols: usize) -> f32 {
     }))
 }
 
-/// The exact integer dot product of a q4_0 block with a q8 activation block.
-#[inline]
-fn isum_q4_0(b: &BlockQ4_0, q: &[i8]) -> i32 {
+/// The exact integer dot product of a q4_0 block with a q8 activation block, the block's
+/// nibble byte `i` (`qs[i]`) read as `qs(i)`.
+#[inline(always)]
+fn isum_q4_0(qs: impl Fn(usize) -> u8, q: &[i8]) -> i32 {
     let (lo, hi) = q.split_at(QK / 2);
-    b.qs.iter()
-        .zip(lo.iter().zip(hi))
-        .map(|(&w, (&a0, &a1))| ((w & 15) as i32 - 8) * a0 as i32 + ((w >> 4) as i32 - 8) * a1 as i32)
+    (0..QK / 2)
+        .map(|i| {
+            let w = qs(i);
+            ((w & 15) as i32 - 8) * lo[i] as i32 + ((w >> 4) as i32 - 8) * hi[i] as i32
+        })
         .sum()
 }
 
@@ -153,7 +156,7 @@ pub fn dot_q4_0(row: &[u8], act: &[u8], cols: usize) -> f32 {
         blocks
             .iter()
             .zip(qs.chunks_exact(QK).zip(ds.chunks_exact(4)))
-            .map(|(b, (q, d))| block_term(b.d, d, isum_q4_0(b, q))),
+            .map(|(b, (q, d))| block_term(b.d, d, isum_q4_0(|i| b.qs[i], q))),
     )
 }
 
@@ -162,8 +165,9 @@ pub fn dot_q4_0(row: &[u8], act: &[u8], cols: usize) -> f32 {
 pub fn dot_q4_0x16(group: &[GroupQ4_0x16], r: usize, act: &[u8], cols: usize) -> f32 {
     let (qs, ds) = act_parts(act, cols);
     sum_blocks(group.iter().zip(qs.chunks_exact(QK).zip(ds.chunks_exact(4))).map(|(g, (q, d))| {
-        let b = g.block(r);
-        block_term(b.d, d, isum_q4_0(&b, q))
+        // Row r's 16 nibble bytes, 4 from each piece.
+        let row: [[u8; 4]; 4] = core::array::from_fn(|v| g.qs[v][r]);
+        block_term(g.d[r], d, isum_q4_0(|i| row[i / 4][i % 4], q))
     }))
 }
 
