@@ -4,9 +4,10 @@
 use crate::common::*;
 use kvm_core::cache::CacheDtype;
 use kvm_core::error::{ConfigField, Error, Section, Unsupported};
-use kvm_core::format::{Header, HEADER_LEN};
+use kvm_core::format::{Header, TensorEntry, ENTRY_LEN, HEADER_LEN};
 use kvm_core::quant::DType;
 use kvm_core::{Model, Session};
+use kvm_export::convert::Policy;
 
 fn fixed_basic() -> Vec<u8> {
     convert_to_bytes(&golden_dir("fixed_basic"), DType::F32)
@@ -181,6 +182,30 @@ fn the_cache_dtype_is_read_from_the_header_and_unknown_ones_are_refused() {
     let crc = kvm_core::format::crc32(&bad[..HEADER_LEN]);
     bad[16..20].copy_from_slice(&crc.to_le_bytes());
     assert_eq!(Model::from_bytes(&bad).unwrap_err(), Error::BadConfig(ConfigField::CacheDtype));
+}
+
+/// A q4_0x16 tensor must hold whole groups of 16 rows: relabelling a row-major q4_0 one
+/// (same bytes, valid checksums) that does not is refused, one that does is accepted.
+#[test]
+fn interleaved_tensors_must_hold_whole_row_groups() {
+    let policy = Policy { repack: false, ..Policy::uniform(DType::Q4_0) };
+    let blob = convert_with(&golden_dir("fixed_basic"), &policy);
+    let h = Header::parse(&blob).unwrap();
+    let relabel = |pick: &dyn Fn(&TensorEntry) -> bool| {
+        let model = Model::from_bytes(&blob).unwrap();
+        let i = model.tensors().position(|e| e.dtype == DType::Q4_0 && pick(&e)).expect("a q4_0 tensor of that shape");
+        let e = model.tensors().nth(i).unwrap();
+        let mut out = blob.clone();
+        let at = h.table_offset as usize + i * ENTRY_LEN;
+        out[at..at + ENTRY_LEN].copy_from_slice(&TensorEntry { dtype: DType::Q4_0x16, ..e }.encode());
+        let table = &out[h.table_offset as usize..][..h.table_len as usize];
+        let crc = kvm_core::format::crc32(table);
+        (with_header(&out, |h| h.table_crc = crc), e)
+    };
+    let (bad, e) = relabel(&|e| e.rows % 16 != 0);
+    assert_eq!(Model::from_bytes(&bad).unwrap_err(), Error::BadTensor { role: e.role as u16, layer: e.layer });
+    let (good, _) = relabel(&|e| e.rows % 16 == 0);
+    assert!(Model::from_bytes(&good).is_ok());
 }
 
 #[test]
