@@ -1,8 +1,9 @@
 //! How the rows attention reads are stored: the state's normalised keys and values and the
 //! window's keys and values. [`CacheDtype::F32`] keeps the reference's numerics exactly;
 //! [`CacheDtype::F16`] halves what every decode step reads from them (and their share of
-//! the arena), as llama.cpp's f16 KV cache does. The state's sums, radii and gates stay f32
-//! either way, so merges keep accumulating at full precision.
+//! the arena), as llama.cpp's f16 KV cache does; [`CacheDtype::Q8`] quarters it (one i8 per
+//! value and one f32 scale per row, as llama.cpp's q8_0 KV cache). The state's sums, radii
+//! and gates stay f32 either way, so merges keep accumulating at full precision.
 
 use half::f16;
 
@@ -18,26 +19,31 @@ pub enum CacheDtype {
     F32 = 0,
     /// Half the bytes; values round to nearest f16 (saturating at +-65504).
     F16 = 1,
+    /// A quarter of the bytes (plus 4 per row): each row as i8 times one f32 scale, its
+    /// largest magnitude at +-127.
+    Q8 = 2,
 }
 
 impl CacheDtype {
     /// Every cache dtype.
-    pub const ALL: [CacheDtype; 2] = [CacheDtype::F32, CacheDtype::F16];
+    pub const ALL: [CacheDtype; 3] = [CacheDtype::F32, CacheDtype::F16, CacheDtype::Q8];
 
     /// Parses the on-disk tag.
     pub const fn from_u32(v: u32) -> Option<CacheDtype> {
         match v {
             0 => Some(CacheDtype::F32),
             1 => Some(CacheDtype::F16),
+            2 => Some(CacheDtype::Q8),
             _ => None,
         }
     }
 
-    /// `"f32"` or `"f16"`.
+    /// `"f32"`, `"f16"` or `"q8"`.
     pub const fn name(self) -> &'static str {
         match self {
             CacheDtype::F32 => "f32",
             CacheDtype::F16 => "f16",
+            CacheDtype::Q8 => "q8",
         }
     }
 
@@ -46,19 +52,22 @@ impl CacheDtype {
         CacheDtype::ALL.into_iter().find(|c| c.name() == s)
     }
 
-    /// Bytes of one element.
-    pub const fn bytes(self) -> usize {
+    /// Bytes of a row of `d` elements.
+    pub const fn row_bytes(self, d: usize) -> usize {
         match self {
-            CacheDtype::F32 => 4,
-            CacheDtype::F16 => 2,
+            CacheDtype::F32 => 4 * d,
+            CacheDtype::F16 => 2 * d,
+            CacheDtype::Q8 => d + 4,
         }
     }
 
-    /// f32 words of the arena holding `n` elements.
-    pub(crate) const fn words(self, n: usize) -> usize {
+    /// f32 words of the arena holding `n` elements in rows of `d` (`d` divides `n`): the
+    /// elements, then for q8 the rows' scales.
+    pub(crate) const fn words(self, n: usize, d: usize) -> usize {
         match self {
             CacheDtype::F32 => n,
             CacheDtype::F16 => n.div_ceil(2),
+            CacheDtype::Q8 => n.div_ceil(4) + if d == 0 { 0 } else { n / d },
         }
     }
 }
@@ -68,21 +77,31 @@ impl CacheDtype {
 pub(crate) enum Rows<'a> {
     F32(&'a [f32]),
     F16(&'a [f16]),
+    /// Values, and one scale per row.
+    Q8(&'a [i8], &'a [f32]),
 }
 
 /// Stored rows, writable.
 pub(crate) enum RowsMut<'a> {
     F32(&'a mut [f32]),
     F16(&'a mut [f16]),
+    Q8(&'a mut [i8], &'a mut [f32]),
 }
 
+/// Rows of q8 whose scaled coefficients [`Rows::weighted_sum`] prepares at a time.
+const Q8_ROWS: usize = 64;
+
 impl<'a> Rows<'a> {
-    /// The first `n` elements of `dtype` stored in `words` (at least
-    /// [`CacheDtype::words`]`(n)` of them).
-    pub fn from_words(words: &'a [f32], n: usize, dtype: CacheDtype) -> Rows<'a> {
+    /// The first `n` elements of `dtype`, in rows of `d`, stored in `words` (at least
+    /// [`CacheDtype::words`]`(n, d)` of them).
+    pub fn from_words(words: &'a [f32], n: usize, d: usize, dtype: CacheDtype) -> Rows<'a> {
         match dtype {
             CacheDtype::F32 => Rows::F32(&words[..n]),
             CacheDtype::F16 => Rows::F16(&bytemuck::cast_slice(words)[..n]),
+            CacheDtype::Q8 => {
+                let (q, s) = words.split_at(n.div_ceil(4));
+                Rows::Q8(&bytemuck::cast_slice(q)[..n], &s[..n.checked_div(d).unwrap_or(0)])
+            }
         }
     }
 
@@ -92,6 +111,7 @@ impl<'a> Rows<'a> {
         match self {
             Rows::F32(r) => r.len(),
             Rows::F16(r) => r.len(),
+            Rows::Q8(r, _) => r.len(),
         }
     }
 
@@ -101,15 +121,21 @@ impl<'a> Rows<'a> {
         match self {
             Rows::F32(r) => Rows::F32(&r[r0 * d..r1 * d]),
             Rows::F16(r) => Rows::F16(&r[r0 * d..r1 * d]),
+            Rows::Q8(r, s) => Rows::Q8(&r[r0 * d..r1 * d], &s[r0..r1]),
         }
     }
 
-    /// `out[i] = row[i] . x` for every row ([`kernels::dots`]).
+    /// `out[i] = row[i] . x` for every row ([`kernels::dots`]; a q8 row's sum is scaled
+    /// after, so every tier still gives the same bits).
     #[inline]
     pub fn dots(self, x: &[f32], out: &mut [f32]) {
         match self {
             Rows::F32(r) => kernels::dots(r, x, out),
             Rows::F16(r) => kernels::dots(r, x, out),
+            Rows::Q8(r, s) => {
+                kernels::dots(r, x, out);
+                out.iter_mut().zip(s).for_each(|(o, &s)| *o *= s);
+            }
         }
     }
 
@@ -120,15 +146,30 @@ impl<'a> Rows<'a> {
         match self {
             Rows::F32(r) => kernels::dots_many(r, xs, d, out),
             Rows::F16(r) => kernels::dots_many(r, xs, d, out),
+            Rows::Q8(r, s) => {
+                kernels::dots_many(r, xs, d, out);
+                for query in out[..xs.len() / d.max(1) * s.len()].chunks_exact_mut(s.len().max(1)) {
+                    query.iter_mut().zip(s).for_each(|(o, &s)| *o *= s);
+                }
+            }
         }
     }
 
-    /// `out += sum_j p[j] * row[j]` ([`kernels::weighted_sum`]).
+    /// `out += sum_j p[j] * row[j]` ([`kernels::weighted_sum`]; q8 rows as `(p[j] * s[j])
+    /// * q[j]`, a few dozen rows a call, which adds in the same order).
     #[inline]
     pub fn weighted_sum(self, p: &[f32], out: &mut [f32]) {
         match self {
             Rows::F32(r) => kernels::weighted_sum(p, r, out),
             Rows::F16(r) => kernels::weighted_sum(p, r, out),
+            Rows::Q8(r, s) => {
+                let d = out.len();
+                let mut c = [0f32; Q8_ROWS];
+                for ((p, s), r) in p.chunks(Q8_ROWS).zip(s.chunks(Q8_ROWS)).zip(r.chunks(Q8_ROWS * d.max(1))) {
+                    c.iter_mut().zip(p.iter().zip(s)).for_each(|(c, (&p, &s))| *c = p * s);
+                    kernels::weighted_sum(&c[..p.len()], r, out);
+                }
+            }
         }
     }
 
@@ -138,6 +179,7 @@ impl<'a> Rows<'a> {
         match self {
             Rows::F32(x) => out.copy_from_slice(&x[r * d..(r + 1) * d]),
             Rows::F16(x) => out.iter_mut().zip(&x[r * d..(r + 1) * d]).for_each(|(o, h)| *o = h.widen()),
+            Rows::Q8(x, s) => out.iter_mut().zip(&x[r * d..(r + 1) * d]).for_each(|(o, &q)| *o = q as f32 * s[r]),
         }
     }
 
@@ -147,16 +189,23 @@ impl<'a> Rows<'a> {
         match self {
             Rows::F32(x) => out.iter_mut().zip(&x[r * d..(r + 1) * d]).for_each(|(o, &v)| *o += v * s),
             Rows::F16(x) => out.iter_mut().zip(&x[r * d..(r + 1) * d]).for_each(|(o, h)| *o += h.widen() * s),
+            Rows::Q8(x, sc) => {
+                out.iter_mut().zip(&x[r * d..(r + 1) * d]).for_each(|(o, &q)| *o += q as f32 * sc[r] * s)
+            }
         }
     }
 }
 
 impl<'a> RowsMut<'a> {
     /// As [`Rows::from_words`], writable.
-    pub fn from_words(words: &'a mut [f32], n: usize, dtype: CacheDtype) -> RowsMut<'a> {
+    pub fn from_words(words: &'a mut [f32], n: usize, d: usize, dtype: CacheDtype) -> RowsMut<'a> {
         match dtype {
             CacheDtype::F32 => RowsMut::F32(&mut words[..n]),
             CacheDtype::F16 => RowsMut::F16(&mut bytemuck::cast_slice_mut(words)[..n]),
+            CacheDtype::Q8 => {
+                let (q, s) = words.split_at_mut(n.div_ceil(4));
+                RowsMut::Q8(&mut bytemuck::cast_slice_mut(q)[..n], &mut s[..n.checked_div(d).unwrap_or(0)])
+            }
         }
     }
 
@@ -166,15 +215,26 @@ impl<'a> RowsMut<'a> {
         match self {
             RowsMut::F32(r) => Rows::F32(r),
             RowsMut::F16(r) => Rows::F16(r),
+            RowsMut::Q8(r, s) => Rows::Q8(r, s),
         }
     }
 
-    /// Row `r` of width `d` becomes `f(c)` for each column `c`.
+    /// Row `r` of width `d` becomes `f(c)` for each column `c` (called twice per column
+    /// for q8: once for the scale, once for the values; `f` is a pure function of `c`).
     #[inline]
     pub fn set(&mut self, r: usize, d: usize, mut f: impl FnMut(usize) -> f32) {
         match self {
             RowsMut::F32(x) => x[r * d..(r + 1) * d].iter_mut().enumerate().for_each(|(c, o)| *o = f(c)),
             RowsMut::F16(x) => x[r * d..(r + 1) * d].iter_mut().enumerate().for_each(|(c, o)| *o = to_f16(f(c))),
+            RowsMut::Q8(x, s) => {
+                // Largest magnitude at +-127; an infinity saturates at 1e38 (127 steps of
+                // f32::MAX / 127 could round past f32::MAX).
+                let amax = (0..d).fold(0.0f32, |m, c| m.max(f(c).abs())).min(1e38);
+                let scale = amax / 127.0;
+                let inv = if scale > 0.0 { 127.0 / amax } else { 0.0 };
+                s[r] = scale;
+                x[r * d..(r + 1) * d].iter_mut().enumerate().for_each(|(c, o)| *o = libm::roundf(f(c) * inv) as i8);
+            }
         }
     }
 }
@@ -192,9 +252,9 @@ mod tests {
 
     #[test]
     fn rows_round_trip_and_saturate() {
-        for dtype in CacheDtype::ALL {
+        for dtype in [CacheDtype::F32, CacheDtype::F16] {
             let mut words = [0f32; 8];
-            let mut rows = RowsMut::from_words(&mut words, 6, dtype);
+            let mut rows = RowsMut::from_words(&mut words, 6, 3, dtype);
             let src = [1.5f32, -2.25, 1e6, -1e6, 0.1, f32::NAN];
             rows.set(1, 3, |c| src[3 + c]);
             rows.set(0, 3, |c| src[c]);
@@ -205,10 +265,63 @@ mod tests {
             rows.as_rows().get(1, &mut out);
             assert_eq!(out[0], -big);
             assert!((out[1] - 0.1).abs() < 1e-4 && out[2].is_nan());
+            assert_eq!(Rows::from_words(&words, 6, 3, dtype).len(), 6);
+            assert_eq!(dtype.words(6, 3) * 4, 2 * dtype.row_bytes(3));
+        }
+        for dtype in CacheDtype::ALL {
             assert_eq!(CacheDtype::from_name(dtype.name()), Some(dtype));
             assert_eq!(CacheDtype::from_u32(dtype as u32), Some(dtype));
-            assert_eq!(Rows::from_words(&words, 6, dtype).len(), 6);
-            assert_eq!(dtype.words(6) * 4, 6 * dtype.bytes());
+        }
+    }
+
+    #[test]
+    fn q8_rows_are_within_half_a_step_and_saturate() {
+        let (n, d) = (4, 5);
+        let mut words = [0f32; 9];
+        assert_eq!(CacheDtype::Q8.words(n * d, d), 9);
+        let mut rows = RowsMut::from_words(&mut words, n * d, d, CacheDtype::Q8);
+        let src = [
+            [1.5f32, -2.25, 0.1, 0.0, 127.0],
+            [0.0; 5],
+            [f32::INFINITY, 1.0, -1.0, 0.5, 0.0],
+            [-3.0, 3.0, 1e-3, -1e-3, 2.0],
+        ];
+        for (r, row) in src.iter().enumerate() {
+            rows.set(r, d, |c| row[c]);
+        }
+        let mut out = [0f32; 5];
+        for (r, row) in src.iter().enumerate() {
+            rows.as_rows().get(r, &mut out);
+            let amax = row.iter().fold(0f32, |m, v| m.max(v.abs())).min(1e38);
+            for (&o, &v) in out.iter().zip(row) {
+                if v.is_finite() {
+                    assert!((o - v).abs() <= amax / 127.0 / 2.0 * 1.0001, "row {r}: {v} -> {o}");
+                } else {
+                    // Saturates: finite, within rounding of the largest f32.
+                    assert!((o - 1e38).abs() <= 1e38 / 127.0 / 2.0, "row {r}: {v} -> {o}");
+                }
+            }
+        }
+        // Scaled dot products and weighted sums against the widened rows.
+        let x = [1.0f32, 2.0, -1.0, 0.5, 0.25];
+        let mut widened = [[0f32; 5]; 4];
+        for (r, w) in widened.iter_mut().enumerate() {
+            rows.as_rows().get(r, w);
+        }
+        let mut dots = [0f32; 4];
+        rows.as_rows().rows(0, 2, d).dots(&x, &mut dots[..2]);
+        rows.as_rows().rows(3, 4, d).dots(&x, &mut dots[3..]);
+        for r in [0, 1, 3] {
+            let want: f32 = widened[r].iter().zip(&x).map(|(a, b)| a * b).sum();
+            assert!((dots[r] - want).abs() <= 1e-4 * want.abs().max(1.0), "row {r}: {} vs {want}", dots[r]);
+        }
+        let p = [0.5f32, 0.25, 0.0, 0.25];
+        let mut sum = [0f32; 5];
+        rows.as_rows().rows(0, 2, d).weighted_sum(&p[..2], &mut sum);
+        rows.as_rows().rows(3, 4, d).weighted_sum(&p[3..], &mut sum);
+        for c in 0..d {
+            let want = 0.5 * widened[0][c] + 0.25 * widened[1][c] + 0.25 * widened[3][c];
+            assert!((sum[c] - want).abs() <= 1e-5, "column {c}: {} vs {want}", sum[c]);
         }
     }
 }

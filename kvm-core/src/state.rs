@@ -18,7 +18,8 @@
 //! scratch    activations of one step, fold scratch, kernel scratch, logits
 //! ```
 //!
-//! (*) stored as the layout's [`CacheDtype`] (f32, or f16 in half the words); the rest is f32.
+//! (*) stored as the layout's [`CacheDtype`] (f32; f16 in half the words; q8: the i8 values,
+//! then one f32 scale per row); the rest is f32.
 //!
 //! Everything before `scratch` is the session's state: [`Session::snapshot`] copies it
 //! and nothing else. Every region starts on a 64-byte boundary.
@@ -61,6 +62,8 @@ pub struct Layout {
     n_layers: usize,
     /// Elements of each part of a layer's state ([`Layout::LAYER_CACHED`] ones of `cache`).
     layer_sizes: [usize; LAYER_PARTS],
+    /// Row width of each part (1 for the ones not stored as `cache`).
+    part_widths: [usize; LAYER_PARTS],
     step_sizes: [usize; STEP_PARTS],
     /// Widths of the per-token activation rows.
     row_widths: [usize; ROW_PARTS],
@@ -134,7 +137,10 @@ impl Layout {
         ];
         let widest_input = d.max(cfg.d_vgate as usize).max(cfg.v_dim()).max(cfg.d_ff as usize);
         let sum = |sizes: &[usize]| sizes.iter().try_fold(0usize, |acc, &n| acc.checked_add(pad(n)));
-        let layer_words = core::array::from_fn::<_, LAYER_PARTS, _>(|i| Self::part_words(cache, i, layer_sizes[i]));
+        // Row widths of the cached parts (nk, nv, wk, wv).
+        let part_widths = [1, 1, 1, dk, dv, dk, dv, 1, 1, 1, 1, 1];
+        let layer_words =
+            core::array::from_fn::<_, LAYER_PARTS, _>(|i| Self::part_words(cache, &part_widths, i, layer_sizes[i]));
         let layer_len = sum(&layer_words).ok_or(too_big)?;
         let step_len = sum(&step_sizes).ok_or(too_big)?;
         let n_layers = cfg.n_layers as usize;
@@ -145,6 +151,7 @@ impl Layout {
             scratch_len: 0,
             n_layers,
             layer_sizes,
+            part_widths,
             step_sizes,
             row_widths,
             widest_input,
@@ -155,11 +162,11 @@ impl Layout {
         Ok(lay)
     }
 
-    /// f32 words of part `i` of a layer's state, `n` elements.
+    /// f32 words of part `i` of a layer's state, `n` elements in rows of `width[i]`.
     #[inline]
-    fn part_words(cache: CacheDtype, i: usize, n: usize) -> usize {
+    fn part_words(cache: CacheDtype, width: &[usize; LAYER_PARTS], i: usize, n: usize) -> usize {
         if Self::LAYER_CACHED[i] {
-            cache.words(n)
+            cache.words(n, width[i])
         } else {
             n
         }
@@ -225,7 +232,8 @@ impl<'s> LayerState<'s> {
     fn carve(mut buf: &'s mut [f32], lay: &Layout) -> Self {
         let z = &lay.layer_sizes;
         let rows = |buf: &mut &'s mut [f32], i: usize| {
-            RowsMut::from_words(take(buf, Layout::part_words(lay.cache, i, z[i])), z[i], lay.cache)
+            let (d, words) = (lay.part_widths[i], Layout::part_words(lay.cache, &lay.part_widths, i, z[i]));
+            RowsMut::from_words(take(buf, words), z[i], d, lay.cache)
         };
         LayerState {
             sk: take(&mut buf, z[0]),
@@ -1078,17 +1086,18 @@ impl<'m, 'a> Session<'m, 'a> {
         }
         let at = self.counters();
         let start = COUNTERS + l * self.layout.layer_len;
-        let (z, cache) = (&self.layout.layer_sizes, self.layout.cache);
+        let (z, widths, cache) = (&self.layout.layer_sizes, &self.layout.part_widths, self.layout.cache);
         let mut off = start;
         let mut next = |i: usize| {
-            let words = Layout::part_words(cache, i, z[i]);
+            let words = Layout::part_words(cache, widths, i, z[i]);
             let s = &self.arena[off..off + words];
             off += pad(words);
             s
         };
         let (sk, sv, r) = (next(0), next(1), next(2));
         let (_nk, _nv) = (next(3), next(4));
-        let (wk, wv) = (Rows::from_words(next(5), z[5], cache), Rows::from_words(next(6), z[6], cache));
+        let (wk, wv) =
+            (Rows::from_words(next(5), z[5], widths[5], cache), Rows::from_words(next(6), z[6], widths[6], cache));
         Some(LayerView {
             cfg: *cfg,
             state_len: self.layout.state_len,

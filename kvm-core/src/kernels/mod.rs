@@ -120,9 +120,10 @@ pub fn dequant_row(w: &Matrix<'_>, row: usize, out: &mut [f32]) {
     unsafe { (table(tier()).dequant_row)(w.dtype, bytes, out) }
 }
 
-/// An element attention reads from the session state: `f32`, or [`struct@f16`] (the compact
-/// cache, half the bytes). Kernels widen it exactly to f32 before any arithmetic, so the
-/// same values give the same bits whichever way they are stored.
+/// An element attention reads from the session state: `f32`, [`struct@f16`] (the compact
+/// cache, half the bytes) or `i8` (the q8 cache's values, whose per-row scales the caller
+/// applies). Kernels widen it exactly to f32 before any arithmetic, so the same values give
+/// the same bits whichever way they are stored.
 pub trait Stored: Copy + Send + Sync + sealed::Entries {
     /// The exact f32 value.
     fn widen(self) -> f32;
@@ -142,7 +143,14 @@ impl Stored for f16 {
     }
 }
 
-/// The active tier's attention entries for each [`Stored`] type (sealed: f32 and f16).
+impl Stored for i8 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self as f32
+    }
+}
+
+/// The active tier's attention entries for each [`Stored`] type (sealed: f32, f16, i8).
 mod sealed {
     use super::{f16, table, tier};
 
@@ -152,30 +160,27 @@ mod sealed {
         fn weighted_sum(p: &[f32], rows: &[Self], out: &mut [f32]);
     }
 
-    // SAFETY (every call): the active tier's CPU features are present (`tier`'s invariant).
-    impl Entries for f32 {
-        fn dots(rows: &[f32], x: &[f32], out: &mut [f32]) {
-            unsafe { (table(tier()).dots)(rows, x, out) }
-        }
-        fn dots_many(rows: &[f32], xs: &[f32], d: usize, out: &mut [f32]) -> bool {
-            table(tier()).dots_many.map(|f| unsafe { f(rows, xs, d, out) }).is_some()
-        }
-        fn weighted_sum(p: &[f32], rows: &[f32], out: &mut [f32]) {
-            unsafe { (table(tier()).weighted_sum)(p, rows, out) }
-        }
+    /// `Entries` for `$t` from the table's `$field` ([`super::Attention`]).
+    macro_rules! entries {
+        ($t:ty, $field:ident) => {
+            // SAFETY (every call): the active tier's CPU features are present (`tier`'s
+            // invariant).
+            impl Entries for $t {
+                fn dots(rows: &[$t], x: &[f32], out: &mut [f32]) {
+                    unsafe { (table(tier()).$field.dots)(rows, x, out) }
+                }
+                fn dots_many(rows: &[$t], xs: &[f32], d: usize, out: &mut [f32]) -> bool {
+                    table(tier()).$field.dots_many.map(|f| unsafe { f(rows, xs, d, out) }).is_some()
+                }
+                fn weighted_sum(p: &[f32], rows: &[$t], out: &mut [f32]) {
+                    unsafe { (table(tier()).$field.weighted_sum)(p, rows, out) }
+                }
+            }
+        };
     }
-
-    impl Entries for f16 {
-        fn dots(rows: &[f16], x: &[f32], out: &mut [f32]) {
-            unsafe { (table(tier()).dots_f16)(rows, x, out) }
-        }
-        fn dots_many(rows: &[f16], xs: &[f32], d: usize, out: &mut [f32]) -> bool {
-            table(tier()).dots_many_f16.map(|f| unsafe { f(rows, xs, d, out) }).is_some()
-        }
-        fn weighted_sum(p: &[f32], rows: &[f16], out: &mut [f32]) {
-            unsafe { (table(tier()).weighted_sum_f16)(p, rows, out) }
-        }
-    }
+    entries!(f32, f32);
+    entries!(f16, f16);
+    entries!(i8, i8);
 }
 
 /// `out[i] = rows[i] . x` for each of the `rows.len() / x.len()` rows of `rows`
@@ -295,11 +300,16 @@ impl FloatType for BF16 {
     const DTYPE: DType = DType::BF16;
 }
 
-/// A [`Stored`] element's dtype as a type: the SIMD tiers read attention's state rows with
-/// the loaders they have for weight rows of that dtype, so one loop body serves both.
+/// The q8 cache's `i8` values as a type, for the tiers' row loaders.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(crate) struct I8;
+
+/// A [`Stored`] element's loader type: the SIMD tiers read attention's state rows with the
+/// loaders they have for weight rows of that dtype (and [`I8`]'s), so one loop body serves
+/// every stored type.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) trait StoredType: Stored {
-    type Float: FloatType;
+    type Float;
 }
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
@@ -310,24 +320,48 @@ impl StoredType for f32 {
 impl StoredType for f16 {
     type Float = F16;
 }
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+impl StoredType for i8 {
+    type Float = I8;
+}
 
 /// A multi-query [`dots_many`] kernel: `rows`, `xs`, `d`, `out`.
 type DotsMany<T> = unsafe fn(&[T], &[f32], usize, &mut [f32]);
+
+/// A tier's attention entries for rows stored as `T`.
+struct Attention<T: 'static> {
+    dots: unsafe fn(&[T], &[f32], &mut [f32]),
+    weighted_sum: unsafe fn(&[f32], &[T], &mut [f32]),
+    /// The multi-query [`dots_many`] kernel (`rows`, `xs`, `d`, `out`; `d > 0`, at least
+    /// one row), where the tier has one.
+    dots_many: Option<DotsMany<T>>,
+}
 
 /// A tier's entry points, picked once per call by [`table`] (tract's kernel table).
 struct Table {
     matvec: unsafe fn(&Matrix<'_>, &[f32], &mut [f32], &mut [u8]),
     matmul: unsafe fn(&Matrix<'_>, &[f32], &mut [f32], &mut [u8]),
     dequant_row: unsafe fn(DType, &[u8], &mut [f32]),
-    weighted_sum: unsafe fn(&[f32], &[f32], &mut [f32]),
     exp_sub: unsafe fn(&mut [f32], f32),
-    dots: unsafe fn(&[f32], &[f32], &mut [f32]),
-    weighted_sum_f16: unsafe fn(&[f32], &[f16], &mut [f32]),
-    dots_f16: unsafe fn(&[f16], &[f32], &mut [f32]),
-    /// Multi-query [`dots_many`] kernels (`rows`, `xs`, `d`, `out`; `d > 0`, at least one
-    /// row), where the tier has one.
-    dots_many: Option<DotsMany<f32>>,
-    dots_many_f16: Option<DotsMany<f16>>,
+    f32: Attention<f32>,
+    f16: Attention<f16>,
+    i8: Attention<i8>,
+}
+
+/// The [`Attention`] entries of a SIMD tier's module for `T`: its generic `dots`,
+/// `weighted_sum` and (if it has one) `dots_many`.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+macro_rules! attention {
+    ($($m:ident)::+, $t:ty, many) => {
+        Attention {
+            dots: $($m::)+dots::<$t>,
+            weighted_sum: $($m::)+weighted_sum::<$t>,
+            dots_many: Some($($m::)+dots_many::<$t>),
+        }
+    };
+    ($($m:ident)::+, $t:ty) => {
+        Attention { dots: $($m::)+dots::<$t>, weighted_sum: $($m::)+weighted_sum::<$t>, dots_many: None }
+    };
 }
 
 /// The table of `tier`; a tier of another architecture gets the scalar one.
@@ -338,65 +372,50 @@ fn table(tier: Tier) -> &'static Table {
         matvec: run::<scalar::Scalar, 1, 1>,
         matmul: run::<scalar::Scalar, 1, 1>,
         dequant_row: scalar::Scalar::dequant_row,
-        weighted_sum: scalar::weighted_sum,
         exp_sub: scalar::exp_sub,
-        dots: scalar::dots,
-        weighted_sum_f16: scalar::weighted_sum,
-        dots_f16: scalar::dots,
-        dots_many: None,
-        dots_many_f16: None,
+        f32: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
+        f16: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
+        i8: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
     };
     #[cfg(target_arch = "x86_64")]
     static AVX2: Table = Table {
         matvec: run::<x86_64::avx2::Avx2, 4, 1>,
         matmul: run::<x86_64::avx2::Avx2, 2, 4>,
         dequant_row: x86_64::avx2::Avx2::dequant_row,
-        weighted_sum: x86_64::avx2::weighted_sum::<f32>,
         exp_sub: x86_64::avx2::exp_sub,
-        dots: x86_64::avx2::dots::<f32>,
-        weighted_sum_f16: x86_64::avx2::weighted_sum::<f16>,
-        dots_f16: x86_64::avx2::dots::<f16>,
-        dots_many: Some(x86_64::avx2::dots_many::<f32>),
-        dots_many_f16: Some(x86_64::avx2::dots_many::<f16>),
+        f32: attention!(x86_64::avx2, f32, many),
+        f16: attention!(x86_64::avx2, f16, many),
+        i8: attention!(x86_64::avx2, i8, many),
     };
     #[cfg(target_arch = "x86_64")]
     static AVX512: Table = Table {
         matvec: run::<x86_64::avx512::Avx512, 4, 1>,
         matmul: run::<x86_64::avx512::Avx512, 4, 4>,
         dequant_row: x86_64::avx512::Avx512::dequant_row,
-        weighted_sum: x86_64::avx512::weighted_sum::<f32>,
         exp_sub: x86_64::avx512::exp_sub,
-        dots: x86_64::avx512::dots::<f32>,
-        weighted_sum_f16: x86_64::avx512::weighted_sum::<f16>,
-        dots_f16: x86_64::avx512::dots::<f16>,
-        dots_many: Some(x86_64::avx512::dots_many::<f32>),
-        dots_many_f16: Some(x86_64::avx512::dots_many::<f16>),
+        f32: attention!(x86_64::avx512, f32, many),
+        f16: attention!(x86_64::avx512, f16, many),
+        i8: attention!(x86_64::avx512, i8, many),
     };
     #[cfg(target_arch = "aarch64")]
     static NEON: Table = Table {
         matvec: run::<aarch64::neon::Neon, 4, 1>,
         matmul: run::<aarch64::neon::Neon, 4, 4>,
         dequant_row: aarch64::neon::Neon::dequant_row,
-        weighted_sum: aarch64::neon::weighted_sum::<f32>,
         exp_sub: aarch64::neon::exp_sub,
-        dots: aarch64::neon::dots::<f32>,
-        weighted_sum_f16: aarch64::neon::weighted_sum::<f16>,
-        dots_f16: aarch64::neon::dots::<f16>,
-        dots_many: None,
-        dots_many_f16: None,
+        f32: attention!(aarch64::neon, f32),
+        f16: attention!(aarch64::neon, f16),
+        i8: attention!(aarch64::neon, i8),
     };
     #[cfg(target_arch = "aarch64")]
     static NEON_DOT: Table = Table {
         matvec: run::<aarch64::neon::NeonDot, 4, 1>,
         matmul: run::<aarch64::neon::NeonDot, 4, 4>,
         dequant_row: aarch64::neon::NeonDot::dequant_row,
-        weighted_sum: aarch64::neon::weighted_sum::<f32>,
         exp_sub: aarch64::neon::exp_sub,
-        dots: aarch64::neon::dots::<f32>,
-        weighted_sum_f16: aarch64::neon::weighted_sum::<f16>,
-        dots_f16: aarch64::neon::dots::<f16>,
-        dots_many: None,
-        dots_many_f16: None,
+        f32: attention!(aarch64::neon, f32),
+        f16: attention!(aarch64::neon, f16),
+        i8: attention!(aarch64::neon, i8),
     };
     match tier {
         #[cfg(target_arch = "x86_64")]
@@ -844,12 +863,8 @@ pub(crate) mod tests {
     /// `weighted_sum` and `dots` entries over rows stored as `T` give the scalar tier's bits
     /// on the widened rows, on odd widths and lengths, and dots stay within [`BUDGET`] of
     /// the f64 sums.
-    fn check_stored_entries<T: Stored>(
-        t: Tier,
-        weighted_sum: unsafe fn(&[f32], &[T], &mut [f32]),
-        dots: unsafe fn(&[T], &[f32], &mut [f32]),
-        store: fn(f32) -> T,
-    ) {
+    fn check_stored_entries<T: Stored>(t: Tier, entries: &Attention<T>, store: fn(f32) -> T) {
+        let (weighted_sum, dots) = (entries.weighted_sum, entries.dots);
         let stored = |n: usize, seed: u32| -> (Vec<T>, Vec<f32>) {
             let rows: Vec<T> = values(n, seed).into_iter().map(store).collect();
             let wide = rows.iter().map(|r| r.widen()).collect();
@@ -886,15 +901,21 @@ pub(crate) mod tests {
         }
     }
 
-    /// Attention's helpers: `dots`, `weighted_sum` (over f32 rows and the f16 cache's rows)
-    /// and `exp_sub` give the scalar tier's bits in every tier (they keep its operations and
-    /// order), on odd widths and lengths.
+    /// i8 values spread over their range, from [`values`].
+    fn to_i8(x: f32) -> i8 {
+        (x * 15.0).clamp(-127.0, 127.0) as i8
+    }
+
+    /// Attention's helpers: `dots`, `weighted_sum` (over f32 rows, the f16 cache's rows and
+    /// the q8 cache's values) and `exp_sub` give the scalar tier's bits in every tier (they
+    /// keep its operations and order), on odd widths and lengths.
     #[test]
     fn attention_helpers_match_scalar_bits() {
         for t in supported_tiers() {
             let tb = table(t);
-            check_stored_entries(t, tb.weighted_sum, tb.dots, |x| x);
-            check_stored_entries(t, tb.weighted_sum_f16, tb.dots_f16, f16::from_f32);
+            check_stored_entries(t, &tb.f32, |x| x);
+            check_stored_entries(t, &tb.f16, f16::from_f32);
+            check_stored_entries(t, &tb.i8, to_i8);
             for len in [0, 1, 3, 7, 8, 15, 16, 17, 31, 33, 100, 769] {
                 // From far below the clamp to above it, through 0.
                 let mut want: Vec<f32> = values(len, len as u32).iter().map(|v| v * 30.0 - 8.0).collect();
@@ -908,8 +929,8 @@ pub(crate) mod tests {
         }
     }
 
-    /// Multi-query kernels give [`dots`]' bits for every query, f32 and f16 rows, on odd
-    /// shapes; the public function handles empty rows and zero widths.
+    /// Multi-query kernels give [`dots`]' bits for every query, f32, f16 and i8 rows, on
+    /// odd shapes; the public function handles empty rows and zero widths.
     #[test]
     fn dots_many_matches_dots_per_query() {
         fn check<T: Stored>(t: Tier, f: Option<DotsMany<T>>, conv: fn(f32) -> T) {
@@ -930,8 +951,9 @@ pub(crate) mod tests {
             }
         }
         for t in supported_tiers() {
-            check(t, table(t).dots_many, |x| x);
-            check(t, table(t).dots_many_f16, f16::from_f32);
+            check(t, table(t).f32.dots_many, |x| x);
+            check(t, table(t).f16.dots_many, f16::from_f32);
+            check(t, table(t).i8.dots_many, to_i8);
         }
         let mut out = [1.0f32; 4];
         dots_many::<f32>(&[], &[0.5; 6], 3, &mut out);

@@ -14,7 +14,7 @@ use core::arch::aarch64::*;
 use core::arch::asm;
 use core::marker::PhantomData;
 
-use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32};
+use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32, I8};
 use crate::quant::{DType, GroupQ4_0x16, QK, X16};
 
 /// The NEON tier.
@@ -79,7 +79,7 @@ fn f16_to_f32<const HIGH: bool>(h: uint16x8_t) -> float32x4_t {
 
 /// A float dtype whose 8 consecutive values widen to two f32x4: weight rows, and the
 /// attention state's rows ([`StoredType`]).
-pub(crate) trait Widen8: FloatType {
+pub(crate) trait Widen8 {
     /// # Safety
     /// `p` points at 8 readable values.
     unsafe fn load8(p: *const u8) -> [float32x4_t; 2];
@@ -104,6 +104,16 @@ impl Widen8 for F16 {
     }
 }
 
+impl Widen8 for I8 {
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn load8(p: *const u8) -> [float32x4_t; 2] {
+        // SAFETY: 8 readable bytes; i8 widens exactly.
+        let h = vmovl_s8(unsafe { vld1_s8(p.cast()) });
+        [vcvtq_f32_s32(vmovl_s16(vget_low_s16(h))), vcvtq_f32_s32(vmovl_high_s16(h))]
+    }
+}
+
 impl Widen8 for BF16 {
     #[inline]
     #[target_feature(enable = "neon")]
@@ -118,7 +128,7 @@ impl Widen8 for BF16 {
 /// tail in scalar.
 pub(crate) struct Float<W>(PhantomData<W>);
 
-impl<W: Widen8> Kernel for Float<W> {
+impl<W: Widen8 + FloatType> Kernel for Float<W> {
     type Act = f32;
 
     #[target_feature(enable = "neon")]
@@ -657,7 +667,7 @@ unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
 /// # Safety
 /// NEON is present; `row` holds `out.len()` weights.
 #[target_feature(enable = "neon")]
-unsafe fn widen_row<W: Widen8>(row: &[u8], out: &mut [f32]) {
+unsafe fn widen_row<W: Widen8 + FloatType>(row: &[u8], out: &mut [f32]) {
     let es = W::DTYPE.block_bytes();
     let body = out.len() - out.len() % 8;
     for (c, o) in out[..body].chunks_exact_mut(8).enumerate() {

@@ -12,7 +12,7 @@ use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
 use super::prefetch_ahead;
-use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32};
+use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32, I8};
 use crate::quant::{DType, GroupQ4_0x16, QK, X16};
 
 /// The AVX2 tier.
@@ -39,7 +39,7 @@ impl Kernels for Avx2 {
 
 /// A float dtype whose 8 consecutive values widen to one vector: weight rows, and the
 /// attention state's rows ([`StoredType`]).
-pub(crate) trait Widen8: FloatType {
+pub(crate) trait Widen8 {
     /// # Safety
     /// AVX2, FMA and F16C are present; `p` points at 8 readable values.
     unsafe fn load8(p: *const u8) -> __m256;
@@ -60,6 +60,15 @@ impl Widen8 for F16 {
     unsafe fn load8(p: *const u8) -> __m256 {
         // SAFETY: 16 readable bytes.
         _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.cast()) })
+    }
+}
+
+impl Widen8 for I8 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load8(p: *const u8) -> __m256 {
+        // SAFETY: 8 readable bytes; i8 widens exactly.
+        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(unsafe { _mm_loadl_epi64(p.cast()) }))
     }
 }
 
@@ -85,7 +94,7 @@ pub(super) fn hsum(v: __m256) -> f32 {
 /// Float kernel: `R x T` accumulators of 8 lanes, the `cols % 8` tail in scalar.
 pub(crate) struct Float<W>(PhantomData<W>);
 
-impl<W: Widen8> Kernel for Float<W> {
+impl<W: Widen8 + FloatType> Kernel for Float<W> {
     type Act = f32;
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -712,7 +721,7 @@ pub(super) unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
 /// # Safety
 /// AVX2, FMA and F16C are present; `row` holds `out.len()` weights.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn widen_row<W: Widen8>(row: &[u8], out: &mut [f32]) {
+unsafe fn widen_row<W: Widen8 + FloatType>(row: &[u8], out: &mut [f32]) {
     let es = W::DTYPE.block_bytes();
     let body = out.len() - out.len() % 8;
     for (c, o) in out[..body].chunks_exact_mut(8).enumerate() {

@@ -12,7 +12,7 @@ use core::marker::PhantomData;
 
 use super::avx2::{self, quant_tile, Blocks32, GroupSums, Q4, Q8};
 use super::{prefetch, prefetch_ahead};
-use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32};
+use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32, I8};
 use crate::quant::{DType, GroupQ4_0x16, QK, X16};
 
 /// The AVX-512 tier.
@@ -39,7 +39,7 @@ impl Kernels for Avx512 {
 
 /// A float dtype whose 16 consecutive values widen to one vector: weight rows, and the
 /// attention state's rows ([`StoredType`]).
-pub(crate) trait Widen16: FloatType {
+pub(crate) trait Widen16 {
     /// # Safety
     /// The tier's features are present; `p` points at 16 readable values.
     unsafe fn load16(p: *const u8) -> __m512;
@@ -63,6 +63,15 @@ impl Widen16 for F16 {
     }
 }
 
+impl Widen16 for I8 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn load16(p: *const u8) -> __m512 {
+        // SAFETY: 16 readable bytes; i8 widens exactly.
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(unsafe { _mm_loadu_si128(p.cast()) }))
+    }
+}
+
 impl Widen16 for BF16 {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -76,7 +85,7 @@ impl Widen16 for BF16 {
 /// Float kernel: `R x T` accumulators of 16 lanes, the `cols % 16` tail in scalar.
 pub(crate) struct Float<W>(PhantomData<W>);
 
-impl<W: Widen16> Kernel for Float<W> {
+impl<W: Widen16 + FloatType> Kernel for Float<W> {
     type Act = f32;
 
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]

@@ -108,7 +108,8 @@ fn describe(path: &std::path::Path, model: &Model<'_>, pool: &Pool) -> Value {
     // cache dtype, for each head of each layer. Steady state: the state is full and the window holds
     // `window_len - chunk_len + r` tokens, r = 1..=chunk_len, so on average this many.
     let (c, w) = (cfg.chunk_len as f64, cfg.window_len() as f64);
-    let per_pos = (cfg.n_layers * cfg.n_heads * (cfg.d_qk + cfg.d_v)) as f64 * model.cache().bytes() as f64;
+    let row_bytes = model.cache().row_bytes(cfg.d_qk as usize) + model.cache().row_bytes(cfg.d_v as usize);
+    let per_pos = (cfg.n_layers * cfg.n_heads) as f64 * row_bytes as f64;
     let state_bytes = per_pos * (cfg.natural_state_len() as f64 + w - c + (c + 1.0) / 2.0);
     json!({
         "model": path.display().to_string(),
