@@ -290,27 +290,32 @@ fn model_info_and_unloaded_handles() {
 }
 
 #[test]
-fn the_f16_cache_shrinks_the_arena_and_decodes_as_the_rust_path() {
-    let mut f = Fixture::kjv();
-    let mut info = kvm_model_desc::default();
-    assert_eq!(unsafe { kvm_model_info(&*f.model, &mut info) }, KVM_OK);
-    assert_eq!(info.cache, KVM_CACHE_F32);
-    let (arena32, state32) = (info.arena_size, info.state_size);
-    assert_eq!(unsafe { kvm_model_set_cache(&mut *f.model, 7) }, KVM_ERR_INVALID_ARGUMENT);
-    assert_eq!(unsafe { kvm_model_set_cache(null_mut(), KVM_CACHE_F16) }, KVM_ERR_NULL_POINTER);
-    assert_eq!(unsafe { kvm_model_set_cache(&mut *f.model, KVM_CACHE_F16) }, KVM_OK);
-    assert_eq!(unsafe { kvm_model_info(&*f.model, &mut info) }, KVM_OK);
-    assert_eq!(info.cache, KVM_CACHE_F16);
-    assert!(info.arena_size < arena32 && info.state_size < state32, "the f16 cache shrinks arena and snapshots");
-    f.arena_len = unsafe { kvm_arena_size(&*f.model) };
-    assert_eq!(f.arena_len, info.arena_size);
-    let r = &references()[0];
-    let ids = f.tokenize(&r.prompt);
-    let s = f.session();
-    s.set_sampler(greedy(), 0);
-    s.prefill(&ids);
-    let n = r.greedy_ids.len();
-    assert_eq!(s.steps(n), rust_greedy_cached(tiny_kjv(), CacheDtype::F16, &ids, n));
+fn compact_caches_shrink_the_arena_and_decode_as_the_rust_path() {
+    let mut arena_len = usize::MAX;
+    for (c, cache) in [(KVM_CACHE_F16, CacheDtype::F16), (KVM_CACHE_Q8, CacheDtype::Q8)] {
+        let mut f = Fixture::kjv();
+        let mut info = kvm_model_desc::default();
+        assert_eq!(unsafe { kvm_model_info(&*f.model, &mut info) }, KVM_OK);
+        assert_eq!(info.cache, KVM_CACHE_F32);
+        let (arena32, state32) = (info.arena_size, info.state_size);
+        assert_eq!(unsafe { kvm_model_set_cache(&mut *f.model, 7) }, KVM_ERR_INVALID_ARGUMENT);
+        assert_eq!(unsafe { kvm_model_set_cache(null_mut(), c) }, KVM_ERR_NULL_POINTER);
+        assert_eq!(unsafe { kvm_model_set_cache(&mut *f.model, c) }, KVM_OK);
+        assert_eq!(unsafe { kvm_model_info(&*f.model, &mut info) }, KVM_OK);
+        assert_eq!(info.cache, c);
+        assert!(info.arena_size < arena32 && info.state_size < state32, "{cache:?} shrinks arena and snapshots");
+        assert!(info.arena_size < arena_len, "q8 is smaller than f16");
+        arena_len = info.arena_size;
+        f.arena_len = unsafe { kvm_arena_size(&*f.model) };
+        assert_eq!(f.arena_len, info.arena_size);
+        let r = &references()[0];
+        let ids = f.tokenize(&r.prompt);
+        let s = f.session();
+        s.set_sampler(greedy(), 0);
+        s.prefill(&ids);
+        let n = r.greedy_ids.len();
+        assert_eq!(s.steps(n), rust_greedy_cached(tiny_kjv(), cache, &ids, n), "{cache:?}");
+    }
 }
 
 #[test]

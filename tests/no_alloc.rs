@@ -73,6 +73,7 @@ fn prefill_and_decode_allocate_nothing() {
         ("growable_power_law", DType::F32, CacheDtype::F32),
         ("fixed_basic", DType::F16, CacheDtype::F32),
         ("growable_power_law", DType::F32, CacheDtype::F16),
+        ("growable_power_law", DType::Q8_0, CacheDtype::Q8),
     ] {
         let blob = convert_to_bytes(&golden_dir(case), dtype);
         let model = Model::from_bytes(&blob).unwrap().with_cache(cache).unwrap();

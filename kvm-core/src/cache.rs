@@ -67,7 +67,13 @@ impl CacheDtype {
         match self {
             CacheDtype::F32 => n,
             CacheDtype::F16 => n.div_ceil(2),
-            CacheDtype::Q8 => n.div_ceil(4) + if d == 0 { 0 } else { n / d },
+            CacheDtype::Q8 => {
+                n.div_ceil(4)
+                    + match n.checked_div(d) {
+                        Some(rows) => rows,
+                        None => 0,
+                    }
+            }
         }
     }
 }

@@ -35,8 +35,9 @@ struct Storage {
     /// targets that run the scalar kernels (microcontrollers: 23% fewer instructions).
     #[arg(long)]
     no_repack: bool,
-    /// How sessions store attention's keys and values by default: f32 (exact) or f16
-    /// (half the state bytes per decode step and of the arena; runtimes may override).
+    /// How sessions store attention's keys and values by default: f32 (exact), f16 (half
+    /// the state bytes per decode step and of the arena) or q8 (a quarter); runtimes may
+    /// override.
     #[arg(long, default_value = "f32")]
     cache: String,
     /// Per-tensor override, ROLE=DTYPE (roles: embed, lm_head, wq, wk, wv, wo, up, down, vgate1, vgate2, gate); repeatable.
@@ -110,8 +111,8 @@ fn parse_policy(Storage { dtype, cache, overrides, no_repack }: &Storage) -> Res
             Ok((parse_role(r)?, parse_dtype(d)?))
         })
         .collect::<Result<Vec<_>>>()?;
-    let cache =
-        CacheDtype::from_name(cache).ok_or_else(|| anyhow!("unknown cache dtype `{cache}` (expected f32 or f16)"))?;
+    let cache = CacheDtype::from_name(cache)
+        .ok_or_else(|| anyhow!("unknown cache dtype `{cache}` (expected f32, f16 or q8)"))?;
     Ok(Policy { dtype: parse_dtype(dtype)?, overrides, cache, repack: !no_repack })
 }
 

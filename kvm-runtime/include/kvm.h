@@ -59,6 +59,12 @@
 #define KVM_CACHE_F16 1
 
 /**
+ * `kvm_model_set_cache()`: store attention's keys and values as i8 with one f32 scale per
+ * row: a quarter of the state bytes, at 8-bit precision.
+ */
+#define KVM_CACHE_Q8 2
+
+/**
  * The outcome of a call. `KVM_OK` is 0; each kind of core error has its own code, then
  * come the errors of the C layer itself.
  */
@@ -237,7 +243,8 @@ typedef struct kvm_model_desc {
    */
   size_t state_size;
   /**
-   * How sessions store attention's rows: `KVM_CACHE_F32` or `KVM_CACHE_F16`.
+   * How sessions store attention's rows: `KVM_CACHE_F32`, `KVM_CACHE_F16` or
+   * `KVM_CACHE_Q8`.
    */
   uint32_t cache;
 } kvm_model_desc;
@@ -323,13 +330,14 @@ kvm_status kvm_model_info(const struct kvm_model *model, struct kvm_model_desc *
 
 /**
  * Makes sessions created from `model` from now on store attention's rows as `cache`
- * (`KVM_CACHE_F32` or `KVM_CACHE_F16`) instead of what the file says; `kvm_arena_size()`
+ * (`KVM_CACHE_F32`, `KVM_CACHE_F16` or `KVM_CACHE_Q8`) instead of what the file says; `kvm_arena_size()`
  * and `kvm_state_size()` follow. Sessions already created keep theirs.
  *
  * # Safety
  * `model` is null or a `kvm_model`.
  */
-kvm_status kvm_model_set_cache(struct kvm_model *model, uint32_t cache);
+kvm_status kvm_model_set_cache(struct kvm_model *model,
+                               uint32_t cache);
 
 /**
  * Bytes of arena one session of `model` needs: the session handle, the core's state and

@@ -11,6 +11,12 @@ use kvm_core::{Model, Session};
 const TOL: f32 = 1e-3;
 /// Logit error bar of sessions storing attention rows in f16.
 const F16_CACHE_TOL: f32 = 1e-2;
+/// Logit error bar of sessions storing attention rows as q8 (i8 times a per-row scale). The
+/// golden models are random, their merge winners and novelty tests often near ties, and a
+/// 1% change in a stored key flips some: logits then move by up to 0.56 (the largest is
+/// about 4). So this bar only catches a broken cache; the trained model's bits per byte
+/// (`tiny_kjv`) are its accuracy test.
+const Q8_CACHE_TOL: f32 = 0.75;
 
 struct Run {
     logits: Vec<Vec<f32>>,
@@ -54,7 +60,8 @@ fn check_logits(got: &[Vec<f32>], want: &[&[f32]], tol: f32, what: &str) {
         worst = worst.max(d);
         assert!(d <= tol, "{what}: logits at t={t} differ by {d}");
     }
-    eprintln!("{what}: max abs logit error {worst:.2e}");
+    let scale = want.iter().flat_map(|w| w.iter()).fold(0f32, |m, v| m.max(v.abs()));
+    eprintln!("{what}: max abs logit error {worst:.2e} (largest logit {scale:.2e})");
 }
 
 fn check_case(name: &str) {
@@ -72,13 +79,17 @@ fn check_case(name: &str) {
     let expected: Vec<&[f32]> = rows(&g["logits_prefill"]).into_iter().chain(rows(&g["logits_decode"])).collect();
     check_logits(&split.logits, &expected, TOL, &format!("{name}: prefill/decode"));
 
-    // The compact f16 cache: a smaller arena, logits close to the reference's (f16 keys and
-    // values move each score by ~1e-3 of its size; see F16_CACHE_TOL).
-    let half = model.with_cache(CacheDtype::F16).unwrap();
-    assert!(half.arena_len() < model.arena_len(), "{name}: f16 cache arena");
-    let mut arena16 = Arena::new(half.arena_len());
-    let (split16, _) = run(half, &mut arena16, &ids, p);
-    check_logits(&split16.logits, &expected, F16_CACHE_TOL, &format!("{name}: f16 cache"));
+    // The compact caches: smaller arenas, logits close to the reference's (f16 keys and
+    // values move each score by ~1e-3 of its size, q8 ones by ~1e-2; see the bars).
+    let mut arena_len = model.arena_len();
+    for (cache, tol) in [(CacheDtype::F16, F16_CACHE_TOL), (CacheDtype::Q8, Q8_CACHE_TOL)] {
+        let compact = model.with_cache(cache).unwrap();
+        assert!(compact.arena_len() < arena_len, "{name}: {} cache arena", cache.name());
+        arena_len = compact.arena_len();
+        let mut arena = Arena::new(compact.arena_len());
+        let (split, _) = run(compact, &mut arena, &ids, p);
+        check_logits(&split.logits, &expected, tol, &format!("{name}: {} cache", cache.name()));
+    }
 
     // The prompt in batches (matrix products over several tokens at once), in
     // several batch sizes, then decode: same logits.

@@ -56,6 +56,9 @@ pub const KVM_CACHE_F32: u32 = 0;
 /// `kvm_model_set_cache()`: store attention's keys and values as f16: half the state bytes
 /// each decode step reads and a smaller arena, at f16 precision.
 pub const KVM_CACHE_F16: u32 = 1;
+/// `kvm_model_set_cache()`: store attention's keys and values as i8 with one f32 scale per
+/// row: a quarter of the state bytes, at 8-bit precision.
+pub const KVM_CACHE_Q8: u32 = 2;
 
 /// The outcome of a call. `KVM_OK` is 0; each kind of core error has its own code, then
 /// come the errors of the C layer itself.
@@ -263,7 +266,8 @@ pub struct kvm_model_desc {
     pub arena_size: usize,
     /// `kvm_state_size()`: bytes of one state snapshot.
     pub state_size: usize,
-    /// How sessions store attention's rows: `KVM_CACHE_F32` or `KVM_CACHE_F16`.
+    /// How sessions store attention's rows: `KVM_CACHE_F32`, `KVM_CACHE_F16` or
+    /// `KVM_CACHE_Q8`.
     pub cache: u32,
 }
 
@@ -575,7 +579,7 @@ pub unsafe extern "C" fn kvm_model_info(model: *const kvm_model, info: *mut kvm_
 }
 
 /// Makes sessions created from `model` from now on store attention's rows as `cache`
-/// (`KVM_CACHE_F32` or `KVM_CACHE_F16`) instead of what the file says; `kvm_arena_size()`
+/// (`KVM_CACHE_F32`, `KVM_CACHE_F16` or `KVM_CACHE_Q8`) instead of what the file says; `kvm_arena_size()`
 /// and `kvm_state_size()` follow. Sessions already created keep theirs.
 ///
 /// # Safety

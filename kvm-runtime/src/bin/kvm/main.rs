@@ -44,12 +44,12 @@ enum Cmd {
     Bench(bench::Args),
 }
 
-/// `--cache f32|f16`, for every command that runs sessions: how they store attention's
+/// `--cache f32|f16|q8`, for every command that runs sessions: how they store attention's
 /// rows, overriding the model file.
 #[derive(Debug, clap::Args)]
 pub struct CacheArg {
-    /// Store attention's keys and values as f32 (exact) or f16 (half the state bytes per
-    /// step); default: what the model file says.
+    /// Store attention's keys and values as f32 (exact), f16 (half the state bytes per
+    /// step) or q8 (a quarter: i8 times a scale per row); default: what the model file says.
     #[arg(long, value_parser = parse_cache)]
     cache: Option<CacheDtype>,
 }
@@ -65,7 +65,7 @@ impl CacheArg {
 }
 
 fn parse_cache(s: &str) -> Result<CacheDtype, String> {
-    CacheDtype::from_name(s).ok_or_else(|| format!("`{s}` is not a cache dtype (f32 or f16)"))
+    CacheDtype::from_name(s).ok_or_else(|| format!("`{s}` is not a cache dtype (f32, f16 or q8)"))
 }
 
 /// Name of the matrix kernel tier in use.
