@@ -37,8 +37,9 @@ impl Kernels for Avx2 {
     }
 }
 
-/// A float dtype whose 8 consecutive values widen to one vector: weight rows, and the
-/// attention state's rows ([`StoredType`]).
+/// An element type whose 8 consecutive values widen exactly to one vector: the float
+/// dtypes of weight rows, and the attention state's rows ([`StoredType`], the q8 cache's
+/// [`I8`] included).
 pub(crate) trait Widen8 {
     /// # Safety
     /// AVX2, FMA and F16C are present; `p` points at 8 readable values.

@@ -37,8 +37,9 @@ impl Kernels for Avx512 {
     }
 }
 
-/// A float dtype whose 16 consecutive values widen to one vector: weight rows, and the
-/// attention state's rows ([`StoredType`]).
+/// An element type whose 16 consecutive values widen exactly to one vector: the float
+/// dtypes of weight rows, and the attention state's rows ([`StoredType`], the q8 cache's
+/// [`I8`] included).
 pub(crate) trait Widen16 {
     /// # Safety
     /// The tier's features are present; `p` points at 16 readable values.
