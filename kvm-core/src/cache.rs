@@ -161,8 +161,8 @@ impl<'a> Rows<'a> {
         }
     }
 
-    /// `out += sum_j p[j] * row[j]` ([`kernels::weighted_sum`]; q8 rows as `(p[j] * s[j])
-    /// * q[j]`, a few dozen rows a call, which adds in the same order).
+    /// `out += sum_j p[j] * row[j]` ([`kernels::weighted_sum`]; q8 rows as
+    /// `(p[j] * s[j]) * q[j]`, a few dozen rows a call, which adds in the same order).
     #[inline]
     pub fn weighted_sum(self, p: &[f32], out: &mut [f32]) {
         match self {
