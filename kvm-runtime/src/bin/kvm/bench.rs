@@ -357,15 +357,31 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
     Ok(())
 }
 
-/// Adds up `words` (8 independent lanes, so the loop streams at load bandwidth).
+/// Adds up `words` (8 independent lanes, so the loop streams at load bandwidth), asking
+/// for the line 4 KiB ahead as the kernels do: the hardware prefetcher stops at page
+/// boundaries, and without the hint this loop reads DRAM about 25% slower than decode.
 fn sum_words(words: &[u64]) -> u64 {
+    const AHEAD: usize = 4096 / 8;
     let mut acc = [0u64; 8];
-    for c in words.chunks_exact(8) {
+    for (i, c) in words.chunks_exact(8).enumerate() {
+        prefetch(words.as_ptr().wrapping_add(8 * i + AHEAD));
         for (a, &w) in acc.iter_mut().zip(c) {
             *a = a.wrapping_add(w);
         }
     }
     acc.iter().fold(0, |s, &x| s.wrapping_add(x))
+}
+
+/// Asks for the cache line at `p` (a hint: never faults, so `p` may be past the end).
+#[inline(always)]
+fn prefetch(p: *const u64) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads nothing architecturally (SSE, baseline on x86_64).
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// GB/s of reading `buf` once, split over `threads` threads; the median of `passes`.
