@@ -18,6 +18,9 @@
 //! 3. Softmax at `temperature`, kept unnormalised: `w = exp((logit - max) / temperature)`,
 //!    so the most likely token weighs exactly `1.0`.
 //! 4. Top-k: the `top_k` heaviest candidates (partial selection, then a sort of those k).
+//!    Only the candidates that can make the top k are weighed in step 3 (the k highest
+//!    logits and any within a thousandth of a temperature below them), so a 50k
+//!    vocabulary costs k exponentials, not 50k; the result is the same.
 //! 5. Top-p (nucleus): the shortest prefix of the survivors, heaviest first, whose mass
 //!    reaches `top_p` of the survivors' mass.
 //! 6. Min-p: drop candidates lighter than `min_p` times the heaviest one.
@@ -233,8 +236,16 @@ pub fn sample_with_coin(
     if cfg.temperature == 0.0 {
         return Ok(best);
     }
-    let total = weigh(cands, max, cfg.temperature);
-    let len = truncate(cfg, cands, total);
+    let k = cfg.top_k as usize;
+    let top_k = k > 0 && k < cands.len();
+    let len = match top_k.then(|| shortlist(cands, k, max, cfg.temperature)).flatten() {
+        // Only the shortlist is weighed; top-k needs no total of the rest.
+        Some(m) => truncate(cfg, &mut cands[..m], 0.0, true),
+        None => {
+            let total = weigh(cands, max, cfg.temperature);
+            truncate(cfg, cands, total, top_k)
+        }
+    };
     Ok(draw(cands.get(..len).unwrap_or(cands), coin))
 }
 
@@ -278,15 +289,85 @@ fn argmax(cands: &[Candidate]) -> Option<(u32, f32)> {
     (best.1 > f32::NEG_INFINITY).then_some(best)
 }
 
-/// Logits to unnormalised probabilities `exp((logit - max) / temperature)`; returns their
-/// sum, taken in id order. The maximum maps to exactly `1.0`, also when it is `+inf`.
+/// Logits to unnormalised probabilities ([`weight`]); returns their sum, taken in slice
+/// order (id order, as the caller passes them).
 fn weigh(cands: &mut [Candidate], max: f32, temperature: f32) -> f32 {
     let mut total = 0.0;
     for c in cands {
-        c.p = if c.p == max { 1.0 } else { libm::expf((c.p - max) / temperature) };
+        c.p = weight(c.p, max, temperature);
         total += c.p;
     }
     total
+}
+
+/// The unnormalised probability `exp((logit - max) / temperature)` of `logit`; the
+/// maximum maps to exactly `1.0`, also when it is `+inf`.
+#[inline]
+fn weight(logit: f32, max: f32, temperature: f32) -> f32 {
+    if logit == max {
+        1.0
+    } else {
+        libm::expf((logit - max) / temperature)
+    }
+}
+
+/// Moves to the front of the (unweighed) `cands` every candidate that can be among the
+/// top `k` by [`rank`] once weighed, weighs just those, and returns how many there are
+/// (at least `k`); `None` (the order of `cands` changed, no weights) where it cannot
+/// tell, and then every candidate must be weighed.
+///
+/// Weights do not rise as logits fall, so the `k` highest logits hold `k` candidates
+/// weighing at least the `k`-th of them, `w_k`. A logit a thousandth of a temperature
+/// below the `k`-th weighs about 0.1% less than `w_k`, far beyond the rounding of
+/// `expf` (which could otherwise tie or swap weights a few ulps apart), so nothing below
+/// that cut can outrank those `k`. The cut is checked on the computed weights; where
+/// it fails (the `k`-th weight underflows, or the logit is too large for the step to
+/// show), the caller weighs everything.
+fn shortlist(cands: &mut [Candidate], k: usize, max: f32, temperature: f32) -> Option<usize> {
+    let kth = if k <= SMALL_K {
+        kth_largest(cands, k)
+    } else {
+        // Ranked by logit, as by weight.
+        cands.select_nth_unstable_by(k - 1, rank);
+        cands[k - 1].p
+    };
+    let (w_k, cut) = (weight(kth, max, temperature), kth - temperature * 1e-3);
+    // A drop of 2^-20 relative is 8 ulps: no rounding of the weights crosses it.
+    if !(w_k >= f32::MIN_POSITIVE && weight(cut, max, temperature) < w_k * (1.0 - 1.0 / 1_048_576.0)) {
+        return None;
+    }
+    let mut m = 0;
+    for i in 0..cands.len() {
+        if cands[i].p >= cut {
+            cands.swap(m, i);
+            m += 1;
+        }
+    }
+    weigh(&mut cands[..m], max, temperature);
+    Some(m)
+}
+
+/// Top-k sizes [`kth_largest`] serves (llama.cpp's default is 40); larger ones take a
+/// partial selection.
+const SMALL_K: usize = 64;
+
+/// The `k`-th largest logit of `cands`, counting repeats (`1 <= k <= SMALL_K`): one pass
+/// keeping the `k` largest so far in a sorted buffer, which most logits are too small to
+/// enter.
+fn kth_largest(cands: &[Candidate], k: usize) -> f32 {
+    let mut buf = [f32::NEG_INFINITY; SMALL_K];
+    let top = &mut buf[..k]; // descending
+    for c in cands {
+        if c.p > top[k - 1] {
+            let mut i = k - 1;
+            while i > 0 && top[i - 1] < c.p {
+                top[i] = top[i - 1];
+                i -= 1;
+            }
+            top[i] = c.p;
+        }
+    }
+    top[k - 1]
 }
 
 /// The total order candidates are ranked by: heavier first, then lower id.
@@ -294,13 +375,14 @@ fn rank(a: &Candidate, b: &Candidate) -> Ordering {
     b.p.total_cmp(&a.p).then(a.id.cmp(&b.id))
 }
 
-/// Top-k, top-p and min-p over weighted `cands` whose weights sum to `total` (max weight
-/// `1.0`). Moves the survivors to the front and returns how many there are (at least 1):
-/// ranked by [`rank`] if top-k or top-p cut, in id order otherwise.
-fn truncate(cfg: &SamplerConfig, cands: &mut [Candidate], total: f32) -> usize {
+/// Top-k (when `top_k`: `cfg.top_k` of the vocabulary, which `cands` holds a superset
+/// of), top-p and min-p over weighted `cands` whose weights sum to `total` (max weight
+/// `1.0`; only read without top-k). Moves the survivors to the front and returns how many
+/// there are (at least 1): ranked by [`rank`] if top-k or top-p cut, in id order
+/// otherwise.
+fn truncate(cfg: &SamplerConfig, cands: &mut [Candidate], total: f32, top_k: bool) -> usize {
     let vocab_len = cands.len();
     let k = cfg.top_k as usize;
-    let top_k = k > 0 && k < vocab_len;
     let top_p = cfg.top_p < 1.0;
     let mut len = vocab_len;
     let mut total = total;
@@ -493,6 +575,102 @@ mod tests {
         assert_eq!(run(&penal, &four(), &[9, 1, 1, 1, 1], 0.5), Ok(2));
     }
 
+    /// The documented top-k pipeline with every candidate weighed and all of them sorted:
+    /// the oracle for [`shortlist`], which weighs only what can make the top k.
+    fn top_k_oracle(cfg: &SamplerConfig, logits: &[f32], recent: &[u32], coin: f32) -> u32 {
+        let mut scratch = [Candidate::EMPTY; SCRATCH];
+        let cands = &mut scratch[..logits.len()];
+        for (id, (c, &x)) in (0u32..).zip(cands.iter_mut().zip(logits)) {
+            *c = Candidate { id, p: if x.is_nan() { f32::NEG_INFINITY } else { x } };
+        }
+        penalize(cfg, cands, recent).unwrap();
+        let max = cands.iter().fold(f32::NEG_INFINITY, |m, c| m.max(c.p));
+        cands.iter_mut().for_each(|c| c.p = weight(c.p, max, cfg.temperature));
+        cands.sort_by(rank);
+        let kept = &mut cands[..cfg.top_k as usize];
+        let total = kept.iter().fold(0.0, |s, c| s + c.p);
+        let mut len = retain_at_least(kept, cfg.min_p);
+        if cfg.top_p < 1.0 {
+            let mut mass = 0.0;
+            len = (0..len).find(|&i| (mass += kept[i].p, mass >= cfg.top_p * total).1).map_or(len, |i| i + 1);
+        }
+        draw(&kept[..len], coin)
+    }
+
+    #[test]
+    fn top_k_weighing_a_shortlist_picks_what_weighing_everything_picks() {
+        let mut rng = Pcg32::new(11);
+        let mut below = |n: u32| rng.next_u32() % n;
+        let mut cases = 0;
+        for round in 0..3000 {
+            let n = 2 + below(300) as usize;
+            // Spread, ties on a grid, near-ties a few ulps apart at the top, and huge
+            // logits (the cut cannot show: everything is weighed), with some NaN and
+            // infinities sprinkled in.
+            let kind = round % 4;
+            let mut logits = [0f32; SCRATCH];
+            for (i, x) in logits[..n].iter_mut().enumerate() {
+                *x = match kind {
+                    0 => below(1 << 16) as f32 / 8192.0 - 4.0,
+                    1 => below(32) as f32 / 8.0 - 2.0,
+                    2 => 3.0 + below(64) as f32 * 3e-7,
+                    _ => below(1 << 16) as f32 * 1e3 + 1e7,
+                };
+                match below(97) {
+                    0 => *x = f32::NAN,
+                    1 => *x = f32::NEG_INFINITY,
+                    2 if round % 5 == 0 => *x = f32::INFINITY,
+                    _ => {}
+                }
+                if i == 0 {
+                    *x = 0.5;
+                }
+            }
+            let ks = [1, 2, 3, 7, 40, n - 1];
+            let cfg = SamplerConfig {
+                temperature: [0.01, 0.3, 0.8, 1.0, 2.5][below(5) as usize],
+                top_k: ks[below(6) as usize].min(n - 1) as u32,
+                top_p: [0.3, 0.9, 0.95, 1.0][below(4) as usize],
+                min_p: [0.0, 0.05, 0.3][below(3) as usize],
+                repeat_penalty: [1.0, 1.3][below(2) as usize],
+                repeat_window: 8,
+            };
+            let recent: [u32; 4] = core::array::from_fn(|_| below(n as u32));
+            for coin in [0.0, 0.31, 0.77, 0.999] {
+                let got = run(&cfg, &logits[..n], &recent, coin).unwrap();
+                assert_eq!(got, top_k_oracle(&cfg, &logits[..n], &recent, coin), "round {round}, {cfg:?}, coin {coin}");
+                cases += 1;
+            }
+        }
+        assert_eq!(cases, 12000);
+    }
+
+    #[test]
+    fn kth_largest_counts_repeats() {
+        let cands = [3.0, 1.0, 3.0, 2.0, f32::NEG_INFINITY].map(|p| Candidate { id: 0, p });
+        let kth: [f32; 5] = core::array::from_fn(|i| kth_largest(&cands, i + 1));
+        assert_eq!(kth, [3.0, 3.0, 2.0, 1.0, f32::NEG_INFINITY]);
+        assert_eq!(kth_largest(&cands[..2], 3), f32::NEG_INFINITY);
+    }
+
+    #[test]
+    fn the_shortlist_gives_way_where_its_cut_cannot_show() {
+        let shortlisted = |logits: &[f32], k: usize, temperature: f32| {
+            let mut cands: [Candidate; 64] = core::array::from_fn(|id| Candidate { id: id as u32, p: 0.0 });
+            let cands = &mut cands[..logits.len()];
+            cands.iter_mut().zip(logits).for_each(|(c, &x)| c.p = x);
+            let max = logits.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            shortlist(cands, k, max, temperature)
+        };
+        // Spread logits: the 3 highest plus the one a hair below the third.
+        let spread = [0.0, 5.0, 1.0, 4.0, 2.0, 3.0 - 1e-6, 3.0, -1.0];
+        assert_eq!(shortlisted(&spread, 3, 1.0), Some(4));
+        // At 1e7 a step of 1e-3 is below an ulp; past the k-th weight's underflow every
+        // candidate ties at 0: both weigh everything.
+        assert_eq!(shortlisted(&[1e7, 1e7 + 1.0, 1e7 + 2.0, 1e7 + 3.0], 2, 1.0), None);
+        assert_eq!(shortlisted(&[0.0, -1000.0, -2000.0, -3000.0], 2, 1.0), None);
+    }
+
     #[test]
     fn greedy_picks_argmax_and_lowest_id_on_ties() {
         let g = SamplerConfig::greedy();
@@ -558,7 +736,7 @@ mod tests {
         for k in [1, 2, 3, 7, 40, 999, 1000, 5000] {
             let cfg = SamplerConfig { top_k: k, ..PURE };
             let mut cands = all;
-            let len = truncate(&cfg, &mut cands, total);
+            let len = truncate(&cfg, &mut cands, total, k < 1000);
             if k < 1000 {
                 assert_eq!(len, k as usize);
                 assert_eq!(cands[..len], sorted[..len], "k = {k}");
