@@ -9,16 +9,16 @@ pub const LN_EPS: f32 = 1e-5;
 /// `out = (x - mean) / sqrt(var + eps) * w + b` with the biased variance, as torch.
 pub fn layer_norm(x: &[f32], w: Vector<'_>, b: Vector<'_>, out: &mut [f32]) {
     let (mean, inv) = ln_stats(x);
-    for (i, (o, &v)) in out.iter_mut().zip(x).enumerate() {
-        *o = (v - mean) * inv * w.get(i) + b.get(i);
+    for (((o, &v), w), b) in out.iter_mut().zip(x).zip(w.iter()).zip(b.iter()) {
+        *o = (v - mean) * inv * w + b;
     }
 }
 
 /// In-place [`layer_norm`].
 pub fn layer_norm_inplace(x: &mut [f32], w: Vector<'_>, b: Vector<'_>) {
     let (mean, inv) = ln_stats(x);
-    for (i, v) in x.iter_mut().enumerate() {
-        *v = (*v - mean) * inv * w.get(i) + b.get(i);
+    for ((v, w), b) in x.iter_mut().zip(w.iter()).zip(b.iter()) {
+        *v = (*v - mean) * inv * w + b;
     }
 }
 

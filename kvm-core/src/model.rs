@@ -55,6 +55,12 @@ impl<'a> Vector<'a> {
         Vector(&self.0[from * 4..(from + len) * 4])
     }
 
+    /// The elements in order (no bounds check per element, unlike [`Vector::get`]).
+    #[inline]
+    pub fn iter(&self) -> impl Iterator<Item = f32> + 'a {
+        self.0.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
     #[inline]
     pub fn len(&self) -> usize {
         self.0.len() / 4
@@ -430,8 +436,10 @@ fn attention(
         exec.matmul(&model.matrix(Role::VGate2, l), x.vg_lo, x.vg, x.act);
         // sigmoid(z) = 1 / (1 + e^-z), the exponentials with the SIMD kernel
         let g0 = model.vector(Role::VGate0, l);
-        for (i, vg) in x.vg.iter_mut().enumerate() {
-            *vg = -(g0.get(i % vd) + *vg);
+        for row in x.vg.chunks_exact_mut(vd) {
+            for (vg, g) in row.iter_mut().zip(g0.iter()) {
+                *vg = -(g + *vg);
+            }
         }
         kernels::exp_sub(x.vg, 0.0);
         for ((v, &vf), &e) in x.v.iter_mut().zip(x.v_first.iter()).zip(x.vg.iter()) {
@@ -564,10 +572,10 @@ fn mlp(model: &Model<'_>, l: usize, st: &mut LayerState<'_>, x: &mut Acts<'_>, e
 /// `cur += mix * (prev - cur)`, then `prev <- cur` as it was (pre-shift). With `first`,
 /// the previous token is the token itself.
 fn token_shift(cur: &mut [f32], prev: &mut [f32], mix: Vector<'_>, first: bool) {
-    for (i, (c, p)) in cur.iter_mut().zip(prev.iter_mut()).enumerate() {
+    for ((c, p), mix) in cur.iter_mut().zip(prev.iter_mut()).zip(mix.iter()) {
         let x = *c;
         let before = if first { x } else { *p };
-        *c = x + mix.get(i) * (before - x);
+        *c = x + mix * (before - x);
         *p = x;
     }
 }
