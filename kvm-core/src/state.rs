@@ -561,13 +561,7 @@ impl HeadState<'_, '_> {
             similarities(exec, dk, nk, &fs.pk[..c * dk], fs.dsk, |i, sims| {
                 novelty[i] = sims.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             });
-            let novelty = &fs.novelty[..c];
-            for (i, (flag, &mine)) in appended.iter_mut().zip(novelty).enumerate() {
-                // A total order (NaN included), so exactly n_append tokens rank below the cut.
-                let below =
-                    novelty.iter().enumerate().filter(|&(j, x)| x.total_cmp(&mine).then(j.cmp(&i)).is_lt()).count();
-                *flag = (below < n_append) as u32;
-            }
+            mark_least_novel(&fs.novelty[..c], n_append, appended);
         }
 
         // Appends, in token order; gated copies when the model gates appends.
@@ -747,6 +741,23 @@ fn ring_spans(cfg: &Config, h: usize, begin: usize, end: usize) -> [core::ops::R
     let head = len.min(w - first);
     let base = h * w;
     [base + first..base + first + head, base..base + len - head]
+}
+
+/// Sets `flags[i]` to 1 for the `n` tokens of least `novelty` (`0 < n < novelty.len()`;
+/// ties: lower token first; a total order, NaN included, so exactly `n` are marked) and
+/// to 0 for the others. A selection over token indices held in `flags` itself finds the
+/// `n`-th of them, then every token is compared with it: linear, where counting each
+/// token's lesser ones was quadratic in the chunk length.
+fn mark_least_novel(novelty: &[f32], n: usize, flags: &mut [u32]) {
+    let order = |a: &u32, b: &u32| novelty[*a as usize].total_cmp(&novelty[*b as usize]).then(a.cmp(b));
+    for (i, x) in (0u32..).zip(flags.iter_mut()) {
+        *x = i;
+    }
+    flags.select_nth_unstable_by(n - 1, order);
+    let cut = flags[n - 1];
+    for (i, flag) in (0u32..).zip(flags.iter_mut()) {
+        *flag = order(&i, &cut).is_le() as u32;
+    }
 }
 
 /// Queries per piece of [`similarities`]' parallel work.
@@ -1157,5 +1168,35 @@ impl LayerView<'_> {
     /// Value of window token `j` of head `h` into `out` (`[d_v]`).
     pub fn window_value(&self, h: usize, j: usize, out: &mut [f32]) {
         self.wv.get(ring_index(&self.cfg, h, j), out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sampler::Pcg32;
+
+    #[test]
+    fn the_least_novel_are_the_tokens_with_fewer_lesser_ones_than_appended() {
+        let mut rng = Pcg32::new(3);
+        for round in 0..400 {
+            let c = 2 + rng.next_u32() as usize % 300;
+            // Ties on a coarse grid, and NaN and infinities now and then.
+            let novelty: [f32; 301] = core::array::from_fn(|_| match rng.next_u32() % 50 {
+                0 => f32::NAN,
+                1 => f32::NEG_INFINITY,
+                2 => f32::INFINITY,
+                v => (v % 7) as f32 * 0.25 - 0.5,
+            });
+            let novelty = &novelty[..c];
+            let n = 1 + rng.next_u32() as usize % (c - 1);
+            let mut flags = [7u32; 301];
+            mark_least_novel(novelty, n, &mut flags[..c]);
+            for (i, &mine) in novelty.iter().enumerate() {
+                let below =
+                    novelty.iter().enumerate().filter(|&(j, x)| x.total_cmp(&mine).then(j.cmp(&i)).is_lt()).count();
+                assert_eq!(flags[i], (below < n) as u32, "round {round}, token {i} of {c}, {n} appended");
+            }
+        }
     }
 }
