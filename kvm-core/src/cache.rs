@@ -235,10 +235,11 @@ impl<'a> RowsMut<'a> {
             RowsMut::F16(x) => {
                 // 16 columns at a time through the slice conversion (F16C where the CPU
                 // has it; the same round-to-nearest-even bits either way).
-                let mut buf = [0f32; 16];
-                for (k, out) in x[r * d..(r + 1) * d].chunks_mut(buf.len()).enumerate() {
+                const CHUNK: usize = 16;
+                let mut buf = [0f32; CHUNK];
+                for (k, out) in x[r * d..(r + 1) * d].chunks_mut(CHUNK).enumerate() {
                     let vals = &mut buf[..out.len()];
-                    vals.iter_mut().enumerate().for_each(|(j, v)| *v = f(16 * k + j).clamp(-F16_MAX, F16_MAX));
+                    vals.iter_mut().enumerate().for_each(|(j, v)| *v = f(k * CHUNK + j).clamp(-F16_MAX, F16_MAX));
                     out.convert_from_f32_slice(vals);
                 }
             }
