@@ -68,14 +68,16 @@ impl CacheDtype {
         match self {
             CacheDtype::F32 => n,
             CacheDtype::F16 => n.div_ceil(2),
-            CacheDtype::Q8 => {
-                n.div_ceil(4)
-                    + match n.checked_div(d) {
-                        Some(rows) => rows,
-                        None => 0,
-                    }
-            }
+            CacheDtype::Q8 => n.div_ceil(4) + rows_of(n, d),
         }
+    }
+}
+
+/// Rows of `n` elements in rows of `d` (0 when `d` is 0): the q8 cache's scale count.
+const fn rows_of(n: usize, d: usize) -> usize {
+    match n.checked_div(d) {
+        Some(rows) => rows,
+        None => 0,
     }
 }
 
@@ -107,7 +109,7 @@ impl<'a> Rows<'a> {
             CacheDtype::F16 => Rows::F16(&bytemuck::cast_slice(words)[..n]),
             CacheDtype::Q8 => {
                 let (q, s) = words.split_at(n.div_ceil(4));
-                Rows::Q8(&bytemuck::cast_slice(q)[..n], &s[..n.checked_div(d).unwrap_or(0)])
+                Rows::Q8(&bytemuck::cast_slice(q)[..n], &s[..rows_of(n, d)])
             }
         }
     }
@@ -211,7 +213,7 @@ impl<'a> RowsMut<'a> {
             CacheDtype::F16 => RowsMut::F16(&mut bytemuck::cast_slice_mut(words)[..n]),
             CacheDtype::Q8 => {
                 let (q, s) = words.split_at_mut(n.div_ceil(4));
-                RowsMut::Q8(&mut bytemuck::cast_slice_mut(q)[..n], &mut s[..n.checked_div(d).unwrap_or(0)])
+                RowsMut::Q8(&mut bytemuck::cast_slice_mut(q)[..n], &mut s[..rows_of(n, d)])
             }
         }
     }
