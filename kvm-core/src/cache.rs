@@ -6,7 +6,6 @@
 //! and gates stay f32 either way, so merges keep accumulating at full precision.
 
 use half::f16;
-use half::slice::HalfFloatSliceExt;
 
 use crate::kernels::{self, Stored};
 
@@ -235,14 +234,14 @@ impl<'a> RowsMut<'a> {
         match self {
             RowsMut::F32(x) => x[r * d..(r + 1) * d].iter_mut().enumerate().for_each(|(c, o)| *o = f(c)),
             RowsMut::F16(x) => {
-                // 16 columns at a time through the slice conversion (F16C where the CPU
-                // has it; the same round-to-nearest-even bits either way).
-                const CHUNK: usize = 16;
+                // A chunk of columns at a time through the tier's conversion (`vcvtps2ph`
+                // where the CPU has it; the same round-to-nearest-even bits either way).
+                const CHUNK: usize = 64;
                 let mut buf = [0f32; CHUNK];
                 for (k, out) in x[r * d..(r + 1) * d].chunks_mut(CHUNK).enumerate() {
                     let vals = &mut buf[..out.len()];
                     vals.iter_mut().enumerate().for_each(|(j, v)| *v = f(k * CHUNK + j).clamp(-F16_MAX, F16_MAX));
-                    out.convert_from_f32_slice(vals);
+                    kernels::narrow_f16(vals, out);
                 }
             }
             RowsMut::Q8(x, s) => {

@@ -227,6 +227,15 @@ pub fn exp_sub(x: &mut [f32], max: f32) {
     unsafe { (table(tier()).exp_sub)(x, max) }
 }
 
+/// `out[i] = f16(x[i])` for the first `min(x.len(), out.len())` values, rounded to
+/// nearest even as `half` and `vcvtps2ph` do (every tier gives [`scalar::narrow_f16`]'s
+/// bits): how f16 cache rows are written.
+#[inline]
+pub fn narrow_f16(x: &[f32], out: &mut [f16]) {
+    // SAFETY: as in `matvec`.
+    unsafe { (table(tier()).narrow_f16)(x, out) }
+}
+
 /// One tier's kernel for one weight dtype.
 pub(crate) trait Kernel {
     /// What activations are made of: `f32` for float weights, q8 bytes (the
@@ -343,6 +352,7 @@ struct Table {
     matmul: unsafe fn(&Matrix<'_>, &[f32], &mut [f32], &mut [u8]),
     dequant_row: unsafe fn(DType, &[u8], &mut [f32]),
     exp_sub: unsafe fn(&mut [f32], f32),
+    narrow_f16: unsafe fn(&[f32], &mut [f16]),
     f32: Attention<f32>,
     f16: Attention<f16>,
     i8: Attention<i8>,
@@ -373,6 +383,7 @@ fn table(tier: Tier) -> &'static Table {
         matmul: run::<scalar::Scalar, 1, 1>,
         dequant_row: scalar::Scalar::dequant_row,
         exp_sub: scalar::exp_sub,
+        narrow_f16: scalar::narrow_f16,
         f32: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
         f16: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
         i8: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
@@ -383,6 +394,7 @@ fn table(tier: Tier) -> &'static Table {
         matmul: run::<x86_64::avx2::Avx2, 2, 4>,
         dequant_row: x86_64::avx2::Avx2::dequant_row,
         exp_sub: x86_64::avx2::exp_sub,
+        narrow_f16: x86_64::avx2::narrow_f16,
         f32: attention!(x86_64::avx2, f32, many),
         f16: attention!(x86_64::avx2, f16, many),
         i8: attention!(x86_64::avx2, i8, many),
@@ -393,6 +405,7 @@ fn table(tier: Tier) -> &'static Table {
         matmul: run::<x86_64::avx512::Avx512, 4, 4>,
         dequant_row: x86_64::avx512::Avx512::dequant_row,
         exp_sub: x86_64::avx512::exp_sub,
+        narrow_f16: x86_64::avx2::narrow_f16,
         f32: attention!(x86_64::avx512, f32, many),
         f16: attention!(x86_64::avx512, f16, many),
         i8: attention!(x86_64::avx512, i8, many),
@@ -403,6 +416,7 @@ fn table(tier: Tier) -> &'static Table {
         matmul: run::<aarch64::neon::Neon, 4, 4>,
         dequant_row: aarch64::neon::Neon::dequant_row,
         exp_sub: aarch64::neon::exp_sub,
+        narrow_f16: aarch64::neon::narrow_f16,
         f32: attention!(aarch64::neon, f32),
         f16: attention!(aarch64::neon, f16),
         i8: attention!(aarch64::neon, i8),
@@ -413,6 +427,7 @@ fn table(tier: Tier) -> &'static Table {
         matmul: run::<aarch64::neon::NeonDot, 4, 4>,
         dequant_row: aarch64::neon::NeonDot::dequant_row,
         exp_sub: aarch64::neon::exp_sub,
+        narrow_f16: aarch64::neon::narrow_f16,
         f32: attention!(aarch64::neon, f32),
         f16: attention!(aarch64::neon, f16),
         i8: attention!(aarch64::neon, i8),
@@ -925,6 +940,38 @@ pub(crate) mod tests {
                 // SAFETY: as above.
                 unsafe { (tb.exp_sub)(&mut got, 2.5) };
                 assert_bits(&got, &want, &format_args!("{t} exp_sub [{len}]"));
+            }
+        }
+    }
+
+    /// Every tier narrows to f16 with [`scalar::narrow_f16`]'s bits (`half`'s), on odd
+    /// lengths: normals, subnormals and underflow, ties, overflow, infinities and NaNs.
+    #[test]
+    fn narrow_f16_matches_scalar_bits() {
+        // Each of these and its negation.
+        let (inf, nan) = (f32::INFINITY, f32::NAN);
+        let (snan, payload) = (f32::from_bits(0x7f80_0001), f32::from_bits(0x7fc1_2345));
+        let magnitudes = [
+            0.0, 1.0, 1.5, 65504.0, 65519.99, 65520.0, 1e9, 3.4e38, inf, nan, snan, payload, 6.1e-5, 5.96e-8, 2.98e-8,
+            2.99e-8, 1e-10, 3e-6, 1.2e-38, 1.0004883, 1.0014648, 2049.0, 2051.0,
+        ];
+        let specials: Vec<f32> = magnitudes.iter().flat_map(|&v| [v, -v]).collect();
+        for t in supported_tiers() {
+            let tb = table(t);
+            for len in [0, 1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 769] {
+                let mut x: Vec<f32> = values(len, len as u32 + 7).iter().map(|v| v * 3e4).collect();
+                // Small magnitudes too (subnormal f16s), and the specials at odd places.
+                x.iter_mut().skip(1).step_by(4).for_each(|v| *v *= 1e-9);
+                for (v, &s) in x.iter_mut().skip(2).step_by(3).zip(specials.iter().cycle()) {
+                    *v = s;
+                }
+                let (mut want, mut got) = (vec![f16::ZERO; len], vec![f16::ZERO; len]);
+                scalar::narrow_f16(&x, &mut want);
+                // SAFETY: `supported_tiers` yields only tiers this CPU runs.
+                unsafe { (tb.narrow_f16)(&x, &mut got) };
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(g.to_bits(), w.to_bits(), "{t} narrow_f16 [{len}] at {i}: {} from {}", g, x[i]);
+                }
             }
         }
     }

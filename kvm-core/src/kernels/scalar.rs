@@ -8,6 +8,8 @@
 
 use core::marker::PhantomData;
 
+use half::f16;
+
 use super::GroupKernel;
 use super::{FloatType, Kernel, Kernels, Stored, BF16, F16, F32};
 use crate::quant::{bf16_le, f16_le, BlockQ4_0, BlockQ8_0, DType, GroupQ4_0x16, QK, X16};
@@ -297,6 +299,14 @@ pub fn exp_approx(x: f32) -> f32 {
     }
     let y = (p * r * r + r) + 1.0;
     y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+/// `out[i] = f16(x[i])`, rounded to nearest even (overflow to infinity, NaNs quieted):
+/// `half`'s conversion, one value at a time. The oracle of the tiers' `vcvtps2ph`.
+pub fn narrow_f16(x: &[f32], out: &mut [f16]) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = f16::from_f32(v);
+    }
 }
 
 /// The f32 value of the f16 with bits `h`, exactly, as `vcvtph2ps` / `fcvtl` give it

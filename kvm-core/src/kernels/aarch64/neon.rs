@@ -14,6 +14,8 @@ use core::arch::aarch64::*;
 use core::arch::asm;
 use core::marker::PhantomData;
 
+use half::f16;
+
 use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32, I8};
 use crate::quant::{DType, GroupQ4_0x16, QK, X16};
 
@@ -770,6 +772,36 @@ unsafe fn sum_columns<T: StoredType<Float: Widen8>, const V: usize>(
             vst1q_f32(o.add(8 * k + 4), a[1]);
         }
     }
+}
+
+/// [`scalar::narrow_f16`] 8 values at a time (`fcvtn`, `fcvtn2`: round to nearest even
+/// under the default FPCR, the same bits).
+///
+/// # Safety
+/// NEON is present.
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn narrow_f16(x: &[f32], out: &mut [f16]) {
+    let n = x.len().min(out.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: 8 floats readable at `x[i..]`, 8 halves writable at `out[i..]`; the
+        // conversions are register-only and present in every Advanced SIMD unit.
+        unsafe {
+            let (lo, hi) = (vld1q_f32(x.as_ptr().add(i)), vld1q_f32(x.as_ptr().add(i + 4)));
+            let h: uint16x8_t;
+            asm!(
+                "fcvtn {h:v}.4h, {lo:v}.4s",
+                "fcvtn2 {h:v}.8h, {hi:v}.4s",
+                lo = in(vreg) lo,
+                hi = in(vreg) hi,
+                h = out(vreg) h,
+                options(pure, nomem, nostack),
+            );
+            vst1q_u16(out.as_mut_ptr().add(i).cast(), h);
+        }
+        i += 8;
+    }
+    scalar::narrow_f16(&x[i..n], &mut out[i..n]);
 }
 
 /// [`scalar::exp_sub`] 4 lanes at a time, operation for operation (bit-identical).

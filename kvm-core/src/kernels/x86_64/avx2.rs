@@ -11,6 +11,8 @@
 use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
+use half::f16;
+
 use super::prefetch_ahead;
 use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32, I8};
 use crate::quant::{DType, GroupQ4_0x16, QK, X16};
@@ -812,6 +814,25 @@ unsafe fn sum_columns<T: StoredType<Float: Widen8>, const V: usize>(
         // SAFETY: as the loads.
         unsafe { _mm256_storeu_ps(o.add(8 * k), *a) };
     }
+}
+
+/// [`scalar::narrow_f16`] 8 values per `vcvtps2ph` (the same rounding, bit for bit).
+///
+/// # Safety
+/// AVX2, FMA and F16C are present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn narrow_f16(x: &[f32], out: &mut [f16]) {
+    let n = x.len().min(out.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: 8 floats readable at `x[i..]`, 8 halves writable at `out[i..]`.
+        unsafe {
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(x.as_ptr().add(i)));
+            _mm_storeu_si128(out.as_mut_ptr().add(i).cast(), h);
+        }
+        i += 8;
+    }
+    scalar::narrow_f16(&x[i..n], &mut out[i..n]);
 }
 
 /// [`scalar::exp_sub`] 8 lanes at a time, operation for operation (bit-identical).
