@@ -485,26 +485,33 @@ impl HeadState<'_, '_> {
         layer_norm_inplace(pk, self.ln_sk.0, self.ln_sk.1);
     }
 
-    /// Recomputes what reads of slots `[from, to)` see: `nk = LN_s_k(sk)` and the value
-    /// (`bf16(sv / max(|sv|, 1e-12) * r)` with vlens, else `sv / r`).
+    /// Recomputes what reads of slots `[from, to)` see.
     fn refresh(&mut self, from: usize, to: usize) {
-        let (dk, dv) = (self.dk(), self.dv());
-        let vlens = self.cfg.has(flags::VLENS);
-        let (w, b) = self.ln_sk;
         for s in from..to {
-            let i = self.slot(s);
-            let st = &mut *self.st;
+            self.refresh_slot(s, true);
+        }
+    }
+
+    /// Recomputes what reads of slot `s` see: the value (`bf16(sv / max(|sv|, 1e-12) * r)`
+    /// with vlens, else `sv / r`) and, with `key`, `nk = LN_s_k(sk)` (a slot whose key sum
+    /// did not change keeps its key).
+    fn refresh_slot(&mut self, s: usize, key: bool) {
+        let (dk, dv) = (self.dk(), self.dv());
+        let i = self.slot(s);
+        let st = &mut *self.st;
+        if key {
+            let (w, b) = self.ln_sk;
             let sk = &st.sk[i * dk..(i + 1) * dk];
             let (mean, inv) = ln_stats(sk);
             st.nk.set(i, dk, |c| (sk[c] - mean) * inv * w.get(c) + b.get(c));
-            let sv = &st.sv[i * dv..(i + 1) * dv];
-            let r = st.r[i];
-            if vlens {
-                let len = norm(sv).max(1e-12);
-                st.nv.set(i, dv, |c| round_bf16(sv[c] / len * r));
-            } else {
-                st.nv.set(i, dv, |c| sv[c] / r);
-            }
+        }
+        let sv = &st.sv[i * dv..(i + 1) * dv];
+        let r = st.r[i];
+        if self.cfg.has(flags::VLENS) {
+            let len = norm(sv).max(1e-12);
+            st.nv.set(i, dv, |c| round_bf16(sv[c] / len * r));
+        } else {
+            st.nv.set(i, dv, |c| sv[c] / r);
         }
     }
 
@@ -527,6 +534,7 @@ impl HeadState<'_, '_> {
     /// slots_before` most novel tokens (lowest best similarity to
     /// the current slots) become new slots, the rest merge into their nearest non-sink slot
     /// (spec §3 "Overflow update").
+    #[inline(never)]
     pub fn fold(
         &mut self,
         b: usize,
@@ -620,9 +628,28 @@ impl HeadState<'_, '_> {
             }
             index[i] = MERGED | best as u32;
         });
-        fs.dsk[..slots_after * dk].fill(0.0);
-        fs.dsv[..slots_after * dv].fill(0.0);
-        let mut merged = false;
+        // The slots taking merges, ascending and distinct, in the novelty buffer (free now):
+        // only their sums change.
+        let touched: &mut [u32] = bytemuck::cast_slice_mut(&mut fs.novelty[..c]);
+        let mut n = 0;
+        for &ix in fs.index[..c].iter().filter(|&&ix| ix & MERGED != 0) {
+            touched[n] = ix & !MERGED;
+            n += 1;
+        }
+        touched[..n].sort_unstable();
+        let mut distinct = 0;
+        for j in 0..n {
+            if distinct == 0 || touched[j] != touched[distinct - 1] {
+                touched[distinct] = touched[j];
+                distinct += 1;
+            }
+        }
+        let touched = &touched[..distinct];
+        for &s in touched {
+            let s = s as usize;
+            fs.dsk[s * dk..(s + 1) * dk].fill(0.0);
+            fs.dsv[s * dv..(s + 1) * dv].fill(0.0);
+        }
         for i in 0..c {
             if fs.index[i] & MERGED == 0 {
                 continue;
@@ -634,25 +661,31 @@ impl HeadState<'_, '_> {
                 *o += g;
             }
             self.st.wv.as_rows().add_scaled(ri, vm, &mut fs.dsv[best * dv..(best + 1) * dv]);
-            merged = true;
         }
-        if merged {
+        if !touched.is_empty() {
             let vlens = self.cfg.has(flags::VLENS);
+            let mut next = touched.iter().peekable();
             for s in 0..slots_after {
+                let hit = next.next_if_eq(&&(s as u32)).is_some();
                 let si = self.slot(s);
                 let st = &mut *self.st;
-                for (o, &d) in st.sk[si * dk..(si + 1) * dk].iter_mut().zip(&fs.dsk[s * dk..(s + 1) * dk]) {
-                    *o += d;
+                if hit {
+                    for (o, &d) in st.sk[si * dk..(si + 1) * dk].iter_mut().zip(&fs.dsk[s * dk..(s + 1) * dk]) {
+                        *o += d;
+                    }
+                    for (o, &d) in st.sv[si * dv..(si + 1) * dv].iter_mut().zip(&fs.dsv[s * dv..(s + 1) * dv]) {
+                        *o += d;
+                    }
                 }
-                for (o, &d) in st.sv[si * dv..(si + 1) * dv].iter_mut().zip(&fs.dsv[s * dv..(s + 1) * dv]) {
-                    *o += d;
-                }
-                // The reference's broadcast quirk: every slot's count grows once per fold.
+                // The reference's broadcast quirk: every slot's count grows once per fold
+                // (so every slot's value changes, with or without merges).
                 if !vlens {
                     st.r[si] += 1.0;
                 }
+                if hit || !vlens {
+                    self.refresh_slot(s, hit);
+                }
             }
-            self.refresh(0, slots_after);
         }
     }
 
