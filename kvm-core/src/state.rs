@@ -526,7 +526,7 @@ impl HeadState<'_, '_> {
         let sv = &mut st.sv[i * dv..(i + 1) * dv];
         sv.copy_from_slice(v);
         let gate = if gated { m } else { 1.0 };
-        store_slot(&mut st.sk[i * dk..(i + 1) * dk], sv, &mut st.r[i], pk, gate, vlens, false);
+        store_slot(&mut st.sk[i * dk..(i + 1) * dk], sv, &mut st.r[i], pk, (gate, gate), vlens, false);
         self.refresh(s, s + 1);
     }
 
@@ -578,8 +578,12 @@ impl HeadState<'_, '_> {
             if fs.index[i] == 0 {
                 continue;
             }
+            // The gated copies gk, gv when appends are gated: each kind gated only if the
+            // model gates it.
             let ri = self.ring(b + i);
-            let gate = if gate_appends { self.st.wm[ri] } else { 1.0 };
+            let m = self.st.wm[ri];
+            let gate = |kind_gated: bool| if gate_appends && kind_gated { m } else { 1.0 };
+            let gates = (gate(gate_keys), gate(gate_values));
             let si = self.slot(s);
             let vlens = self.cfg.has(flags::VLENS);
             let st = &mut *self.st;
@@ -590,7 +594,7 @@ impl HeadState<'_, '_> {
                 sv,
                 &mut st.r[si],
                 &fs.pk[i * dk..(i + 1) * dk],
-                gate,
+                gates,
                 vlens,
                 true,
             );
@@ -826,15 +830,23 @@ fn similarities(
     }
 }
 
-/// `sk = pk * gate`, `sv = v * gate` (`sv` holds `v` on entry), `r = |v|` or
-/// `|v * gate|` (vlens) or 1.
-fn store_slot(sk: &mut [f32], sv: &mut [f32], r: &mut f32, pk: &[f32], gate: f32, vlens: bool, gated_radius: bool) {
+/// `sk = pk * key_gate`, `sv = v * value_gate` (`sv` holds `v` on entry), `r = |v|` or
+/// `|v * value_gate|` (vlens) or 1.
+fn store_slot(
+    sk: &mut [f32],
+    sv: &mut [f32],
+    r: &mut f32,
+    pk: &[f32],
+    (key_gate, value_gate): (f32, f32),
+    vlens: bool,
+    gated_radius: bool,
+) {
     let ungated = if vlens && !gated_radius { norm(sv) } else { 0.0 };
     for (o, &x) in sk.iter_mut().zip(pk) {
-        *o = x * gate;
+        *o = x * key_gate;
     }
     for o in sv.iter_mut() {
-        *o *= gate;
+        *o *= value_gate;
     }
     *r = match (vlens, gated_radius) {
         (false, _) => 1.0,

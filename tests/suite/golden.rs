@@ -9,8 +9,13 @@ use kvm_core::state::Phase;
 use kvm_core::{Model, Session};
 
 const TOL: f32 = 1e-3;
-/// Logit error bar of sessions storing attention rows in f16.
-const F16_CACHE_TOL: f32 = 1e-2;
+/// Logit error bar of sessions storing attention rows in f16. The cases here move by 5e-4
+/// to 3.3e-3, but an f16 key can turn a near-tied merge or novelty decision of a random
+/// model the other way, and the state diverges from there on (0.14 in a
+/// `value_gate_only_growable` of another seed, the largest logit about 4.6). So this bar
+/// catches a broken cache; the trained model's bits per byte (`tiny_kjv`) are its accuracy
+/// test.
+const F16_CACHE_TOL: f32 = 0.25;
 /// Logit error bar of sessions storing attention rows as q8 (i8 times a per-row scale). The
 /// golden models are random, their merge winners and novelty tests often near ties, and a
 /// 1% change in a stored key flips some: logits then move by up to 0.56 (the largest is
@@ -174,6 +179,9 @@ golden!(
     short_prompt_decode,
     growable_ungated_appends,
     release_layout,
+    // Generated here with the reference code (tests/data/golden/README.md).
+    window1_saturation_sink0,
+    value_gate_only_growable,
 );
 
 #[test]
@@ -189,6 +197,8 @@ fn every_shipped_case_is_tested() {
         "release_layout",
         "short_prompt_decode",
         "softcap_fullrope_3layers",
+        "value_gate_only_growable",
+        "window1_saturation_sink0",
     ];
     assert_eq!(golden_cases(), listed);
 }
