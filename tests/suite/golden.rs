@@ -180,8 +180,15 @@ golden!(
     growable_ungated_appends,
     release_layout,
     // Generated here with the reference code (tests/data/golden/README.md).
+    long_fixed_many_folds,
+    odd_widths,
+    one_token_prompt_power_law,
+    unequal_heads_round_down,
     window1_saturation_sink0,
+    window3_chunk4_heads4,
     value_gate_only_growable,
+    one_head_chunk16,
+    saturation_round_down3,
 );
 
 #[test]
@@ -194,11 +201,18 @@ fn every_shipped_case_is_tested() {
         "growable_power_law",
         "growable_saturation",
         "growable_ungated_appends",
+        "long_fixed_many_folds",
+        "odd_widths",
+        "one_head_chunk16",
+        "one_token_prompt_power_law",
         "release_layout",
+        "saturation_round_down3",
         "short_prompt_decode",
         "softcap_fullrope_3layers",
+        "unequal_heads_round_down",
         "value_gate_only_growable",
         "window1_saturation_sink0",
+        "window3_chunk4_heads4",
     ];
     assert_eq!(golden_cases(), listed);
 }
