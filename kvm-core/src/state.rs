@@ -481,8 +481,7 @@ impl HeadState<'_, '_> {
 
     /// `pk <- LN_s_k(pk with dims [0, rope_dim) zeroed)`: `pk` holds a key on entry.
     fn prepare_key(&self, pk: &mut [f32]) {
-        pk[..self.cfg.rope_dim as usize].fill(0.0);
-        layer_norm_inplace(pk, self.ln_sk.0, self.ln_sk.1);
+        prepare_key(self.cfg, self.ln_sk, pk);
     }
 
     /// Recomputes what reads of slots `[from, to)` see.
@@ -549,12 +548,15 @@ impl HeadState<'_, '_> {
         let gate_values = self.cfg.has(flags::MERGE_GATE_VALUES);
         let gate_appends = self.cfg.has(flags::GATE_APPENDS);
 
-        // pk_j = LN_s_k(k_j, rope dims zeroed) of every leaving token: [chunk_len, d_qk].
-        for i in 0..c {
-            let pk = &mut fs.pk[i * dk..(i + 1) * dk];
-            self.st.wk.as_rows().get(self.ring(b + i), pk);
-            self.prepare_key(pk);
-        }
+        // pk_j = LN_s_k(k_j, rope dims zeroed) of every leaving token: [chunk_len, d_qk],
+        // in pieces of SIM_PIECE tokens (threads may take them).
+        let (cfg, h, ln_sk, wk) = (self.cfg, self.h, self.ln_sk, self.st.wk.as_rows());
+        exec.pieces(&mut fs.pk[..c * dk], SIM_PIECE * dk, &|p, piece| {
+            for (j, pk) in piece.chunks_exact_mut(dk).enumerate() {
+                wk.get(ring_index(cfg, h, b + p * SIM_PIECE + j), pk);
+                prepare_key(cfg, ln_sk, pk);
+            }
+        });
 
         // Novelty: a token's best similarity to the current slots; the n_append lowest
         // (ties: lower token first) are appended.
@@ -712,6 +714,13 @@ pub(crate) struct HeadReader<'l, 's> {
     pub state_len: usize,
 }
 
+/// `pk <- LN_s_k(pk with dims [0, rope_dim) zeroed)` (spec §3 "State keys are prepared"):
+/// `pk` holds a key on entry.
+fn prepare_key(cfg: &Config, (w, b): (Vector<'_>, Vector<'_>), pk: &mut [f32]) {
+    pk[..cfg.rope_dim as usize].fill(0.0);
+    layer_norm_inplace(pk, w, b);
+}
+
 /// Index of head `h`'s slot `s` in `[n_heads, state_len]` arrays.
 #[inline]
 fn slot_index(h: usize, state_len: usize, s: usize) -> usize {
@@ -797,7 +806,7 @@ fn mark_least_novel(novelty: &[f32], n: usize, flags: &mut [u32]) {
     }
 }
 
-/// Queries per piece of [`similarities`]' parallel work.
+/// Tokens per piece of a fold's parallel work (key preparation, [`similarities`]).
 const SIM_PIECE: usize = 16;
 
 /// Hands `each(i, sims_i)`, in query order, the dot products ([`kernels::dots_many`]) of query
