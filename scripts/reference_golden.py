@@ -13,6 +13,13 @@ Setup (what generated the cases here; torch runs on the CPU in float32):
 
 `--check DIR` instead re-runs an existing case and prints how far its logits are from the
 reference's (0 for the cases in `../shared/golden`: the same code computed them).
+
+`--sweep N` writes N cases of random configurations under `--out` and compares kvm with
+each (`target/release/kvm-export convert` at f32, then `kvm logits` with the prompt as
+prefill and again with every token as prompt), printing one line per case: `ok`,
+`MISMATCH` (max abs logit error over 1e-3; the line also gives how far the reference's
+own prefill/decode and full forward are apart), `refused` (kvm's typed error, e.g. a
+no-vlens shape the spec rules out) or `ref-fail` (the reference itself raised).
 """
 import argparse
 import json
@@ -134,11 +141,81 @@ def make(out, base, changes, n_tokens, prompt_len, seed):
     print(f"{out}: {n_tokens} tokens, prompt {prompt_len}; reference full vs decode {drift:.1e}")
 
 
+def random_config(r):
+    """A configuration the spec allows, drawn from `r` (a random.Random)."""
+    heads = r.choice([1, 2, 4])
+    hidden = heads * r.choice([16, 32]) if r.random() < 0.5 else r.choice([32, 48, 64])
+    hidden += (-hidden) % heads
+    c = dict(num_attention_heads=heads, hidden_size=hidden, mup_base_dim=hidden, chunk_len=r.choice([4, 8, 16]),
+             n_bswa_chunks=r.choice([1, 2, 3]), num_hidden_layers=r.choice([1, 2, 3]),
+             vocab_size=r.choice([50, 96, 130]), ffn_expansion=r.choice([2, 3, 4]), sink_len=r.choice([0, 1, 2, 3]),
+             logit_softcap=r.choice([0, 0, 30.0]), residual_scale=r.choice([1.0, 1.0, 0.7]),
+             rope_theta=r.choice([10000.0, 500.0]))
+    if r.random() < 0.3:
+        c["d_qk_head"], c["d_v_head"] = r.choice([8, 16, 24]), r.choice([8, 16, 24])
+    dqk = c.get("d_qk_head") or hidden // heads
+    c["rope_partial_dim"] = r.choice([x for x in (2, 4, 8, dqk) if x <= dqk and x % 2 == 0])
+    for flag in ("kvm_use_vlens", "kvm_use_head_temps", "kvm_use_merge_gate_keys", "kvm_use_merge_gate_values",
+                 "kvm_apply_merge_gate_to_appends", "kvm_apply_merge_gate_to_initial_state", "use_tokenshift_att",
+                 "use_tokenshift_ffn", "use_value_residual"):
+        c[flag] = int(r.random() < 0.7)
+    chunk, mode = c["chunk_len"], r.choice(["fixed", "power_law", "kvm_saturation"])
+    c.update(state_budget_mode=mode, state_round_down=r.choice([1, 1, 2, 3, 4]))
+    if mode == "fixed":
+        d = r.choice([1, 2])
+        c.update(n_max_d_chunks=d, state_min_len=d * chunk)
+    else:
+        c.update(n_max_d_chunks=r.choice([2, 4, 6]), state_min_len=r.choice([1, 2, chunk]))
+        if mode == "power_law":
+            c.update(state_growth_factor=r.choice([1.0, 1.5, 2.0, 3.0]), state_growth_exponent=r.choice([0.5, 0.6]))
+        else:
+            c["state_saturation_n"] = r.choice([16, 24, 48])
+    return c
+
+
+def sweep(out, base, count, kvm_dir):
+    import random
+    import subprocess
+
+    import numpy as np
+    import torch
+    from safetensors.torch import load_file
+
+    for i in range(count):
+        r = random.Random(i)
+        cfg, case = random_config(r), os.path.join(out, f"sweep{i}")
+        n_tokens = r.randint(20, 300)
+        prompt_len = r.randint(1, n_tokens)
+        try:
+            make(case, base, cfg, n_tokens, prompt_len, seed=5000 + i)
+        except Exception as e:  # the reference's own limits (e.g. no-vlens growable states)
+            print(i, "ref-fail", type(e).__name__, str(e)[:100], flush=True)
+            continue
+        g = load_file(f"{case}/golden.safetensors")
+        ids = ",".join(str(int(x)) for x in g["input_ids"])
+        p = subprocess.run([f"{kvm_dir}/kvm-export", "convert", case, "-o", f"{case}/m.kvm", "--dtype", "f32", "-q"],
+                           capture_output=True, text=True)
+        if p.returncode:
+            print(i, "refused", p.stderr.strip()[-120:], flush=True)
+            continue
+        errors = {}
+        for name, plen, want in [("split", prompt_len, torch.cat([g["logits_prefill"], g["logits_decode"]])),
+                                 ("full", n_tokens, g["logits_full"])]:
+            subprocess.run([f"{kvm_dir}/kvm", "logits", "--model", f"{case}/m.kvm", "--tokens", ids, "--prompt-len",
+                            str(plen), "--out", f"{case}/{name}.npy", "--threads", "1"], check=True)
+            errors[name] = float(np.abs(np.load(f"{case}/{name}.npy") - want.numpy()).max())
+        own = float((g["logits_full"][prompt_len:] - g["logits_decode"]).abs().max()) if n_tokens > prompt_len else 0.0
+        verdict = "ok" if max(errors.values()) <= 1e-3 else "MISMATCH"
+        print(i, verdict, " ".join(f"{k} {v:.1e}" for k, v in errors.items()), f"reference's own {own:.1e}",
+              "" if verdict == "ok" else json.dumps(cfg), flush=True)
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ref", required=True, help="checkout of recursal/KVM-paper")
     ap.add_argument("--out", default="tests/data/golden")
     ap.add_argument("--check", help="a case directory to re-run")
+    ap.add_argument("--sweep", type=int, metavar="N", help="compare kvm with N random configurations")
+    ap.add_argument("--kvm", default="target/release", help="where kvm and kvm-export are (for --sweep)")
     ap.add_argument("cases", nargs="*", help=f"default: all of {', '.join(CASES)}")
     a = ap.parse_args()
     sys.path.insert(0, a.ref)
@@ -153,7 +230,11 @@ def main():
         for k, v in [("logits_full", full), ("logits_prefill", pre), ("logits_decode", dec)]:
             print(k, float((v - g[k]).abs().max()))
         return
-    base = json.load(open(os.path.join(a.out, "fixed_basic", "config.json")))
+    base = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "golden",
+                                       "fixed_basic", "config.json")))
+    if a.sweep:
+        sweep(a.out, base, a.sweep, a.kvm)
+        return
     for name in a.cases or CASES:
         changes, n_tokens, prompt_len = CASES[name]
         make(os.path.join(a.out, name), base, changes, n_tokens, prompt_len, SEEDS[name])
