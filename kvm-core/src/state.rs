@@ -533,7 +533,6 @@ impl HeadState<'_, '_> {
     /// slots_before` most novel tokens (lowest best similarity to
     /// the current slots) become new slots, the rest merge into their nearest non-sink slot
     /// (spec §3 "Overflow update").
-    #[inline(never)]
     pub fn fold(
         &mut self,
         b: usize,
