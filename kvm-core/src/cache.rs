@@ -236,7 +236,7 @@ impl<'a> RowsMut<'a> {
             RowsMut::F16(x) => {
                 // A chunk of columns at a time through the tier's conversion (`vcvtps2ph`
                 // where the CPU has it; the same round-to-nearest-even bits either way).
-                const CHUNK: usize = 64;
+                const CHUNK: usize = 32;
                 let mut buf = [0f32; CHUNK];
                 for (k, out) in x[r * d..(r + 1) * d].chunks_mut(CHUNK).enumerate() {
                     let vals = &mut buf[..out.len()];
@@ -313,14 +313,20 @@ mod tests {
 
     #[test]
     fn f16_rows_wider_than_a_conversion_chunk_round_every_column() {
-        // 37 columns: two whole chunks of 16 and a short one.
-        let d = 37;
-        let mut words = [0f32; 37];
+        // 75 columns: two whole chunks of 32 and a short one.
+        let d = 75;
+        let mut words = [0f32; 75];
         let mut rows = RowsMut::from_words(&mut words, 2 * d, d, CacheDtype::F16);
-        let v = |r: usize, c: usize| (r * d + c) as f32 * 0.37 - 9.0 + if c == 20 { 1e6 } else { 0.0 };
+        // Columns 20 and 70 overflow f16, one each way, and saturate.
+        let spike = |c: usize| match c {
+            20 => 1e6,
+            70 => -1e6,
+            _ => 0.0,
+        };
+        let v = |r: usize, c: usize| (r * d + c) as f32 * 0.37 - 9.0 + spike(c);
         rows.set(1, d, |c| v(1, c));
         rows.set(0, d, |c| v(0, c));
-        let mut out = [0f32; 37];
+        let mut out = [0f32; 75];
         for r in 0..2 {
             rows.as_rows().get(r, &mut out);
             for (c, &o) in out.iter().enumerate() {
