@@ -236,7 +236,7 @@ impl<'a> RowsMut<'a> {
             RowsMut::F16(x) => {
                 // A chunk of columns at a time through the tier's conversion (`vcvtps2ph`
                 // where the CPU has it; the same round-to-nearest-even bits either way).
-                const CHUNK: usize = 32;
+                const CHUNK: usize = 16;
                 let mut buf = [0f32; CHUNK];
                 for (k, out) in x[r * d..(r + 1) * d].chunks_mut(CHUNK).enumerate() {
                     let vals = &mut buf[..out.len()];
@@ -313,7 +313,7 @@ mod tests {
 
     #[test]
     fn f16_rows_wider_than_a_conversion_chunk_round_every_column() {
-        // 75 columns: two whole chunks of 32 and a short one.
+        // 75 columns: four whole chunks of 16 and a short one.
         let d = 75;
         let mut words = [0f32; 75];
         let mut rows = RowsMut::from_words(&mut words, 2 * d, d, CacheDtype::F16);
