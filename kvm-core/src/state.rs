@@ -633,25 +633,22 @@ impl HeadState<'_, '_> {
             }
             index[i] = MERGED | best as u32;
         });
-        // The slots taking merges, ascending and distinct, in the novelty buffer (free now):
-        // only their sums change.
-        let touched: &mut [u32] = bytemuck::cast_slice_mut(&mut fs.novelty[..c]);
-        let mut n = 0;
+        // The slots taking merges, a bit each in the novelty buffer (free now): only their
+        // sums change. (A state of more than 32 slots per chunk token, which the bits
+        // cannot hold, counts every slot as taking one.)
+        let bits: &mut [u32] = bytemuck::cast_slice_mut(&mut fs.novelty[..c]);
+        let every = slots_after > 32 * bits.len();
+        bits.fill(0);
+        let mut merges = false;
         for &ix in fs.index[..c].iter().filter(|&&ix| ix & MERGED != 0) {
-            touched[n] = ix & !MERGED;
-            n += 1;
-        }
-        touched[..n].sort_unstable();
-        let mut distinct = 0;
-        for j in 0..n {
-            if distinct == 0 || touched[j] != touched[distinct - 1] {
-                touched[distinct] = touched[j];
-                distinct += 1;
+            let s = (ix & !MERGED) as usize;
+            if !every {
+                bits[s / 32] |= 1 << (s % 32);
             }
+            merges = true;
         }
-        let touched = &touched[..distinct];
-        for &s in touched {
-            let s = s as usize;
+        let touched = |s: usize| every || bits[s / 32] >> (s % 32) & 1 != 0;
+        for s in (0..slots_after).filter(|&s| touched(s)) {
             fs.dsk[s * dk..(s + 1) * dk].fill(0.0);
             fs.dsv[s * dv..(s + 1) * dv].fill(0.0);
         }
@@ -667,11 +664,10 @@ impl HeadState<'_, '_> {
             }
             self.st.wv.as_rows().add_scaled(ri, vm, &mut fs.dsv[best * dv..(best + 1) * dv]);
         }
-        if !touched.is_empty() {
+        if merges {
             let vlens = self.cfg.has(flags::VLENS);
-            let mut next = touched.iter().peekable();
             for s in 0..slots_after {
-                let hit = next.next_if_eq(&&(s as u32)).is_some();
+                let hit = touched(s);
                 let si = self.slot(s);
                 let st = &mut *self.st;
                 if hit {

@@ -150,6 +150,17 @@ fn unusual_configurations_run_consistently() {
                 ..b
             },
         ),
+        (
+            // More slots than a fold's bitmap of touched slots holds (32 per chunk token).
+            "state wider than 32 slots per chunk token",
+            Config {
+                chunk_len: 2,
+                budget: StateBudget::PowerLaw { factor: 8.0, exponent: 0.5 },
+                state_min_len: 2,
+                max_state_chunks: 64,
+                ..b
+            },
+        ),
         ("residual scale and softcap", Config { residual_scale: 0.7, logit_softcap: -5.0, ..b }),
         ("gated initial state", Config { flags: flags::ALL, ..b }),
         ("no vlens", Config { flags: flags::ALL & !flags::VLENS, ..b }),
