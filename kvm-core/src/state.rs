@@ -479,11 +479,6 @@ impl HeadState<'_, '_> {
         ring_index(self.cfg, self.h, j)
     }
 
-    /// `pk <- LN_s_k(pk with dims [0, rope_dim) zeroed)`: `pk` holds a key on entry.
-    fn prepare_key(&self, pk: &mut [f32]) {
-        prepare_key(self.cfg, self.ln_sk, pk);
-    }
-
     /// Recomputes what reads of slots `[from, to)` see.
     fn refresh(&mut self, from: usize, to: usize) {
         for s in from..to {
@@ -518,7 +513,7 @@ impl HeadState<'_, '_> {
     /// the radius is the ungated `|v|` even when the copy is gated.
     pub fn initial_append(&mut self, s: usize, k: &[f32], v: &[f32], m: f32, gated: bool, pk: &mut [f32]) {
         pk.copy_from_slice(k);
-        self.prepare_key(pk);
+        prepare_key(self.cfg, self.ln_sk, pk);
         let (i, dk, dv) = (self.slot(s), self.dk(), self.dv());
         let vlens = self.cfg.has(flags::VLENS);
         let st = &mut *self.st;
