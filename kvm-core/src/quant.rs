@@ -3,6 +3,7 @@
 //! Every block type is defined once here, with size asserts, and used by the kernels,
 //! the exporter and the tests alike; so are the reference quantizers that fill them.
 
+use bytemuck::Zeroable;
 use half::{bf16, f16};
 
 use crate::error::{Error, Result};
@@ -22,6 +23,8 @@ pub enum DType {
     /// q4_0 blocks of [`X16`] rows interleaved ([`GroupQ4_0x16`]): the same bytes as q4_0
     /// in the order a SIMD kernel reads them, 16 rows per vector.
     Q4_0x16 = 5,
+    /// q8_0 blocks of [`X16`] rows interleaved ([`GroupQ8_0x16`]), as q4_0x16.
+    Q8_0x16 = 6,
 }
 
 /// Weights per quant block.
@@ -48,40 +51,104 @@ pub struct BlockQ4_0 {
 /// Rows per group of an interleaved dtype ([`DType::group_rows`]).
 pub const X16: usize = 16;
 
-/// Block `b` of [`X16`] q4_0 rows, interleaved: the 16 scales, then the rows' nibble bytes
-/// in 4-byte pieces, piece `v` of every row before piece `v + 1`. Byte `k` of row `r`'s
-/// piece `v` is that row's `qs[4 * v + k]`, so one 64-byte vector holds weights
-/// `4v..4v + 4` (low nibbles) and `16 + 4v..` (high nibbles) of all 16 rows. A matrix
-/// is `[rows / 16, cols / 32]` of these, row-group-major.
-#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+/// Block `b` of [`X16`] rows of a quantized matrix, interleaved: the 16 scales, then the
+/// rows' quant bytes in 4-byte pieces, piece `v` of every row before piece `v + 1`. Byte `k`
+/// of row `r`'s piece `v` is that row's `qs[4 * v + k]`, so one 64-byte vector holds the
+/// same 4 bytes of all 16 rows: q4_0's weights `4v..4v + 4` (low nibbles) and
+/// `16 + 4v..` (high nibbles), or q8_0's weights `4v..4v + 4`. A matrix is
+/// `[rows / 16, cols / 32]` of these, row-group-major.
+#[derive(Debug, Clone, Copy)]
 #[repr(C)]
-pub struct GroupQ4_0x16 {
+pub struct Group<Q, const P: usize> {
     pub d: [[u8; 2]; X16],
-    pub qs: [[[u8; 4]; X16]; QK / 8],
+    pub qs: [[[Q; 4]; X16]; P],
 }
+
+/// [`X16`] q4_0 blocks ([`DType::Q4_0x16`]).
+pub type GroupQ4_0x16 = Group<u8, { QK / 8 }>;
+/// [`X16`] q8_0 blocks ([`DType::Q8_0x16`]).
+pub type GroupQ8_0x16 = Group<i8, { QK / 4 }>;
+
+// SAFETY: arrays of bytes (alignment 1, no padding: the sizes are asserted below); every
+// bit pattern is a valid value.
+unsafe impl bytemuck::Zeroable for GroupQ4_0x16 {}
+// SAFETY: as above.
+unsafe impl bytemuck::Pod for GroupQ4_0x16 {}
+// SAFETY: as above.
+unsafe impl bytemuck::Zeroable for GroupQ8_0x16 {}
+// SAFETY: as above.
+unsafe impl bytemuck::Pod for GroupQ8_0x16 {}
 
 const _: () = assert!(core::mem::size_of::<BlockQ8_0>() == 34);
 const _: () = assert!(core::mem::size_of::<BlockQ4_0>() == 18);
 const _: () = assert!(core::mem::size_of::<GroupQ4_0x16>() == X16 * 18);
+const _: () = assert!(core::mem::size_of::<GroupQ8_0x16>() == X16 * 34);
 
-impl GroupQ4_0x16 {
-    /// Row `r`'s block, as plain q4_0.
+/// A group of [`X16`] interleaved blocks and the plain block each row's piece of it is.
+pub trait RowGroup: bytemuck::Pod {
+    /// The plain block of one row.
+    type Block: bytemuck::Pod;
+    /// The dtype of [`RowGroup::Block`].
+    const PLAIN: DType;
+
+    /// Row `r`'s block, as plain bytes.
+    fn block(&self, r: usize) -> Self::Block;
+
+    /// Stores `b` as row `r`'s block.
+    fn set_block(&mut self, r: usize, b: &Self::Block);
+}
+
+impl<Q: bytemuck::Pod, const P: usize> Group<Q, P> {
+    /// Copies row `r`'s scale and quant bytes into `out` (a plain block's bytes).
     #[inline]
-    pub fn block(&self, r: usize) -> BlockQ4_0 {
-        let mut b = BlockQ4_0 { d: self.d[r], qs: [0; QK / 2] };
-        for (v, piece) in self.qs.iter().enumerate() {
-            b.qs[4 * v..4 * v + 4].copy_from_slice(&piece[r]);
+    fn get(&self, r: usize, out: &mut [u8]) {
+        out[..2].copy_from_slice(&self.d[r]);
+        for (o, piece) in out[2..].chunks_exact_mut(4).zip(&self.qs) {
+            o.copy_from_slice(bytemuck::bytes_of(&piece[r]));
         }
+    }
+
+    /// Stores `bytes` (a plain block's) as row `r`'s block.
+    #[inline]
+    fn set(&mut self, r: usize, bytes: &[u8]) {
+        self.d[r].copy_from_slice(&bytes[..2]);
+        for (b, piece) in bytes[2..].chunks_exact(4).zip(&mut self.qs) {
+            bytemuck::bytes_of_mut(&mut piece[r]).copy_from_slice(b);
+        }
+    }
+}
+
+impl RowGroup for GroupQ4_0x16 {
+    type Block = BlockQ4_0;
+    const PLAIN: DType = DType::Q4_0;
+
+    #[inline]
+    fn block(&self, r: usize) -> BlockQ4_0 {
+        let mut b = BlockQ4_0 { d: [0; 2], qs: [0; QK / 2] };
+        self.get(r, bytemuck::bytes_of_mut(&mut b));
         b
     }
 
-    /// Stores `b` as row `r`'s block.
     #[inline]
-    pub fn set_block(&mut self, r: usize, b: &BlockQ4_0) {
-        self.d[r] = b.d;
-        for (v, piece) in self.qs.iter_mut().enumerate() {
-            piece[r].copy_from_slice(&b.qs[4 * v..4 * v + 4]);
-        }
+    fn set_block(&mut self, r: usize, b: &BlockQ4_0) {
+        self.set(r, bytemuck::bytes_of(b));
+    }
+}
+
+impl RowGroup for GroupQ8_0x16 {
+    type Block = BlockQ8_0;
+    const PLAIN: DType = DType::Q8_0;
+
+    #[inline]
+    fn block(&self, r: usize) -> BlockQ8_0 {
+        let mut b = BlockQ8_0 { d: [0; 2], qs: [0; QK] };
+        self.get(r, bytemuck::bytes_of_mut(&mut b));
+        b
+    }
+
+    #[inline]
+    fn set_block(&mut self, r: usize, b: &BlockQ8_0) {
+        self.set(r, bytemuck::bytes_of(b));
     }
 }
 
@@ -95,6 +162,7 @@ impl DType {
             3 => Some(DType::Q8_0),
             4 => Some(DType::Q4_0),
             5 => Some(DType::Q4_0x16),
+            6 => Some(DType::Q8_0x16),
             _ => None,
         }
     }
@@ -108,6 +176,7 @@ impl DType {
             DType::Q8_0 => "q8_0",
             DType::Q4_0 => "q4_0",
             DType::Q4_0x16 => "q4_0x16",
+            DType::Q8_0x16 => "q8_0x16",
         }
     }
 
@@ -117,13 +186,14 @@ impl DType {
     }
 
     /// Every dtype.
-    pub const ALL: [DType; 6] = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_0x16];
+    pub const ALL: [DType; 7] =
+        [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_0x16, DType::Q8_0x16];
 
     /// Rows stored together: [`X16`] for interleaved dtypes, else 1. A matrix's row count
     /// is a multiple of it.
     pub const fn group_rows(self) -> usize {
         match self {
-            DType::Q4_0x16 => X16,
+            DType::Q4_0x16 | DType::Q8_0x16 => X16,
             _ => 1,
         }
     }
@@ -132,7 +202,17 @@ impl DType {
     pub const fn interleaved(self) -> Option<DType> {
         match self {
             DType::Q4_0 => Some(DType::Q4_0x16),
+            DType::Q8_0 => Some(DType::Q8_0x16),
             _ => None,
+        }
+    }
+
+    /// The row-major form of this dtype: the plain dtype of an interleaved one, else itself.
+    pub const fn plain(self) -> DType {
+        match self {
+            DType::Q4_0x16 => DType::Q4_0,
+            DType::Q8_0x16 => DType::Q8_0,
+            d => d,
         }
     }
 
@@ -152,7 +232,7 @@ impl DType {
     pub const fn block_len(self) -> usize {
         match self {
             DType::F32 | DType::F16 | DType::BF16 => 1,
-            DType::Q8_0 | DType::Q4_0 | DType::Q4_0x16 => QK,
+            DType::Q8_0 | DType::Q4_0 | DType::Q4_0x16 | DType::Q8_0x16 => QK,
         }
     }
 
@@ -161,7 +241,7 @@ impl DType {
         match self {
             DType::F32 => 4,
             DType::F16 | DType::BF16 => 2,
-            DType::Q8_0 => core::mem::size_of::<BlockQ8_0>(),
+            DType::Q8_0 | DType::Q8_0x16 => core::mem::size_of::<BlockQ8_0>(),
             DType::Q4_0 | DType::Q4_0x16 => core::mem::size_of::<BlockQ4_0>(),
         }
     }
@@ -263,21 +343,30 @@ pub fn quantize_matrix(dtype: DType, cols: usize, src: &[f32], dst: &mut [u8]) -
     if rows == 0 {
         return Ok(());
     }
-    if dtype != DType::Q4_0x16 {
-        let rb = dst.len() / rows;
-        for (s, d) in src.chunks_exact(cols).zip(dst.chunks_exact_mut(rb.max(1))) {
-            quantize_row(dtype, s, d)?;
+    match dtype {
+        DType::Q4_0x16 => quantize_groups::<GroupQ4_0x16>(cols, src, dst),
+        DType::Q8_0x16 => quantize_groups::<GroupQ8_0x16>(cols, src, dst),
+        _ => {
+            let rb = dst.len() / rows;
+            for (s, d) in src.chunks_exact(cols).zip(dst.chunks_exact_mut(rb.max(1))) {
+                quantize_row(dtype, s, d)?;
+            }
+            Ok(())
         }
-        return Ok(());
     }
-    let groups: &mut [GroupQ4_0x16] = bytemuck::cast_slice_mut(dst);
+}
+
+/// [`quantize_matrix`] for an interleaved dtype of groups `G`: each row's blocks quantized
+/// as the plain dtype, then stored in their groups. The shape is checked by the caller.
+fn quantize_groups<G: RowGroup>(cols: usize, src: &[f32], dst: &mut [u8]) -> Result<()> {
+    let groups: &mut [G] = bytemuck::cast_slice_mut(dst);
     let nb = cols / QK;
     for (g, rows) in groups.chunks_exact_mut(nb).zip(src.chunks_exact(X16 * cols)) {
         for (r, row) in rows.chunks_exact(cols).enumerate() {
             for (group, xs) in g.iter_mut().zip(row.chunks_exact(QK)) {
-                let mut b = [BlockQ4_0 { d: [0; 2], qs: [0; QK / 2] }];
-                quantize_row_q4_0(xs, &mut b);
-                group.set_block(r, &b[0]);
+                let mut b = G::Block::zeroed();
+                quantize_row(G::PLAIN, xs, bytemuck::bytes_of_mut(&mut b))?;
+                group.set_block(r, &b);
             }
         }
     }
@@ -304,7 +393,7 @@ pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
         DType::BF16 => encode_row_bf16(src, dst),
         DType::Q8_0 => quantize_row_q8_0(src, bytemuck::cast_slice_mut(dst)),
         DType::Q4_0 => quantize_row_q4_0(src, bytemuck::cast_slice_mut(dst)),
-        DType::Q4_0x16 => return Err(Error::InvalidArgument),
+        DType::Q4_0x16 | DType::Q8_0x16 => return Err(Error::InvalidArgument),
     }
     Ok(())
 }
@@ -401,33 +490,41 @@ mod tests {
         assert_eq!(quantize_row(DType::Q4_0x16, &x, &mut buf[..36]), Err(Error::InvalidArgument));
     }
 
-    #[test]
-    fn q4_0x16_holds_the_q4_0_blocks_of_16_rows() {
+    /// Checks that the `G` groups of interleaved `dtype` hold the plain dtype's blocks of
+    /// 16 rows each, and whole groups only.
+    fn holds_the_plain_blocks<G: RowGroup>(dtype: DType) {
         let (rows, cols) = (32, 96);
         let x = values(rows * cols, 4);
-        let mut plain = vec![0u8; DType::Q4_0.matrix_bytes(rows, cols).unwrap()];
-        let mut x16 = vec![0u8; DType::Q4_0x16.matrix_bytes(rows, cols).unwrap()];
-        quantize_matrix(DType::Q4_0, cols, &x, &mut plain).unwrap();
-        quantize_matrix(DType::Q4_0x16, cols, &x, &mut x16).unwrap();
-        assert_eq!(plain.len(), x16.len());
-        let blocks: &[BlockQ4_0] = bytemuck::cast_slice(&plain);
-        let groups: &[GroupQ4_0x16] = bytemuck::cast_slice(&x16);
-        let nb = cols / QK;
+        let plain = G::PLAIN;
+        assert_eq!((dtype.plain(), plain.interleaved()), (plain, Some(dtype)));
+        let mut flat = vec![0u8; plain.matrix_bytes(rows, cols).unwrap()];
+        let mut x16 = vec![0u8; dtype.matrix_bytes(rows, cols).unwrap()];
+        quantize_matrix(plain, cols, &x, &mut flat).unwrap();
+        quantize_matrix(dtype, cols, &x, &mut x16).unwrap();
+        assert_eq!(flat.len(), x16.len());
+        let (bb, nb) = (plain.block_bytes(), cols / QK);
+        let groups: &[G] = bytemuck::cast_slice(&x16);
         for r in 0..rows {
             for b in 0..nb {
-                let want = bytemuck::bytes_of(&blocks[r * nb + b]);
+                let want = &flat[(r * nb + b) * bb..][..bb];
                 assert_eq!(bytemuck::bytes_of(&groups[r / X16 * nb + b].block(r % X16)), want, "row {r} block {b}");
             }
         }
-        // Piece v of a group block: 4 bytes of each row in turn.
-        let g = &groups[0];
-        assert_eq!(g.qs[1][3], blocks[3 * nb].qs[4..8]);
+        // Piece v of a group block: 4 bytes of each row in turn (after the 16 scales).
+        let g = bytemuck::bytes_of(&groups[0]);
+        assert_eq!(g[2 * X16 + (X16 + 3) * 4..][..4], flat[3 * nb * bb + 2 + 4..][..4]);
         // Whole groups of rows only.
-        assert_eq!(DType::Q4_0x16.matrix_bytes(17, cols), None);
-        assert_eq!(DType::Q4_0.matrix_bytes(17, cols), Some(17 * 3 * 18));
-        let mut odd = vec![0u8; 17 * 3 * 18];
-        assert_eq!(quantize_matrix(DType::Q4_0x16, cols, &x[..17 * cols], &mut odd), Err(Error::InvalidArgument));
-        assert_eq!(DType::from_u8(DType::Q4_0x16 as u8), Some(DType::Q4_0x16));
-        assert_eq!(DType::from_name("q4_0x16"), Some(DType::Q4_0x16));
+        assert_eq!(dtype.matrix_bytes(17, cols), None);
+        assert_eq!(plain.matrix_bytes(17, cols), Some(17 * 3 * bb));
+        let mut odd = vec![0u8; 17 * 3 * bb];
+        assert_eq!(quantize_matrix(dtype, cols, &x[..17 * cols], &mut odd), Err(Error::InvalidArgument));
+        assert_eq!(DType::from_u8(dtype as u8), Some(dtype));
+        assert_eq!(DType::from_name(dtype.name()), Some(dtype));
+    }
+
+    #[test]
+    fn interleaved_dtypes_hold_the_plain_blocks_of_16_rows() {
+        holds_the_plain_blocks::<GroupQ4_0x16>(DType::Q4_0x16);
+        holds_the_plain_blocks::<GroupQ8_0x16>(DType::Q8_0x16);
     }
 }

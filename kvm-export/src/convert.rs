@@ -51,18 +51,24 @@ impl Policy {
     /// dtype, except that under q4_0 the embedding stays q8_0 (a step reads one row of
     /// it, so that costs bytes on disk only; on tiny-kjv it takes a third off q4_0's loss
     /// in bits per byte); quantized formats fall back to f16 when `cols` is not a whole
-    /// number of blocks. The result is row-interleaved when asked for (`q4_0x16`, or
-    /// [`Policy::repack`]) and `rows` is a whole number of groups, else plain.
+    /// number of blocks. The result is row-interleaved when asked for (`q4_0x16`,
+    /// `q8_0x16`, or [`Policy::repack`]) and `rows` is a whole number of groups, else
+    /// plain; the embedding, read a row at a time, is interleaved only when its override
+    /// names an interleaved dtype.
     pub fn dtype_for(&self, role: Role, rows: u32, cols: u32) -> DType {
-        let plain = |d: DType| if d == DType::Q4_0x16 { DType::Q4_0 } else { d };
-        let default = if plain(self.dtype) == DType::Q4_0 && role == Role::TokEmbed { DType::Q8_0 } else { self.dtype };
+        let default = match (role, self.dtype.plain()) {
+            (Role::TokEmbed, DType::Q4_0) => DType::Q8_0,
+            (Role::TokEmbed, d) => d,
+            _ => self.dtype,
+        };
         let asked = self.overrides.iter().find(|(r, _)| *r == role).map(|&(_, d)| d).unwrap_or(default);
-        let d = plain(asked);
+        let d = asked.plain();
         if d.row_bytes(cols as usize).is_none() {
             return DType::F16;
         }
+        let repack = self.repack && role != Role::TokEmbed;
         match d.interleaved() {
-            Some(x) if (self.repack || asked == x) && x.matrix_bytes(rows as usize, cols as usize).is_some() => x,
+            Some(x) if (repack || asked == x) && x.matrix_bytes(rows as usize, cols as usize).is_some() => x,
             _ => d,
         }
     }
@@ -198,6 +204,20 @@ mod tests {
         assert_eq!(named.dtype_for(Role::TokEmbed, 50304, 768), DType::Q8_0);
         let head = Policy { overrides: vec![(Role::LmHead, DType::Q4_0)], ..Policy::uniform(DType::Q8_0) };
         assert_eq!(head.dtype_for(Role::LmHead, 50304, 768), DType::Q4_0x16);
-        assert_eq!(head.dtype_for(Role::Wq, 768, 768), DType::Q8_0);
+        assert_eq!(head.dtype_for(Role::Wq, 768, 768), DType::Q8_0x16);
+    }
+
+    #[test]
+    fn policy_interleaves_q8_0_but_the_embedding() {
+        let q8 = Policy::uniform(DType::Q8_0);
+        assert_eq!(q8.dtype_for(Role::Wq, 768, 768), DType::Q8_0x16);
+        assert_eq!(q8.dtype_for(Role::LmHead, 50304, 768), DType::Q8_0x16);
+        assert_eq!(q8.dtype_for(Role::TokEmbed, 50304, 768), DType::Q8_0);
+        assert_eq!(Policy::uniform(DType::Q8_0x16).dtype_for(Role::TokEmbed, 50304, 768), DType::Q8_0);
+        let named = Policy { overrides: vec![(Role::TokEmbed, DType::Q8_0x16)], ..Policy::uniform(DType::Q8_0) };
+        assert_eq!(named.dtype_for(Role::TokEmbed, 50304, 768), DType::Q8_0x16);
+        let plain = Policy { repack: false, ..Policy::uniform(DType::Q8_0) };
+        assert_eq!(plain.dtype_for(Role::Wq, 768, 768), DType::Q8_0);
+        assert_eq!(plain.dtype_for(Role::MergeGate, 6, 768), DType::Q8_0);
     }
 }

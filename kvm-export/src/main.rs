@@ -27,12 +27,13 @@ struct Cli {
 /// commands).
 #[derive(clap::Args)]
 struct Storage {
-    /// Storage type of weight matrices: f32, f16, bf16, q8_0, q4_0 (q4_0x16 forces the
-    /// interleaved form of q4_0).
+    /// Storage type of weight matrices: f32, f16, bf16, q8_0, q4_0 (q8_0x16 and q4_0x16
+    /// force the interleaved forms).
     #[arg(long, default_value = "f32")]
     dtype: String,
-    /// Keep q4_0 matrices row-major instead of interleaving 16 rows (q4_0x16), for
-    /// targets that run the scalar kernels (microcontrollers: 23% fewer instructions).
+    /// Keep q8_0 and q4_0 matrices row-major instead of interleaving 16 rows (q8_0x16,
+    /// q4_0x16), for targets that run the scalar kernels (microcontrollers: 23% fewer
+    /// instructions at q4_0).
     #[arg(long)]
     no_repack: bool,
     /// How sessions store attention's keys and values by default: f32 (exact), f16 (half
@@ -83,7 +84,8 @@ enum Cmd {
 }
 
 fn parse_dtype(s: &str) -> Result<DType> {
-    DType::from_name(s).ok_or_else(|| anyhow!("unknown dtype `{s}` (expected f32, f16, bf16, q8_0, q4_0 or q4_0x16)"))
+    DType::from_name(s)
+        .ok_or_else(|| anyhow!("unknown dtype `{s}` (expected f32, f16, bf16, q8_0, q4_0, q8_0x16 or q4_0x16)"))
 }
 
 fn parse_role(s: &str) -> Result<Role> {

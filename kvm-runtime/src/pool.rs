@@ -414,8 +414,8 @@ mod tests {
     #[test]
     fn split_products_equal_serial_ones_exactly() {
         let pool = Pool::new(3).unwrap();
-        for dtype in [DType::F32, DType::Q8_0, DType::Q4_0, DType::Q4_0x16] {
-            // Three parts of 334 rows, or of 336 (whole groups of 16) for q4_0x16.
+        for dtype in [DType::F32, DType::Q8_0, DType::Q4_0, DType::Q4_0x16, DType::Q8_0x16] {
+            // Three parts of 334 rows, or of 336 (whole groups of 16) for interleaved dtypes.
             let (rows, cols) = (1000usize.next_multiple_of(dtype.group_rows()), 256);
             let data = matrix_bytes(dtype, rows, cols);
             let w = Matrix::new(dtype, rows, cols, &data).unwrap();

@@ -184,20 +184,28 @@ fn the_cache_dtype_is_read_from_the_header_and_unknown_ones_are_refused() {
     assert_eq!(Model::from_bytes(&bad).unwrap_err(), Error::BadConfig(ConfigField::CacheDtype));
 }
 
-/// A q4_0x16 tensor must hold whole groups of 16 rows: relabelling a row-major q4_0 one
+/// An interleaved tensor must hold whole groups of 16 rows: relabelling a row-major one
 /// (same bytes, valid checksums) that does not is refused, one that does is accepted.
 #[test]
 fn interleaved_tensors_must_hold_whole_row_groups() {
-    let policy = Policy { repack: false, ..Policy::uniform(DType::Q4_0) };
+    for plain in [DType::Q4_0, DType::Q8_0] {
+        relabelled_row_major(plain);
+    }
+}
+
+/// [`interleaved_tensors_must_hold_whole_row_groups`] for `plain` tensors.
+fn relabelled_row_major(plain: DType) {
+    let policy = Policy { repack: false, ..Policy::uniform(plain) };
     let blob = convert_with(&golden_dir("fixed_basic"), &policy);
     let h = Header::parse(&blob).unwrap();
     let relabel = |pick: &dyn Fn(&TensorEntry) -> bool| {
         let model = Model::from_bytes(&blob).unwrap();
-        let i = model.tensors().position(|e| e.dtype == DType::Q4_0 && pick(&e)).expect("a q4_0 tensor of that shape");
+        let i = model.tensors().position(|e| e.dtype == plain && pick(&e)).expect("a tensor of that shape");
         let e = model.tensors().nth(i).unwrap();
         let mut out = blob.clone();
         let at = h.table_offset as usize + i * ENTRY_LEN;
-        out[at..at + ENTRY_LEN].copy_from_slice(&TensorEntry { dtype: DType::Q4_0x16, ..e }.encode());
+        let dtype = plain.interleaved().unwrap();
+        out[at..at + ENTRY_LEN].copy_from_slice(&TensorEntry { dtype, ..e }.encode());
         let table = &out[h.table_offset as usize..][..h.table_len as usize];
         let crc = kvm_core::format::crc32(table);
         (with_header(&out, |h| h.table_crc = crc), e)

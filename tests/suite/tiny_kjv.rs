@@ -112,32 +112,35 @@ fn quantized_weights_and_the_compact_caches_meet_the_accuracy_bars() {
     }
 }
 
-/// q4_0 matrices interleaved for the SIMD kernels (the default) give the row-major
-/// layout's logits bit for bit, token after token.
+/// q4_0 and q8_0 matrices interleaved for the SIMD kernels (the default) give the
+/// row-major layout's logits bit for bit, token after token.
 #[test]
-fn repacked_q4_0_decodes_as_row_major_q4_0() {
+fn repacked_matrices_decode_as_row_major_ones() {
     let dir = repo().join("models/tiny-kjv");
-    let repacked = convert_with(&dir, &Policy::uniform(DType::Q4_0));
-    let plain = convert_with(&dir, &Policy { repack: false, ..Policy::uniform(DType::Q4_0) });
-    let [a, b] = [&repacked, &plain].map(|blob| Model::from_bytes(blob).unwrap());
-    assert_eq!(a.matrix(Role::Wq, 0).dtype, DType::Q4_0x16);
-    assert_eq!(b.matrix(Role::Wq, 0).dtype, DType::Q4_0);
-    let (mut arena_a, mut arena_b) = (Arena::new(a.arena_len()), Arena::new(b.arena_len()));
-    let mut sa = Session::new(a, arena_a.bytes()).unwrap();
-    let mut sb = Session::new(b, arena_b.bytes()).unwrap();
     let text = dev_text("dev_unseen_12k.txt");
     let prompt: Vec<u32> = text[..200].iter().map(|&c| c as u32).collect();
     let bits = |z: &[f32]| z.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-    assert_eq!(bits(sa.prefill(&prompt).unwrap()), bits(sb.prefill(&prompt).unwrap()));
-    for (i, &c) in text[200..400].iter().enumerate() {
-        assert_eq!(bits(sa.decode(c as u32).unwrap()), bits(sb.decode(c as u32).unwrap()), "token {i}");
+    for (dtype, x16) in [(DType::Q4_0, DType::Q4_0x16), (DType::Q8_0, DType::Q8_0x16)] {
+        let repacked = convert_with(&dir, &Policy::uniform(dtype));
+        let plain = convert_with(&dir, &Policy { repack: false, ..Policy::uniform(dtype) });
+        let [a, b] = [&repacked, &plain].map(|blob| Model::from_bytes(blob).unwrap());
+        assert_eq!(a.matrix(Role::Wq, 0).dtype, x16);
+        assert_eq!(b.matrix(Role::Wq, 0).dtype, dtype);
+        let (mut arena_a, mut arena_b) = (Arena::new(a.arena_len()), Arena::new(b.arena_len()));
+        let mut sa = Session::new(a, arena_a.bytes()).unwrap();
+        let mut sb = Session::new(b, arena_b.bytes()).unwrap();
+        assert_eq!(bits(sa.prefill(&prompt).unwrap()), bits(sb.prefill(&prompt).unwrap()), "{dtype:?} prefill");
+        for (i, &c) in text[200..400].iter().enumerate() {
+            assert_eq!(bits(sa.decode(c as u32).unwrap()), bits(sb.decode(c as u32).unwrap()), "{dtype:?} token {i}");
+        }
     }
 }
 
 #[test]
 fn the_bundled_model_is_what_its_rebuild_command_writes() {
-    // scripts/build-bundled-model.sh: `convert models/tiny-kjv --dtype q8_0`.
-    let fresh = convert_to_bytes(&repo().join("models/tiny-kjv"), DType::Q8_0);
+    // scripts/build-bundled-model.sh: `convert models/tiny-kjv --dtype q8_0 --no-repack`.
+    let fresh =
+        convert_with(&repo().join("models/tiny-kjv"), &Policy { repack: false, ..Policy::uniform(DType::Q8_0) });
     let shipped = std::fs::read(repo().join("models/tiny-kjv-q8_0.kvm")).unwrap();
     assert!(fresh == shipped, "models/tiny-kjv-q8_0.kvm is stale: run scripts/build-bundled-model.sh");
     let model = Model::from_bytes(&shipped).unwrap();

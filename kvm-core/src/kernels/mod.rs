@@ -25,7 +25,7 @@ pub use tier::{detect, init_from_env, TierError};
 pub use tier::{force_tier, tier, Tier};
 
 use crate::error::{Error, Result};
-use crate::quant::{DType, QK, X16};
+use crate::quant::{DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
 use half::f16;
 
 /// A row-major weight matrix `[rows, cols]` borrowed from the model blob.
@@ -111,9 +111,11 @@ pub fn matmul(w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]) {
 pub fn dequant_row(w: &Matrix<'_>, row: usize, out: &mut [f32]) {
     debug_assert_eq!(out.len(), w.cols);
     let rb = w.row_bytes();
-    if w.dtype == DType::Q4_0x16 {
-        let group = &w.data[row / X16 * X16 * rb..(row / X16 + 1) * X16 * rb];
-        return scalar::dequant_q4_0x16(bytemuck::cast_slice(group), row % X16, out);
+    let group = || &w.data[row / X16 * X16 * rb..(row / X16 + 1) * X16 * rb];
+    match w.dtype {
+        DType::Q4_0x16 => return scalar::dequant_group::<GroupQ4_0x16>(bytemuck::cast_slice(group()), row % X16, out),
+        DType::Q8_0x16 => return scalar::dequant_group::<GroupQ8_0x16>(bytemuck::cast_slice(group()), row % X16, out),
+        _ => {}
     }
     let bytes = &w.data[row * rb..(row + 1) * rb];
     // SAFETY: as in `matvec`.
@@ -271,6 +273,7 @@ pub(crate) trait Kernels {
     type Q8_0: Kernel<Act = u8>;
     type Q4_0: Kernel<Act = u8>;
     type Q4_0x16: GroupKernel;
+    type Q8_0x16: GroupKernel;
 
     /// Quantizes `x` (`[cols]`, `cols % QK == 0`) into `out` (`[act_scratch_len(cols)]`),
     /// producing exactly the bytes of [`scalar::quantize_act`], so that every tier's integer
@@ -481,6 +484,9 @@ unsafe fn run<K: Kernels, const R: usize, const T: usize>(w: &Matrix<'_>, xs: &[
             DType::Q4_0x16 => quantized::<K>(cols, xs, ys, ld, act, |a, per, yg| {
                 groups::<K::Q4_0x16, T>(data, rb, cols, a, per, yg, ld)
             }),
+            DType::Q8_0x16 => quantized::<K>(cols, xs, ys, ld, act, |a, per, yg| {
+                groups::<K::Q8_0x16, T>(data, rb, cols, a, per, yg, ld)
+            }),
         }
     }
 }
@@ -628,7 +634,7 @@ pub(crate) mod tests {
     use std::vec::Vec;
 
     use super::*;
-    use crate::quant::{quantize_matrix, GroupQ4_0x16};
+    use crate::quant::{quantize_matrix, RowGroup};
 
     /// Deterministic values in `[-1, 1)` (xorshift32) with a larger outlier every 37th, as
     /// real weights and activations have.
@@ -660,11 +666,16 @@ pub(crate) mod tests {
     /// Row `r` of `w` in its plain (row-major) form.
     fn plain_row(w: &Matrix<'_>, r: usize) -> Vec<u8> {
         let rb = w.row_bytes();
-        if w.dtype != DType::Q4_0x16 {
-            return w.data[r * rb..(r + 1) * rb].to_vec();
+        fn blocks<G: RowGroup>(w: &Matrix<'_>, r: usize) -> Vec<u8> {
+            let rb = w.row_bytes();
+            let groups: &[G] = bytemuck::cast_slice(&w.data[r / X16 * X16 * rb..(r / X16 + 1) * X16 * rb]);
+            groups.iter().flat_map(|g| bytemuck::bytes_of(&g.block(r % X16)).to_vec()).collect()
         }
-        let groups: &[GroupQ4_0x16] = bytemuck::cast_slice(&w.data[r / X16 * X16 * rb..(r / X16 + 1) * X16 * rb]);
-        groups.iter().flat_map(|g| bytemuck::bytes_of(&g.block(r % X16)).to_vec()).collect()
+        match w.dtype {
+            DType::Q4_0x16 => blocks::<GroupQ4_0x16>(w, r),
+            DType::Q8_0x16 => blocks::<GroupQ8_0x16>(w, r),
+            _ => w.data[r * rb..(r + 1) * rb].to_vec(),
+        }
     }
 
     const ROWS: [usize; 7] = [1, 2, 3, 4, 5, 7, 9];
@@ -688,8 +699,8 @@ pub(crate) mod tests {
     }
 
     /// The scalar tier's `ys` (`[n, rows]`) for `xs` (`[n, cols]`), pair by pair.
-    /// Interleaved dtypes give their plain form's results: q4_0x16 is checked against the
-    /// q4_0 oracle on the de-interleaved rows.
+    /// Interleaved dtypes give their plain form's results: q4_0x16 and q8_0x16 are checked
+    /// against the q4_0 and q8_0 oracles on the de-interleaved rows.
     fn reference(w: &Matrix<'_>, xs: &[f32]) -> Vec<f32> {
         let mut act = vec![0u8; act_scratch_len(w.cols)];
         let mut ys = Vec::new();
@@ -700,7 +711,7 @@ pub(crate) mod tests {
             for r in 0..w.rows {
                 let row = plain_row(w, r);
                 ys.push(match w.dtype {
-                    DType::Q8_0 => scalar::dot_q8_0(&row, &act, w.cols),
+                    DType::Q8_0 | DType::Q8_0x16 => scalar::dot_q8_0(&row, &act, w.cols),
                     DType::Q4_0 | DType::Q4_0x16 => scalar::dot_q4_0(&row, &act, w.cols),
                     float => scalar::dot_row(float, &row, x),
                 });
@@ -1180,50 +1191,75 @@ pub(crate) mod tests {
         }
     }
 
-    /// q4_0x16 on adversarial data (extreme scales, nibbles at both ends, a row of nothing
-    /// but 15s against activations of +-127, which fill the widening kernels' i16 lanes
-    /// nearly to the brim): every tier gives the q4_0 reference's bits.
+    /// `plain` (row-major blocks of `dtype.plain()`, `[rows, nb]`) stored as `dtype`'s groups.
+    fn interleave(dtype: DType, plain: &[u8], nb: usize) -> Vec<u8> {
+        fn store<G: RowGroup>(plain: &[u8], nb: usize, out: &mut [u8]) {
+            let bb = G::PLAIN.block_bytes();
+            let g: &mut [G] = bytemuck::cast_slice_mut(out);
+            for (i, block) in plain.chunks_exact(bb).enumerate() {
+                let (r, b) = (i / nb, i % nb);
+                g[r / X16 * nb + b].set_block(r % X16, bytemuck::from_bytes(block));
+            }
+        }
+        let mut out = vec![0u8; plain.len()];
+        match dtype {
+            DType::Q4_0x16 => store::<GroupQ4_0x16>(plain, nb, &mut out),
+            DType::Q8_0x16 => store::<GroupQ8_0x16>(plain, nb, &mut out),
+            _ => unreachable!("{dtype:?} is not interleaved"),
+        }
+        out
+    }
+
+    /// Interleaved dtypes on adversarial data (extreme scales, quants at both ends, a row
+    /// of nothing but the largest magnitude, 15 or -128, against activations of +-127,
+    /// which fill the widening kernels' i16 lanes nearly to the brim): every tier gives the
+    /// plain dtype's reference bits.
     #[test]
-    fn q4_0x16_is_bit_identical_on_extremes() {
-        for nb in [1, 7, 8, 9, 17] {
-            let cols = nb * QK;
-            for groups in [1, 2] {
-                let rows = groups * X16;
-                let seed = (nb * 7 + groups) as u32;
-                let mut plain = adversarial_weights(DType::Q4_0, rows, nb, seed);
-                let rb = DType::Q4_0.row_bytes(cols).unwrap();
-                for block in plain[3 * rb..4 * rb].chunks_exact_mut(DType::Q4_0.block_bytes()) {
-                    block[2..].fill(0xff);
-                }
-                let mut bytes = vec![0u8; DType::Q4_0x16.matrix_bytes(rows, cols).unwrap()];
-                let g: &mut [GroupQ4_0x16] = bytemuck::cast_slice_mut(&mut bytes);
-                for (r, row) in plain.chunks_exact(rb).enumerate() {
-                    for (b, block) in row.chunks_exact(DType::Q4_0.block_bytes()).enumerate() {
-                        g[r / X16 * nb + b].set_block(r % X16, bytemuck::from_bytes(block));
+    fn interleaved_dtypes_are_bit_identical_on_extremes() {
+        for dtype in [DType::Q4_0x16, DType::Q8_0x16] {
+            let flat = dtype.plain();
+            for nb in [1, 7, 8, 9, 17] {
+                let cols = nb * QK;
+                for groups in [1, 2] {
+                    let rows = groups * X16;
+                    let seed = (nb * 7 + groups) as u32;
+                    let mut plain = adversarial_weights(flat, rows, nb, seed);
+                    let rb = flat.row_bytes(cols).unwrap();
+                    for block in plain[3 * rb..4 * rb].chunks_exact_mut(flat.block_bytes()) {
+                        block[2..].fill(if flat == DType::Q8_0 { 0x80 } else { 0xff });
                     }
-                }
-                let w = Matrix::new(DType::Q4_0x16, rows, cols, &bytes).unwrap();
-                for n in [1, 2, 5] {
-                    let mut xs = adversarial_activations(n, cols, seed + n as u32);
-                    // The last token: blocks of all -1 or all 1, quantized to -127 or 127.
-                    for (b, block) in xs[(n - 1) * cols..].chunks_exact_mut(QK).enumerate() {
-                        block.fill(if b % 3 == 0 { 1.0 } else { -1.0 });
-                    }
-                    let want = reference(&w, &xs);
-                    for t in supported_tiers() {
-                        for group in [1, n] {
-                            let mut ys = vec![f32::NAN; n * rows];
-                            let mut act = vec![0u8; act_scratch_len(cols) * group];
-                            // SAFETY: the CPU supports `t`; the table is called directly.
-                            unsafe { (table(t).matmul)(&w, &xs, &mut ys, &mut act) };
-                            assert_bits(&ys, &want, &format_args!("{t} q4_0x16 [{rows}, {nb} blocks] x {n}/{group}"));
+                    let bytes = interleave(dtype, &plain, nb);
+                    let w = Matrix::new(dtype, rows, cols, &bytes).unwrap();
+                    for n in [1, 2, 5] {
+                        let mut xs = adversarial_activations(n, cols, seed + n as u32);
+                        // The last token: blocks of all -1 or all 1, quantized to -127 or 127.
+                        for (b, block) in xs[(n - 1) * cols..].chunks_exact_mut(QK).enumerate() {
+                            block.fill(if b % 3 == 0 { 1.0 } else { -1.0 });
                         }
-                        let mut y = vec![f32::NAN; rows];
-                        let mut act = vec![0u8; act_scratch_len(cols)];
-                        let x = &xs[(n - 1) * cols..];
-                        // SAFETY: as above.
-                        unsafe { (table(t).matvec)(&w, x, &mut y, &mut act) };
-                        assert_bits(&y, &want[(n - 1) * rows..], &format_args!("{t} q4_0x16 matvec [{rows}, {nb}]"));
+                        let want = reference(&w, &xs);
+                        for t in supported_tiers() {
+                            for group in [1, n] {
+                                let mut ys = vec![f32::NAN; n * rows];
+                                let mut act = vec![0u8; act_scratch_len(cols) * group];
+                                // SAFETY: the CPU supports `t`; the table is called directly.
+                                unsafe { (table(t).matmul)(&w, &xs, &mut ys, &mut act) };
+                                assert_bits(
+                                    &ys,
+                                    &want,
+                                    &format_args!("{t} {dtype:?} [{rows}, {nb} blocks] x {n}/{group}"),
+                                );
+                            }
+                            let mut y = vec![f32::NAN; rows];
+                            let mut act = vec![0u8; act_scratch_len(cols)];
+                            let x = &xs[(n - 1) * cols..];
+                            // SAFETY: as above.
+                            unsafe { (table(t).matvec)(&w, x, &mut y, &mut act) };
+                            assert_bits(
+                                &y,
+                                &want[(n - 1) * rows..],
+                                &format_args!("{t} {dtype:?} matvec [{rows}, {nb}]"),
+                            );
+                        }
                     }
                 }
             }

@@ -12,16 +12,17 @@ use half::f16;
 
 use super::GroupKernel;
 use super::{FloatType, Kernel, Kernels, Stored, BF16, F16, F32};
-use crate::quant::{bf16_le, f16_le, BlockQ4_0, BlockQ8_0, DType, GroupQ4_0x16, QK, X16};
+use crate::quant::{bf16_le, f16_le, BlockQ4_0, BlockQ8_0, DType, GroupQ4_0x16, GroupQ8_0x16, RowGroup, QK, X16};
 
 /// Exact dot product of one encoded row with `x` (f32 products, summed in order). A row of
-/// an interleaved dtype comes in its plain form ([`DType::Q4_0x16`] as q4_0).
+/// an interleaved dtype comes in its plain form ([`DType::Q4_0x16`] as q4_0, [`DType::Q8_0x16`]
+/// as q8_0).
 pub fn dot_row(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
     match dtype {
         DType::F32 => row.chunks_exact(4).zip(x).map(|(b, &v)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * v).sum(),
         DType::F16 => row.chunks_exact(2).zip(x).map(|(b, &v)| f16_le([b[0], b[1]]) * v).sum(),
         DType::BF16 => row.chunks_exact(2).zip(x).map(|(b, &v)| bf16_le([b[0], b[1]]) * v).sum(),
-        DType::Q8_0 => {
+        DType::Q8_0 | DType::Q8_0x16 => {
             let blocks: &[BlockQ8_0] = bytemuck::cast_slice(row);
             blocks
                 .iter()
@@ -126,15 +127,23 @@ pub fn block_term(dw: [u8; 2], da: &[u8], isum: i32) -> f32 {
     f16_le(dw) * f32::from_le_bytes([da[0], da[1], da[2], da[3]]) * isum as f32
 }
 
+/// The exact integer dot product of a q8_0 block's weights with a q8 activation block.
+#[inline(always)]
+fn isum_q8_0(qs: &[i8], q: &[i8]) -> i32 {
+    qs.iter().zip(q).map(|(&w, &a)| w as i32 * a as i32).sum()
+}
+
 /// Reference q8_0 row . q8 activation: exact integer block sums, each scaled by
 /// `d_w * d_a`, summed as [`sum_blocks`] says.
 pub fn dot_q8_0(row: &[u8], act: &[u8], cols: usize) -> f32 {
     let blocks: &[BlockQ8_0] = bytemuck::cast_slice(row);
     let (qs, ds) = act_parts(act, cols);
-    sum_blocks(blocks.iter().zip(qs.chunks_exact(QK).zip(ds.chunks_exact(4))).map(|(b, (q, d))| {
-        let s: i32 = b.qs.iter().zip(q).map(|(&w, &a)| w as i32 * a as i32).sum();
-        block_term(b.d, d, s)
-    }))
+    sum_blocks(
+        blocks
+            .iter()
+            .zip(qs.chunks_exact(QK).zip(ds.chunks_exact(4)))
+            .map(|(b, (q, d))| block_term(b.d, d, isum_q8_0(&b.qs, q))),
+    )
 }
 
 /// The exact integer dot product of a q4_0 block with a q8 activation block, the block's
@@ -173,10 +182,21 @@ pub fn dot_q4_0x16(group: &[GroupQ4_0x16], r: usize, act: &[u8], cols: usize) ->
     }))
 }
 
-/// Decodes row `r` of one q4_0x16 row group into `out` (`[cols]`).
-pub fn dequant_q4_0x16(group: &[GroupQ4_0x16], r: usize, out: &mut [f32]) {
+/// Reference row `r` of one q8_0x16 row group (`[cols / 32]` blocks) . q8 activation:
+/// exactly [`dot_q8_0`] of that row.
+pub fn dot_q8_0x16(group: &[GroupQ8_0x16], r: usize, act: &[u8], cols: usize) -> f32 {
+    let (qs, ds) = act_parts(act, cols);
+    sum_blocks(group.iter().zip(qs.chunks_exact(QK).zip(ds.chunks_exact(4))).map(|(g, (q, d))| {
+        // Row r's 32 weights, 4 from each piece.
+        let row: [i8; QK] = core::array::from_fn(|i| g.qs[i / 4][r][i % 4]);
+        block_term(g.d[r], d, isum_q8_0(&row, q))
+    }))
+}
+
+/// Decodes row `r` of one row group of an interleaved dtype into `out` (`[cols]`).
+pub fn dequant_group<G: RowGroup>(group: &[G], r: usize, out: &mut [f32]) {
     for (g, o) in group.iter().zip(out.chunks_exact_mut(QK)) {
-        dequant_row(DType::Q4_0, bytemuck::bytes_of(&g.block(r)), o);
+        dequant_row(G::PLAIN, bytemuck::bytes_of(&g.block(r)), o);
     }
 }
 
@@ -199,7 +219,7 @@ pub fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
                 *o = bf16_le([b[0], b[1]]);
             }
         }
-        DType::Q8_0 => {
+        DType::Q8_0 | DType::Q8_0x16 => {
             let blocks: &[BlockQ8_0] = bytemuck::cast_slice(row);
             for (b, o) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
                 let d = f16_le(b.d);
@@ -412,6 +432,16 @@ impl GroupKernel for Q4_0x16 {
     }
 }
 
+/// Scalar q8_0x16 kernel: each row of the group as [`dot_q8_0x16`].
+pub(crate) struct Q8_0x16;
+
+impl GroupKernel for Q8_0x16 {
+    unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
+        let g: &[GroupQ8_0x16] = bytemuck::cast_slice(g);
+        core::array::from_fn(|t| core::array::from_fn(|r| dot_q8_0x16(g, r, a[t], cols)))
+    }
+}
+
 impl Kernels for Scalar {
     type F32 = Float<F32>;
     type F16 = Float<F16>;
@@ -419,6 +449,7 @@ impl Kernels for Scalar {
     type Q8_0 = Q8_0;
     type Q4_0 = Q4_0;
     type Q4_0x16 = Q4_0x16;
+    type Q8_0x16 = Q8_0x16;
 
     unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
         quantize_act(x, out)

@@ -31,6 +31,7 @@ impl Kernels for Neon {
     type Q8_0 = Quant<Q8, Mull>;
     type Q4_0 = Quant<Q4, Mull>;
     type Q4_0x16 = Q4x16<Mull>;
+    type Q8_0x16 = crate::kernels::scalar::Q8_0x16;
 
     unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
         // SAFETY: the caller guarantees NEON.
@@ -50,6 +51,7 @@ impl Kernels for NeonDot {
     type Q8_0 = Quant<Q8, SDot>;
     type Q4_0 = Quant<Q4, SDot>;
     type Q4_0x16 = Q4x16<SDot>;
+    type Q8_0x16 = crate::kernels::scalar::Q8_0x16;
 
     unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
         // SAFETY: the caller guarantees NEON.
@@ -660,8 +662,8 @@ unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
             DType::F32 => widen_row::<F32>(row, out),
             DType::F16 => widen_row::<F16>(row, out),
             DType::BF16 => widen_row::<BF16>(row, out),
-            DType::Q8_0 => blocks_row::<Q8>(row, out),
-            // A q4_0x16 row comes in its plain form (as `scalar::dequant_row`).
+            DType::Q8_0 | DType::Q8_0x16 => blocks_row::<Q8>(row, out),
+            // An interleaved row comes in its plain form (as `scalar::dequant_row`).
             DType::Q4_0 | DType::Q4_0x16 => blocks_row::<Q4>(row, out),
         }
     }

@@ -27,6 +27,7 @@ impl Kernels for Avx2 {
     type Q8_0 = Quant<Q8>;
     type Q4_0 = Quant<Q4>;
     type Q4_0x16 = Q4x16;
+    type Q8_0x16 = crate::kernels::scalar::Q8_0x16;
 
     unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
         // SAFETY: the caller guarantees AVX2/FMA/F16C.
@@ -715,7 +716,7 @@ pub(super) unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
             DType::F32 => widen_row::<F32>(row, out),
             DType::F16 => widen_row::<F16>(row, out),
             DType::BF16 => widen_row::<BF16>(row, out),
-            DType::Q8_0 => blocks_row::<Q8>(row, out),
+            DType::Q8_0 | DType::Q8_0x16 => blocks_row::<Q8>(row, out),
             DType::Q4_0 | DType::Q4_0x16 => blocks_row::<Q4>(row, out),
         }
     }

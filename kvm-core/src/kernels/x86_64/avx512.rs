@@ -13,7 +13,7 @@ use core::marker::PhantomData;
 use super::avx2::{self, quant_tile, Blocks32, GroupSums, Q4, Q8};
 use super::{prefetch, prefetch_ahead};
 use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32, I8};
-use crate::quant::{DType, GroupQ4_0x16, QK, X16};
+use crate::quant::{DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
 
 /// The AVX-512 tier.
 pub(crate) struct Avx512;
@@ -24,7 +24,8 @@ impl Kernels for Avx512 {
     type BF16 = Float<BF16>;
     type Q8_0 = Quant<Q8>;
     type Q4_0 = Quant<Q4>;
-    type Q4_0x16 = Q4x16;
+    type Q4_0x16 = Interleaved<Q4>;
+    type Q8_0x16 = Interleaved<Q8>;
 
     unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
         // SAFETY: this tier includes the AVX2 one.
@@ -261,12 +262,64 @@ impl<B: Blocks32> Kernel for Quant<B> {
     }
 }
 
-/// q4_0x16 groups: one lane per row, so a block's 16 exact row sums come out of 8
-/// `vpdpbusd`s with no folding, and the canonical sum's 8 accumulators are 8 vectors
-/// (accumulator `b % 8` of all 16 rows), summed in the scalar tree at the end.
-pub(crate) struct Q4x16;
+/// The blocks of an interleaved dtype as [`Interleaved`] reads them.
+pub(crate) trait X16Blocks {
+    /// Bytes of one group block (16 scales, then the quant bytes).
+    const GROUP_BYTES: usize;
+    /// What [`X16Blocks::load`] adds to every weight to make it unsigned.
+    const BIAS: u8;
 
-impl GroupKernel for Q4x16 {
+    /// The quant bytes of one group block at `q`, biased to unsigned, as 8 vectors:
+    /// lane `r` of vector `k` holds row `r`'s weights `4k..4k + 4`.
+    ///
+    /// # Safety
+    /// The tier's features are enabled in the caller; `q` points at the block's quant bytes.
+    unsafe fn load(q: *const u8) -> [__m512i; 8];
+}
+
+impl X16Blocks for Q4 {
+    const GROUP_BYTES: usize = core::mem::size_of::<GroupQ4_0x16>();
+    const BIAS: u8 = 8;
+
+    #[inline(always)]
+    unsafe fn load(q: *const u8) -> [__m512i; 8] {
+        // SAFETY: 4 pieces of 64 bytes; the caller enables the features.
+        unsafe {
+            let m = _mm512_set1_epi8(15);
+            // Byte k of each row's piece v: weight 4v + k (low nibble), 16 + 4v + k (high).
+            let mut w = [_mm512_setzero_si512(); 8];
+            for v in 0..4 {
+                let x = _mm512_loadu_si512(q.add(64 * v).cast());
+                w[v] = _mm512_and_si512(x, m);
+                w[4 + v] = _mm512_and_si512(_mm512_srli_epi16::<4>(x), m);
+            }
+            w
+        }
+    }
+}
+
+impl X16Blocks for Q8 {
+    const GROUP_BYTES: usize = core::mem::size_of::<GroupQ8_0x16>();
+    const BIAS: u8 = 128;
+
+    #[inline(always)]
+    unsafe fn load(q: *const u8) -> [__m512i; 8] {
+        // SAFETY: 8 pieces of 64 bytes; the caller enables the features. Flipping the top
+        // bit adds 128 to an i8 read as u8.
+        unsafe {
+            core::array::from_fn(|v| {
+                _mm512_xor_si512(_mm512_loadu_si512(q.add(64 * v).cast()), _mm512_set1_epi8(i8::MIN))
+            })
+        }
+    }
+}
+
+/// q4_0x16 and q8_0x16 groups: one lane per row, so a block's 16 exact row sums come out
+/// of 8 `vpdpbusd`s with no folding, and the canonical sum's 8 accumulators are 8 vectors
+/// (accumulator `b % 8` of all 16 rows), summed in the scalar tree at the end.
+pub(crate) struct Interleaved<B>(PhantomData<B>);
+
+impl<B: X16Blocks> GroupKernel for Interleaved<B> {
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
         let mut out = [[0.0; X16]; T];
@@ -276,10 +329,10 @@ impl GroupKernel for Q4x16 {
         while t < T {
             // SAFETY: forwarded.
             if t + 1 < T {
-                [out[t], out[t + 1]] = unsafe { q4x16_tokens::<2>(g, [a[t], a[t + 1]], cols) };
+                [out[t], out[t + 1]] = unsafe { x16_tokens::<B, 2>(g, [a[t], a[t + 1]], cols) };
                 t += 2;
             } else {
-                [out[t]] = unsafe { q4x16_tokens::<1>(g, [a[t]], cols) };
+                [out[t]] = unsafe { x16_tokens::<B, 1>(g, [a[t]], cols) };
                 t += 1;
             }
         }
@@ -287,37 +340,29 @@ impl GroupKernel for Q4x16 {
     }
 }
 
-/// [`Q4x16`] for `T` tokens.
+/// [`Interleaved`] for `T` tokens.
 ///
 /// # Safety
 /// As [`GroupKernel::group`], with this tier's features enabled in the caller.
 #[inline(always)]
-unsafe fn q4x16_tokens<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
+unsafe fn x16_tokens<B: X16Blocks, const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
     let nb = cols / QK;
-    let gb = core::mem::size_of::<GroupQ4_0x16>();
+    let gb = B::GROUP_BYTES;
     debug_assert_eq!(g.len(), nb * gb);
     // SAFETY: `g` holds `nb` blocks of the group and each `a[t]` a whole activation
     // (`cols` values, then `nb` f32 scales); the features are enabled in the caller.
     unsafe {
-        let (m, eight) = (_mm512_set1_epi8(15), _mm256_set1_epi8(8));
+        let bias = _mm256_set1_epi8(B::BIAS as i8);
         let mut acc = [[_mm512_setzero_ps(); 8]; T];
         for b in 0..nb {
             let wb = g.as_ptr().add(b * gb);
             prefetch_ahead(wb, gb);
             let dw = _mm512_cvtph_ps(_mm256_loadu_si256(wb.cast()));
-            let q = wb.add(2 * X16);
-            // Byte k of each row's piece v: weight 4v + k (low nibble), 16 + 4v + k (high).
-            let mut lo = [_mm512_setzero_si512(); 4];
-            let mut hi = [_mm512_setzero_si512(); 4];
-            for v in 0..4 {
-                let x = _mm512_loadu_si512(q.add(64 * v).cast());
-                lo[v] = _mm512_and_si512(x, m);
-                hi[v] = _mm512_and_si512(_mm512_srli_epi16::<4>(x), m);
-            }
+            let w = B::load(wb.add(2 * X16));
             for t in 0..T {
                 let pa = a[t].as_ptr().add(b * QK);
-                // The nibbles are the weights plus 8: start at -8 * sum(a).
-                let c = _mm256_dpbusd_epi32(_mm256_setzero_si256(), eight, _mm256_loadu_si256(pa.cast()));
+                // The weights are biased: start at -BIAS * sum(a).
+                let c = _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, _mm256_loadu_si256(pa.cast()));
                 let c = _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256::<1>(c));
                 let c = _mm_add_epi32(c, _mm_shuffle_epi32::<0b0100_1110>(c));
                 let c = _mm_add_epi32(c, _mm_shuffle_epi32::<0b1011_0001>(c));
@@ -326,8 +371,8 @@ unsafe fn q4x16_tokens<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> 
                 let mut s0 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_broadcastd_epi32(c));
                 let mut s1 = _mm512_setzero_si512();
                 for v in 0..4 {
-                    s0 = _mm512_dpbusd_epi32(s0, lo[v], quad(v));
-                    s1 = _mm512_dpbusd_epi32(s1, hi[v], quad(4 + v));
+                    s0 = _mm512_dpbusd_epi32(s0, w[v], quad(v));
+                    s1 = _mm512_dpbusd_epi32(s1, w[4 + v], quad(4 + v));
                 }
                 let da = _mm512_set1_ps(a[t].as_ptr().add(cols + 4 * b).cast::<f32>().read_unaligned());
                 let term = _mm512_mul_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)));
