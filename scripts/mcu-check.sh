@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs the kvm firmware (examples/mcu) on both QEMU boards and checks its text.
 #
-# usage: scripts/mcu-check.sh [--no-host] [--dtype D [--cache C] | MODEL]
+# usage: scripts/mcu-check.sh [--no-host] [--dtype D [--cache C] [--no-repack] | MODEL]
 #
 # MODEL defaults to the bundled models/tiny-kjv-q8_0.kvm; --dtype converts models/tiny-kjv
-# with kvm-export first (--cache f16: sessions store attention rows as f16). Checks:
+# with kvm-export first (--cache f16: sessions store attention rows as f16; --no-repack:
+# q8_0/q4_0 matrices row-major instead of interleaved). Checks:
 # - the text of an386 and an505 is identical;
 # - it equals the reference implementation's greedy continuation
 #   (models/tiny-kjv/reference/greedy.json) when the weights are exact (--dtype f32, f16
@@ -24,6 +25,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 run="$root/examples/mcu/run-qemu.sh"
 dtype=""
 cache=f32
+repack=()
 model=""
 host=1
 while [[ $# -gt 0 ]]; do
@@ -31,6 +33,7 @@ while [[ $# -gt 0 ]]; do
         --dtype) dtype="${2:?--dtype needs a value}"; shift 2 ;;
         --cache) cache="${2:?--cache needs a value}"; shift 2 ;;
         --no-host) host=0; shift ;;
+        --no-repack) repack=(--no-repack); shift ;;
         *) model="$1"; shift ;;
     esac
 done
@@ -38,10 +41,10 @@ done
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 if [[ -n "$dtype" ]]; then
-    model="$root/examples/mcu/target/tiny-kjv-$dtype-$cache-cache.kvm"
+    model="$root/examples/mcu/target/tiny-kjv-$dtype-$cache-cache${repack:+-plain}.kvm"
     mkdir -p "$(dirname "$model")"
     (cd "$root" && cargo run --quiet --release -p kvm-export -- \
-        convert models/tiny-kjv -o "$model" --dtype "$dtype" --cache "$cache" --quiet)
+        convert models/tiny-kjv -o "$model" --dtype "$dtype" --cache "$cache" "${repack[@]}" --quiet)
 fi
 model="${model:-$root/models/tiny-kjv-q8_0.kvm}"
 

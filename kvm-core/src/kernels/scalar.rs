@@ -188,8 +188,8 @@ pub fn dot_q8_0x16(group: &[GroupQ8_0x16], r: usize, act: &[u8], cols: usize) ->
     let (qs, ds) = act_parts(act, cols);
     sum_blocks(group.iter().zip(qs.chunks_exact(QK).zip(ds.chunks_exact(4))).map(|(g, (q, d))| {
         // Row r's 32 weights, 4 from each piece.
-        let row: [i8; QK] = core::array::from_fn(|i| g.qs[i / 4][r][i % 4]);
-        block_term(g.d[r], d, isum_q8_0(&row, q))
+        let isum = g.qs.iter().zip(q.chunks_exact(4)).map(|(piece, q)| isum_q8_0(&piece[r], q)).sum();
+        block_term(g.d[r], d, isum)
     }))
 }
 
