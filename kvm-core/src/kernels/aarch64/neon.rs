@@ -5,10 +5,11 @@
 //! widens with `fcvtl`, written as inline assembly because the f16 vector intrinsics need a
 //! newer compiler than the crate's MSRV. Integer formats take `i8 x i8` products of a whole
 //! block: `smull` + `smlal2` pairs (at most 2 * 128 * 127, which fits i16) widened into
-//! i32 lanes, or four `sdot`-accumulated byte quads per lane. q4_0x16 groups hold 4 rows
-//! of 4 bytes in a vector, so the activation quad they meet is one lane: `sdot` by element,
-//! or that quad broadcast for the widening multiplies ([`Q4x16`]). The two tiers share
-//! everything but that one step, and give the scalar tier's bits (see [`Quant`]).
+//! i32 lanes, or four `sdot`-accumulated byte quads per lane. q4_0x16 and q8_0x16 groups
+//! hold 4 rows of 4 bytes in a vector, so the activation quad they meet is one lane: `sdot`
+//! by element, or that quad broadcast for the widening multiplies ([`Interleaved`]). The two
+//! tiers share everything but that one step, and give the scalar tier's bits (see
+//! [`Quant`]).
 
 use core::arch::aarch64::*;
 use core::arch::asm;
@@ -17,7 +18,7 @@ use core::marker::PhantomData;
 use half::f16;
 
 use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32, I8};
-use crate::quant::{DType, GroupQ4_0x16, QK, X16};
+use crate::quant::{DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
 
 /// The NEON tier.
 pub(crate) struct Neon;
@@ -30,8 +31,8 @@ impl Kernels for Neon {
     type BF16 = Float<BF16>;
     type Q8_0 = Quant<Q8, Mull>;
     type Q4_0 = Quant<Q4, Mull>;
-    type Q4_0x16 = Q4x16<Mull>;
-    type Q8_0x16 = crate::kernels::scalar::Q8_0x16;
+    type Q4_0x16 = Interleaved<Q4, Mull>;
+    type Q8_0x16 = Interleaved<Q8, Mull>;
 
     unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
         // SAFETY: the caller guarantees NEON.
@@ -50,8 +51,8 @@ impl Kernels for NeonDot {
     type BF16 = Float<BF16>;
     type Q8_0 = Quant<Q8, SDot>;
     type Q4_0 = Quant<Q4, SDot>;
-    type Q4_0x16 = Q4x16<SDot>;
-    type Q8_0x16 = crate::kernels::scalar::Q8_0x16;
+    type Q4_0x16 = Interleaved<Q4, SDot>;
+    type Q8_0x16 = Interleaved<Q8, SDot>;
 
     unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
         // SAFETY: the caller guarantees NEON.
@@ -436,80 +437,167 @@ unsafe fn pair<B: Blocks32, D: Dot32, const R: usize, const T: usize>(
     }
 }
 
-/// The exact i32 dot products of 4 rows of a q4_0x16 block with an activation block: the
-/// step [`Q4x16`] takes per vector of rows.
+/// The blocks of an interleaved dtype as [`Interleaved`] reads them: after a group block's
+/// 16 scales, pieces of 64 bytes, each the same 4 bytes of all 16 rows, so 16 bytes of a
+/// piece are 4 bytes of each of 4 rows.
+pub(crate) trait X16Blocks {
+    /// Bytes of one group block (16 scales, then the quant bytes).
+    const GROUP_BYTES: usize;
+    /// What [`X16Blocks::load4rows`] adds to every weight (q4_0's nibbles are the weights
+    /// plus 8).
+    const BIAS: i32;
+    /// How many products of a loaded weight and an activation byte (in `-127..=127`) one
+    /// i16 lane sums exactly, at least 2: how far the widening multiplies sum in i16.
+    const I16_PRODUCTS: usize;
+
+    /// Row quad `j` of a group block (`q`: `16 j` bytes past its scales), as signed bytes
+    /// plus [`X16Blocks::BIAS`]: bytes `4r..4r + 4` of vector `v` are row `4j + r`'s weights
+    /// `4v..4v + 4`, so vector `v` meets quad `v % 4` of the activation block's vector
+    /// `v / 4`.
+    ///
+    /// # Safety
+    /// NEON is enabled in the caller; `q` points into a whole group block as above.
+    unsafe fn load4rows(q: *const u8) -> [int8x16_t; 8];
+}
+
+impl X16Blocks for Q4 {
+    const GROUP_BYTES: usize = core::mem::size_of::<GroupQ4_0x16>();
+    const BIAS: i32 = 8;
+    // Products of at most 15 * 127: 16 make 30480.
+    const I16_PRODUCTS: usize = 16;
+
+    #[inline(always)]
+    unsafe fn load4rows(q: *const u8) -> [int8x16_t; 8] {
+        // SAFETY: 4 pieces of 64 bytes from the block's quant bytes; NEON is enabled in the
+        // caller.
+        unsafe {
+            let mut w = [vdupq_n_s8(0); 8];
+            for v in 0..4 {
+                // Piece `v` holds weights `4v..4v + 4` (low nibbles) and `16 + 4v..` (high).
+                [w[v], w[4 + v]] = nibbles(vld1q_u8(q.add(64 * v)));
+            }
+            w
+        }
+    }
+}
+
+impl X16Blocks for Q8 {
+    const GROUP_BYTES: usize = core::mem::size_of::<GroupQ8_0x16>();
+    const BIAS: i32 = 0;
+    // Products of at most 128 * 127: 2 make 32512, 3 could overflow.
+    const I16_PRODUCTS: usize = 2;
+
+    #[inline(always)]
+    unsafe fn load4rows(q: *const u8) -> [int8x16_t; 8] {
+        // SAFETY: 8 pieces of 64 bytes from the block's quant bytes; NEON is enabled in the
+        // caller. Piece `v` holds weights `4v..4v + 4`.
+        core::array::from_fn(|v| unsafe { vld1q_s8(q.add(64 * v).cast()) })
+    }
+}
+
+/// The exact i32 dot products of 4 rows of an interleaved block with an activation block:
+/// the step [`Interleaved`] takes per vector of rows.
 pub(crate) trait Dot4Rows {
-    /// `acc + [nibbles of row r . a]` for `r` in `0..4`: bytes `4r..4r + 4` of `lo[v]` and
-    /// of `hi[v]` are row `r`'s nibbles (in `0..16`) for weights `4v..4v + 4` and
-    /// `16 + 4v..16 + 4v + 4`, so they meet quad `v` of `a[0]` and quad `v` of `a[1]`.
+    /// `acc + [w of row r . a]` for `r` in `0..4`, `w` as [`X16Blocks::load4rows`] gives
+    /// it for `B` (with its bias).
     ///
     /// # Safety
     /// As [`Dot32::dot32`].
-    unsafe fn dot4rows(acc: int32x4_t, lo: [int8x16_t; 4], hi: [int8x16_t; 4], a: [int8x16_t; 2]) -> int32x4_t;
+    unsafe fn dot4rows<B: X16Blocks>(acc: int32x4_t, w: [int8x16_t; 8], a: [int8x16_t; 2]) -> int32x4_t;
 }
 
-/// Each of the 4 byte quads of `a` (`a.s[k]`), repeated across a vector.
+/// The activation quad each of [`X16Blocks::load4rows`]' vectors meets (`v`: quad `v % 4`
+/// of `a[v / 4]`), repeated across a vector.
 #[inline]
 #[target_feature(enable = "neon")]
-fn quads(a: int8x16_t) -> [int8x16_t; 4] {
-    let a = vreinterpretq_s32_s8(a);
+fn quads(a: [int8x16_t; 2]) -> [int8x16_t; 8] {
+    let (a0, a1) = (vreinterpretq_s32_s8(a[0]), vreinterpretq_s32_s8(a[1]));
     [
-        vreinterpretq_s8_s32(vdupq_laneq_s32::<0>(a)),
-        vreinterpretq_s8_s32(vdupq_laneq_s32::<1>(a)),
-        vreinterpretq_s8_s32(vdupq_laneq_s32::<2>(a)),
-        vreinterpretq_s8_s32(vdupq_laneq_s32::<3>(a)),
+        vreinterpretq_s8_s32(vdupq_laneq_s32::<0>(a0)),
+        vreinterpretq_s8_s32(vdupq_laneq_s32::<1>(a0)),
+        vreinterpretq_s8_s32(vdupq_laneq_s32::<2>(a0)),
+        vreinterpretq_s8_s32(vdupq_laneq_s32::<3>(a0)),
+        vreinterpretq_s8_s32(vdupq_laneq_s32::<0>(a1)),
+        vreinterpretq_s8_s32(vdupq_laneq_s32::<1>(a1)),
+        vreinterpretq_s8_s32(vdupq_laneq_s32::<2>(a1)),
+        vreinterpretq_s8_s32(vdupq_laneq_s32::<3>(a1)),
     ]
+}
+
+/// The products of vectors `vs` of `w` (as [`X16Blocks::load4rows`] gives them) with the
+/// quads of `x` (as [`quads`]) that they meet, summed lane by lane in i16 (the caller keeps
+/// `vs` short enough to be exact): rows 0 and 1 (the low halves), then rows 2 and 3, 4 lanes
+/// a row.
+///
+/// # Safety
+/// NEON is enabled in the caller; `vs` is a non-empty range in `0..8`.
+#[inline(always)]
+unsafe fn mull_chain(w: &[int8x16_t; 8], x: &[int8x16_t; 8], vs: core::ops::Range<usize>) -> [int16x8_t; 2] {
+    // SAFETY: NEON is present.
+    unsafe {
+        let v0 = vs.start;
+        let mut l = vmull_s8(vget_low_s8(w[v0]), vget_low_s8(x[v0]));
+        let mut h = vmull_high_s8(w[v0], x[v0]);
+        for v in v0 + 1..vs.end {
+            l = vmlal_s8(l, vget_low_s8(w[v]), vget_low_s8(x[v]));
+            h = vmlal_high_s8(h, w[v], x[v]);
+        }
+        [l, h]
+    }
 }
 
 impl Dot4Rows for Mull {
     #[inline(always)]
-    unsafe fn dot4rows(acc: int32x4_t, lo: [int8x16_t; 4], hi: [int8x16_t; 4], a: [int8x16_t; 2]) -> int32x4_t {
+    unsafe fn dot4rows<B: X16Blocks>(acc: int32x4_t, w: [int8x16_t; 8], a: [int8x16_t; 2]) -> int32x4_t {
         // SAFETY: NEON is present.
         unsafe {
-            let (qa, qb) = (quads(a[0]), quads(a[1]));
-            // `l` holds rows 0 and 1 (the low halves), `h` rows 2 and 3, 4 lanes a row;
-            // each lane sums 8 products of at most 15 * 128 in magnitude.
-            let mut l = vmull_s8(vget_low_s8(lo[0]), vget_low_s8(qa[0]));
-            let mut h = vmull_high_s8(lo[0], qa[0]);
-            for v in 1..4 {
-                l = vmlal_s8(l, vget_low_s8(lo[v]), vget_low_s8(qa[v]));
-                h = vmlal_high_s8(h, lo[v], qa[v]);
+            let x = quads(a);
+            if B::I16_PRODUCTS >= 16 {
+                // A lane's 8 products in one chain, then a row's lanes pairwise (16
+                // products, still i16), then one i32 lane.
+                let [l, h] = mull_chain(&w, &x, 0..8);
+                vpadalq_s16(acc, vpaddq_s16(l, h))
+            } else {
+                // Chains of 2, each widened pairwise into i32: rows 0 and 1 in `lo`, 2 and 3
+                // in `hi`, 2 lanes a row.
+                let (mut lo, mut hi) = (vdupq_n_s32(0), vdupq_n_s32(0));
+                for c in 0..4 {
+                    let [l, h] = mull_chain(&w, &x, 2 * c..2 * c + 2);
+                    lo = vpadalq_s16(lo, l);
+                    hi = vpadalq_s16(hi, h);
+                }
+                // `[row 0, row 1, row 2, row 3]`.
+                vaddq_s32(acc, vpaddq_s32(lo, hi))
             }
-            for v in 0..4 {
-                l = vmlal_s8(l, vget_low_s8(hi[v]), vget_low_s8(qb[v]));
-                h = vmlal_high_s8(h, hi[v], qb[v]);
-            }
-            // Two lanes a row (16 products: at most 30720, still i16), then one i32 lane.
-            vpadalq_s16(acc, vpaddq_s16(l, h))
         }
     }
 }
 
 impl Dot4Rows for SDot {
     #[inline(always)]
-    unsafe fn dot4rows(acc: int32x4_t, lo: [int8x16_t; 4], hi: [int8x16_t; 4], a: [int8x16_t; 2]) -> int32x4_t {
+    unsafe fn dot4rows<B: X16Blocks>(acc: int32x4_t, w: [int8x16_t; 8], a: [int8x16_t; 2]) -> int32x4_t {
         let mut acc = acc;
         // SAFETY: register-only; the caller enables `dotprod` (as in `dot32`). `sdot` by
-        // element takes one quad of `a` for every lane.
+        // element takes one quad of `a` for every lane, and sums in i32 (any `B`).
         unsafe {
             asm!(
-                "sdot {acc:v}.4s, {l0:v}.16b, {a0:v}.4b[0]",
-                "sdot {acc:v}.4s, {l1:v}.16b, {a0:v}.4b[1]",
-                "sdot {acc:v}.4s, {l2:v}.16b, {a0:v}.4b[2]",
-                "sdot {acc:v}.4s, {l3:v}.16b, {a0:v}.4b[3]",
-                "sdot {acc:v}.4s, {h0:v}.16b, {a1:v}.4b[0]",
-                "sdot {acc:v}.4s, {h1:v}.16b, {a1:v}.4b[1]",
-                "sdot {acc:v}.4s, {h2:v}.16b, {a1:v}.4b[2]",
-                "sdot {acc:v}.4s, {h3:v}.16b, {a1:v}.4b[3]",
+                "sdot {acc:v}.4s, {w0:v}.16b, {a0:v}.4b[0]",
+                "sdot {acc:v}.4s, {w1:v}.16b, {a0:v}.4b[1]",
+                "sdot {acc:v}.4s, {w2:v}.16b, {a0:v}.4b[2]",
+                "sdot {acc:v}.4s, {w3:v}.16b, {a0:v}.4b[3]",
+                "sdot {acc:v}.4s, {w4:v}.16b, {a1:v}.4b[0]",
+                "sdot {acc:v}.4s, {w5:v}.16b, {a1:v}.4b[1]",
+                "sdot {acc:v}.4s, {w6:v}.16b, {a1:v}.4b[2]",
+                "sdot {acc:v}.4s, {w7:v}.16b, {a1:v}.4b[3]",
                 acc = inout(vreg) acc,
-                l0 = in(vreg) lo[0],
-                l1 = in(vreg) lo[1],
-                l2 = in(vreg) lo[2],
-                l3 = in(vreg) lo[3],
-                h0 = in(vreg) hi[0],
-                h1 = in(vreg) hi[1],
-                h2 = in(vreg) hi[2],
-                h3 = in(vreg) hi[3],
+                w0 = in(vreg) w[0],
+                w1 = in(vreg) w[1],
+                w2 = in(vreg) w[2],
+                w3 = in(vreg) w[3],
+                w4 = in(vreg) w[4],
+                w5 = in(vreg) w[5],
+                w6 = in(vreg) w[6],
+                w7 = in(vreg) w[7],
                 a0 = in(vreg) a[0],
                 a1 = in(vreg) a[1],
                 options(pure, nomem, nostack),
@@ -519,46 +607,51 @@ impl Dot4Rows for SDot {
     }
 }
 
-/// q4_0x16 groups: 4 rows a vector, so a block's exact sums for the 16 rows come out as 4
-/// vectors with no folding, and accumulator `b % 8` of the canonical sum
+/// q4_0x16 and q8_0x16 groups: 4 rows a vector, so a block's exact sums for the 16 rows
+/// come out as 4 vectors with no folding, and accumulator `b % 8` of the canonical sum
 /// ([`scalar::sum_blocks`]) of 4 rows is one f32x4. A token's 8 x 4 accumulators would fill
 /// the register file, so they stay in memory: each block's terms are made in registers,
-/// 4 rows at a time with the nibbles decoded once for every token in flight (all `T` with
-/// `sdot`, one with the widening multiplies), and added in with one load and one store each.
-pub(crate) struct Q4x16<D>(PhantomData<D>);
+/// 4 rows at a time with the weights loaded (for q4, decoded) once for every token in
+/// flight (all `T` with `sdot`, one with the widening multiplies), and added in with one
+/// load and one store each.
+pub(crate) struct Interleaved<B, D>(PhantomData<(B, D)>);
 
-impl GroupKernel for Q4x16<Mull> {
+impl<B: X16Blocks> GroupKernel for Interleaved<B, Mull> {
     #[target_feature(enable = "neon")]
     unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
-        // One token at a time: the nibbles cost little next to the 64 multiplies a token
-        // makes of them, and with several tokens the compiler hoists the activations'
-        // widening out of the multiplies (and spills it), which costs more.
+        // One token at a time: loading (and decoding) the weights costs little next to the
+        // 64 multiplies a token makes of them, and with several tokens the compiler hoists
+        // the activations' widening out of the multiplies (and spills it), which costs more.
         let mut out = [[0.0; X16]; T];
         for (o, a) in out.iter_mut().zip(a) {
             // SAFETY: forwarded; NEON is enabled here.
-            [*o] = unsafe { q4x16_group::<Mull, 1>(g, [a], cols) };
+            [*o] = unsafe { x16_group::<B, Mull, 1>(g, [a], cols) };
         }
         out
     }
 }
 
-impl GroupKernel for Q4x16<SDot> {
+impl<B: X16Blocks> GroupKernel for Interleaved<B, SDot> {
     #[target_feature(enable = "neon,dotprod")]
     unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
         // SAFETY: forwarded; NEON and dotprod are enabled here.
-        unsafe { q4x16_group::<SDot, T>(g, a, cols) }
+        unsafe { x16_group::<B, SDot, T>(g, a, cols) }
     }
 }
 
-/// The body of both [`Q4x16`] kernels, inlined into each so that `D::dot4rows` compiles
-/// with its tier's features.
+/// The body of the [`Interleaved`] kernels, inlined into each so that `D::dot4rows`
+/// compiles with its tier's features.
 ///
 /// # Safety
 /// As [`GroupKernel::group`], with `D`'s features enabled in the caller.
 #[inline(always)]
-unsafe fn q4x16_group<D: Dot4Rows, const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
+unsafe fn x16_group<B: X16Blocks, D: Dot4Rows, const T: usize>(
+    g: &[u8],
+    a: [&[u8]; T],
+    cols: usize,
+) -> [[f32; X16]; T] {
     let nb = cols / QK;
-    let gb = core::mem::size_of::<GroupQ4_0x16>();
+    let gb = B::GROUP_BYTES;
     debug_assert_eq!(g.len(), nb * gb);
     // SAFETY: NEON is present; `g` holds the group's `nb` blocks and each `a[t]` a whole
     // activation (`cols` values, then `nb` f32 scales).
@@ -581,23 +674,22 @@ unsafe fn q4x16_group<D: Dot4Rows, const T: usize>(g: &[u8], a: [&[u8]; T], cols
             for t in 0..T {
                 let p = a[t].as_ptr().add(b * QK);
                 x[t] = [vld1q_s8(p.cast()), vld1q_s8(p.add(16).cast())];
-                // The nibbles are the weights plus 8: every row's sum starts at -8 * sum(a)
-                // (each half's sum at most 16 * 128 in magnitude, as i16).
-                let s = i32::from(vaddlvq_s8(x[t][0])) + i32::from(vaddlvq_s8(x[t][1]));
-                base[t] = vdupq_n_s32(-8 * s);
+                if B::BIAS != 0 {
+                    // The loaded weights are the true ones plus the bias: every row's sum
+                    // starts at -bias * sum(a) (each half's sum at most 16 * 128 in
+                    // magnitude, as i16).
+                    let s = i32::from(vaddlvq_s8(x[t][0])) + i32::from(vaddlvq_s8(x[t][1]));
+                    base[t] = vdupq_n_s32(-B::BIAS * s);
+                }
                 da[t] = f32::from_le_bytes(a[t].as_ptr().add(cols + 4 * b).cast::<[u8; 4]>().read());
             }
             let k = b % scalar::LANES;
             // Row quad `j` of piece `v` is the 16 bytes at `64 v + 16 j` after the scales.
             let q = wb.add(2 * X16);
             for j in 0..4 {
-                let mut lo = [vdupq_n_s8(0); 4];
-                let mut hi = [vdupq_n_s8(0); 4];
-                for v in 0..4 {
-                    [lo[v], hi[v]] = nibbles(vld1q_u8(q.add(64 * v + 16 * j)));
-                }
+                let w = B::load4rows(q.add(16 * j));
                 for t in 0..T {
-                    let isum = D::dot4rows(base[t], lo, hi, x[t]);
+                    let isum = D::dot4rows::<B>(base[t], w, x[t]);
                     // `(d_w * d_a) * isum`, two multiplies (no FMA), as `scalar::block_term`.
                     let term = vmulq_f32(vmulq_n_f32(dw[j], da[t]), vcvtq_f32_s32(isum));
                     acc[t][k][j] = vaddq_f32(acc[t][k][j], term);
