@@ -5,8 +5,8 @@
 //! `w * a` is computed as `|w| * (a * sign(w))`. A weight of -128 stays exact (its
 //! magnitude is read unsigned) and the activation quantizer never emits -128, so the
 //! integer block sums equal the scalar ones bit for bit.
-//! Row-interleaved q4_0x16 groups ([`Q4x16`]) put one row in each i32 lane instead, so
-//! their block sums need no folding.
+//! Row-interleaved q4_0x16 and q8_0x16 groups ([`Interleaved`]) put one row in each i32
+//! lane instead, so their block sums need no folding.
 
 use core::arch::x86_64::*;
 use core::marker::PhantomData;
@@ -15,7 +15,7 @@ use half::f16;
 
 use super::prefetch_ahead;
 use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32, I8};
-use crate::quant::{DType, GroupQ4_0x16, QK, X16};
+use crate::quant::{DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
 
 /// The AVX2 tier.
 pub(crate) struct Avx2;
@@ -26,8 +26,8 @@ impl Kernels for Avx2 {
     type BF16 = Float<BF16>;
     type Q8_0 = Quant<Q8>;
     type Q4_0 = Quant<Q4>;
-    type Q4_0x16 = Q4x16;
-    type Q8_0x16 = crate::kernels::scalar::Q8_0x16;
+    type Q4_0x16 = Interleaved<Q4>;
+    type Q8_0x16 = Interleaved<Q8>;
 
     unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
         // SAFETY: the caller guarantees AVX2/FMA/F16C.
@@ -532,42 +532,178 @@ impl<B: Blocks32> Kernel for Quant<B> {
     }
 }
 
-/// q4_0x16 groups: one i32 lane per row, so a vector holds 8 rows (half a group) and a
-/// block's 8 exact row sums need no folding; the canonical sum's 8 accumulators are 8
-/// vectors per half (accumulator `b % 8` of its 8 rows), summed in the scalar tree at the
-/// end.
+/// q4_0x16 and q8_0x16 groups: one i32 lane per row, so a vector holds 8 rows (half a
+/// group) and a block's 8 exact row sums need no folding ([`X16Half::row_sums`]); the
+/// canonical sum's 8 accumulators are 8 vectors per half (accumulator `b % 8` of its 8
+/// rows), summed in the scalar tree at the end.
 ///
+/// Both halves of a block share the activation's quads, prep and scale, so one pass does
+/// both and the accumulators (16 per token) live in memory: 16 registers cannot hold them
+/// and a block's working set, and each is touched only once per 8 blocks.
+pub(crate) struct Interleaved<B>(PhantomData<B>);
+
+/// An interleaved dtype as [`Interleaved`] reads it: half a group block at a time, piece
+/// `v` of the half (`[8 rows][4 bytes]`, 32 of its 64 bytes) one vector with a row in each
+/// i32 lane.
+pub(crate) trait X16Half {
+    /// Bytes of one group block (16 scales, then the quant bytes).
+    const GROUP_BYTES: usize;
+    /// A half block's weights, decoded once for all the tokens of a pass.
+    type Weights;
+    /// What an activation block brings to every row's sums, found once per block and token.
+    type Prep: Copy;
+
+    /// The prep of the activation block at `pa`.
+    ///
+    /// # Safety
+    /// AVX2 is enabled in the (inlining) caller; `pa` points at 32 readable bytes.
+    unsafe fn prep(pa: *const u8) -> Self::Prep;
+
+    /// The weights of the half whose piece 0 is at `q` (the others follow 64 bytes apart).
+    ///
+    /// # Safety
+    /// As [`X16Half::prep`]; `q` points into a whole group block.
+    unsafe fn weights(q: *const u8) -> Self::Weights;
+
+    /// `[8]` i32: each row's exact block sum `sum w * a` against the activation block at
+    /// `pa`.
+    ///
+    /// # Safety
+    /// As [`X16Half::prep`]; `w` and `prep` come from the two above.
+    unsafe fn row_sums(w: &Self::Weights, pa: *const u8, prep: Self::Prep) -> __m256i;
+}
+
+/// Activations `4k..4k + 4` of the block at `pa` in every i32 lane (every row's lane).
+///
+/// # Safety
+/// AVX is enabled in the (inlining) caller; `pa` points at 32 readable bytes, `k < 8`.
+#[inline(always)]
+unsafe fn act_quad(pa: *const u8, k: usize) -> __m256i {
+    // SAFETY: bytes `4k..4k + 4` are readable.
+    unsafe { _mm256_set1_epi32(pa.add(4 * k).cast::<i32>().read_unaligned()) }
+}
+
 /// `maddubs` takes the biased nibbles (unsigned, 0..=15) as they are: a pair sum is at
 /// most `2 * 15 * 128` and the 8 of an i16 lane (one per activation quad) at most `30720`,
 /// so they add up exactly in i16. Taking off `8 * a` for the lane's 16 weights (at most
 /// `16 * 8 * 128 = 16384`, [`bias16`]) leaves its exact `sum (w - 8) * a`, at most
 /// `16 * 8 * 128` too, and one `madd` joins a row's two lanes into its block sum.
-///
-/// Both halves of a block share the activation's quads, bias and scale, so one pass does
-/// both and the accumulators (16 per token) live in memory: 16 registers cannot hold them
-/// and a block's working set, and each is touched only once per 8 blocks.
-pub(crate) struct Q4x16;
+impl X16Half for Q4 {
+    const GROUP_BYTES: usize = core::mem::size_of::<GroupQ4_0x16>();
+    /// `[8]`: vector `k` holds the 8 rows' weights `4k..4k + 4` plus 8, a byte each.
+    type Weights = [__m256i; 8];
+    /// [`bias16`].
+    type Prep = __m256i;
 
-/// Tokens [`Q4x16`] takes per pass over a group, sharing each decoded half block: 2 beat
-/// both 1 (decoding twice as often) and 4 (spilling the nibbles) in `benches/kernels.rs`.
-const Q4X16_TOKENS: usize = 2;
+    #[inline(always)]
+    unsafe fn prep(pa: *const u8) -> __m256i {
+        // SAFETY: forwarded.
+        unsafe { bias16(pa) }
+    }
 
-impl GroupKernel for Q4x16 {
+    #[inline(always)]
+    unsafe fn weights(q: *const u8) -> [__m256i; 8] {
+        // SAFETY: 4 pieces; AVX2 is enabled in the caller.
+        unsafe {
+            let m = _mm256_set1_epi8(15);
+            // Byte k of a row's piece v: weight 4v + k (low nibble), 16 + 4v + k (high).
+            let mut nib = [_mm256_setzero_si256(); 8];
+            for v in 0..4 {
+                let x = _mm256_loadu_si256(q.add(64 * v).cast());
+                nib[v] = _mm256_and_si256(x, m);
+                nib[4 + v] = _mm256_and_si256(_mm256_srli_epi16::<4>(x), m);
+            }
+            nib
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn row_sums(nib: &[__m256i; 8], pa: *const u8, bias: __m256i) -> __m256i {
+        // SAFETY: forwarded; AVX2 is enabled in the caller.
+        unsafe {
+            // Two independent i16 chains of 4.
+            let mut s0 = _mm256_setzero_si256();
+            let mut s1 = _mm256_setzero_si256();
+            for v in 0..4 {
+                s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(nib[v], act_quad(pa, v)));
+                s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(nib[4 + v], act_quad(pa, 4 + v)));
+            }
+            _mm256_madd_epi16(_mm256_sub_epi16(_mm256_add_epi16(s0, s1), bias), _mm256_set1_epi16(1))
+        }
+    }
+}
+
+/// The sign trick, `w * a = |w| * (a * sign(w))`: `maddubs` reads `|w|` unsigned (128 for
+/// -128, still right) against the activation with `w`'s sign moved onto it (the quantizer
+/// never emits -128, so negating one stays in i8). A pair sum is at most `2 * 128 * 127 =
+/// 32512`, exact in i16, but two could overflow: each piece's `madd` widens to i32 first.
+impl X16Half for Q8 {
+    const GROUP_BYTES: usize = core::mem::size_of::<GroupQ8_0x16>();
+    /// `[8]` u8: vector `k` holds `|w|` of the 8 rows' weights `4k..4k + 4`; and piece 0's
+    /// address: each token loads the signed weights again (from L1) rather than have them
+    /// take 8 more of the 16 registers.
+    type Weights = ([__m256i; 8], *const u8);
+    /// Nothing: the weights need no bias.
+    type Prep = ();
+
+    #[inline(always)]
+    unsafe fn prep(_: *const u8) {}
+
+    #[inline(always)]
+    unsafe fn weights(q: *const u8) -> ([__m256i; 8], *const u8) {
+        // SAFETY: 8 pieces; AVX2 is enabled in the caller.
+        unsafe {
+            let mut mag = [_mm256_setzero_si256(); 8];
+            for (v, m) in mag.iter_mut().enumerate() {
+                *m = _mm256_abs_epi8(_mm256_loadu_si256(q.add(64 * v).cast()));
+            }
+            (mag, q)
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn row_sums((mag, q): &([__m256i; 8], *const u8), pa: *const u8, (): ()) -> __m256i {
+        // SAFETY: forwarded; AVX2 is enabled in the caller.
+        unsafe {
+            let ones = _mm256_set1_epi16(1);
+            // [8] i32: piece v's 4 products of each row.
+            let piece = |v: usize| {
+                let signed = _mm256_sign_epi8(act_quad(pa, v), _mm256_loadu_si256(q.add(64 * v).cast()));
+                _mm256_madd_epi16(_mm256_maddubs_epi16(mag[v], signed), ones)
+            };
+            // Two independent i32 chains of 4.
+            let mut s0 = _mm256_setzero_si256();
+            let mut s1 = _mm256_setzero_si256();
+            for v in 0..4 {
+                s0 = _mm256_add_epi32(s0, piece(v));
+                s1 = _mm256_add_epi32(s1, piece(4 + v));
+            }
+            _mm256_add_epi32(s0, s1)
+        }
+    }
+}
+
+/// Tokens [`Interleaved`] takes per pass over a group, sharing each decoded half block: 2
+/// beat both 1 (decoding twice as often) and 4 (spilling the nibbles) for q4_0x16 in
+/// `benches/kernels.rs`; q8_0x16 showed no clear winner.
+const X16_TOKENS: usize = 2;
+
+impl<B: X16Half> GroupKernel for Interleaved<B> {
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
-        const N: usize = Q4X16_TOKENS;
+        const N: usize = X16_TOKENS;
         let mut out = [[0.0; X16]; T];
         // The first pass prefetches; the group is in L1 or L2 for the others.
         let mut t = 0;
         while t < T {
             if t + N <= T {
                 // SAFETY: forwarded; the features are enabled here.
-                let o = unsafe { q4x16_tokens::<N>(g, core::array::from_fn(|j| a[t + j]), cols, t == 0) };
+                let o = unsafe { x16_tokens::<B, N>(g, core::array::from_fn(|j| a[t + j]), cols, t == 0) };
                 out[t..t + N].copy_from_slice(&o);
                 t += N;
             } else {
                 // SAFETY: as above.
-                [out[t]] = unsafe { q4x16_tokens::<1>(g, [a[t]], cols, t == 0) };
+                [out[t]] = unsafe { x16_tokens::<B, 1>(g, [a[t]], cols, t == 0) };
                 t += 1;
             }
         }
@@ -575,20 +711,19 @@ impl GroupKernel for Q4x16 {
     }
 }
 
-/// [`Q4x16`] for `T` tokens, block by block, both halves of each; `fetch`: prefetch the
-/// weights ahead.
+/// [`Interleaved`] for `T` tokens, block by block, both halves of each; `fetch`: prefetch
+/// the weights ahead.
 ///
 /// # Safety
 /// As [`GroupKernel::group`], with AVX2/FMA/F16C enabled in the caller.
 #[inline(always)]
-unsafe fn q4x16_tokens<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize, fetch: bool) -> [[f32; X16]; T] {
+unsafe fn x16_tokens<B: X16Half, const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize, fetch: bool) -> [[f32; X16]; T] {
     let nb = cols / QK;
-    let gb = core::mem::size_of::<GroupQ4_0x16>();
+    let gb = B::GROUP_BYTES;
     debug_assert_eq!(g.len(), nb * gb);
     // SAFETY: `g` holds `nb` blocks of the group and each `a[t]` a whole activation (`cols`
     // values, then `nb` f32 scales); the features are enabled in the caller.
     unsafe {
-        let (m, ones) = (_mm256_set1_epi8(15), _mm256_set1_epi16(1));
         // [half][token][b % 8]
         let mut acc = [[[_mm256_setzero_ps(); 8]; T]; 2];
         for b in 0..nb {
@@ -596,36 +731,17 @@ unsafe fn q4x16_tokens<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize, fet
             if fetch {
                 prefetch_ahead(wb, gb);
             }
-            let mut bias = [_mm256_setzero_si256(); T];
-            let mut da = [_mm256_setzero_ps(); T];
-            for t in 0..T {
-                bias[t] = bias16(a[t].as_ptr().add(b * QK));
-                da[t] = _mm256_set1_ps(a[t].as_ptr().add(cols + 4 * b).cast::<f32>().read_unaligned());
-            }
+            let pa: [*const u8; T] = core::array::from_fn(|t| a[t].as_ptr().add(b * QK));
+            let prep: [B::Prep; T] = core::array::from_fn(|t| B::prep(pa[t]));
+            let da: [__m256; T] = core::array::from_fn(|t| {
+                _mm256_set1_ps(a[t].as_ptr().add(cols + 4 * b).cast::<f32>().read_unaligned())
+            });
             for (h, acc) in acc.iter_mut().enumerate() {
                 // The half's 8 scales: [8] f16 -> [8] f32 (exact).
                 let dw = _mm256_cvtph_ps(_mm_loadu_si128(wb.add(16 * h).cast()));
-                // Piece v of the half: [8 rows][4 bytes], byte k of a row holding weight
-                // 4v + k (low nibble) and 16 + 4v + k (high nibble).
-                let q = wb.add(2 * X16 + 32 * h);
-                let mut nib = [_mm256_setzero_si256(); 8];
-                for v in 0..4 {
-                    let x = _mm256_loadu_si256(q.add(64 * v).cast());
-                    nib[v] = _mm256_and_si256(x, m);
-                    nib[4 + v] = _mm256_and_si256(_mm256_srli_epi16::<4>(x), m);
-                }
+                let w = B::weights(wb.add(2 * X16 + 32 * h));
                 for t in 0..T {
-                    let pa = a[t].as_ptr().add(b * QK);
-                    // Activations 4k..4k + 4 in every row's lane.
-                    let quad = |k: usize| _mm256_set1_epi32(pa.add(4 * k).cast::<i32>().read_unaligned());
-                    // Two independent i16 chains of 4 (see [`Q4x16`] for why they are exact).
-                    let mut s0 = _mm256_setzero_si256();
-                    let mut s1 = _mm256_setzero_si256();
-                    for v in 0..4 {
-                        s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(nib[v], quad(v)));
-                        s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(nib[4 + v], quad(4 + v)));
-                    }
-                    let isum = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_add_epi16(s0, s1), bias[t]), ones);
+                    let isum = B::row_sums(&w, pa[t], prep[t]);
                     let term = _mm256_mul_ps(_mm256_mul_ps(dw, da[t]), _mm256_cvtepi32_ps(isum));
                     acc[t][b % 8] = _mm256_add_ps(acc[t][b % 8], term);
                 }
@@ -645,9 +761,9 @@ unsafe fn q4x16_tokens<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize, fet
     }
 }
 
-/// What the nibbles' bias adds to [`Q4x16`]'s i16 lanes for the activation block at `pa`:
-/// `8 * (a_4k + a_4k+1)` summed over the 8 quads `k` in the even lanes, `8 * (a_4k+2 +
-/// a_4k+3)` in the odd ones (each at most `16 * 8 * 128 = 16384`).
+/// What the nibbles' bias adds to [`Interleaved<Q4>`]'s i16 lanes for the activation block
+/// at `pa`: `8 * (a_4k + a_4k+1)` summed over the 8 quads `k` in the even lanes, `8 *
+/// (a_4k+2 + a_4k+3)` in the odd ones (each at most `16 * 8 * 128 = 16384`).
 ///
 /// # Safety
 /// AVX2 is enabled in the (inlining) caller; `pa` points at 32 readable bytes.
