@@ -182,15 +182,27 @@ pub fn dot_q4_0x16(group: &[GroupQ4_0x16], r: usize, act: &[u8], cols: usize) ->
     }))
 }
 
-/// Reference row `r` of one q8_0x16 row group (`[cols / 32]` blocks) . q8 activation:
-/// exactly [`dot_q8_0`] of that row.
-pub fn dot_q8_0x16(group: &[GroupQ8_0x16], r: usize, act: &[u8], cols: usize) -> f32 {
+/// Reference rows of one q8_0x16 row group (`[cols / 32]` blocks) . q8 activation: exactly
+/// [`dot_q8_0`] of each of the 16 rows. The integer sums run across the rows, piece by
+/// piece, the order the group stores them in. (Compilers do not vectorize this as they do
+/// [`dot_q8_0`]'s 32 contiguous products: the scalar tier reads row-major q8_0 about twice
+/// as fast, so targets without a SIMD tier want `kvm-export --no-repack`.)
+pub fn dot_q8_0x16(group: &[GroupQ8_0x16], act: &[u8], cols: usize) -> [f32; X16] {
     let (qs, ds) = act_parts(act, cols);
-    sum_blocks(group.iter().zip(qs.chunks_exact(QK).zip(ds.chunks_exact(4))).map(|(g, (q, d))| {
-        // Row r's 32 weights, 4 from each piece.
-        let isum = g.qs.iter().zip(q.chunks_exact(4)).map(|(piece, q)| isum_q8_0(&piece[r], q)).sum();
-        block_term(g.d[r], d, isum)
-    }))
+    let mut acc = [[0.0f32; LANES]; X16];
+    for (b, (g, (q, d))) in group.iter().zip(qs.chunks_exact(QK).zip(ds.chunks_exact(4))).enumerate() {
+        let mut isum = [0i32; X16];
+        for (piece, q) in g.qs.iter().zip(q.chunks_exact(4)) {
+            for (s, w) in isum.iter_mut().zip(piece) {
+                *s += isum_q8_0(w, q);
+            }
+        }
+        for (r, acc) in acc.iter_mut().enumerate() {
+            // `sum_blocks`' accumulator `b % 8`, for row r.
+            acc[b % LANES] += block_term(g.d[r], d, isum[r]);
+        }
+    }
+    acc.map(reduce_lanes)
 }
 
 /// Decodes row `r` of one row group of an interleaved dtype into `out` (`[cols]`).
@@ -432,13 +444,13 @@ impl GroupKernel for Q4_0x16 {
     }
 }
 
-/// Scalar q8_0x16 kernel: each row of the group as [`dot_q8_0x16`].
+/// Scalar q8_0x16 kernel: the group's rows as [`dot_q8_0x16`].
 pub(crate) struct Q8_0x16;
 
 impl GroupKernel for Q8_0x16 {
     unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
         let g: &[GroupQ8_0x16] = bytemuck::cast_slice(g);
-        core::array::from_fn(|t| core::array::from_fn(|r| dot_q8_0x16(g, r, a[t], cols)))
+        core::array::from_fn(|t| dot_q8_0x16(g, a[t], cols))
     }
 }
 
