@@ -12,7 +12,7 @@ use half::f16;
 
 use super::GroupKernel;
 use super::{FloatType, Kernel, Kernels, Stored, BF16, F16, F32};
-use crate::quant::{bf16_le, f16_le, BlockQ4_0, BlockQ8_0, DType, GroupQ4_0x16, GroupQ8_0x16, RowGroup, QK, X16};
+use crate::quant::{bf16_le, f16_le, BlockQ4_0, BlockQ8_0, DType, Group, GroupQ4_0x16, GroupQ8_0x16, RowGroup, QK, X16};
 
 /// Exact dot product of one encoded row with `x` (f32 products, summed in order). A row of
 /// an interleaved dtype comes in its plain form ([`DType::Q4_0x16`] as q4_0, [`DType::Q8_0x16`]
@@ -171,38 +171,60 @@ pub fn dot_q4_0(row: &[u8], act: &[u8], cols: usize) -> f32 {
     )
 }
 
-/// Reference row `r` of one q4_0x16 row group (`[cols / 32]` blocks) . q8 activation:
-/// exactly [`dot_q4_0`] of that row.
-pub fn dot_q4_0x16(group: &[GroupQ4_0x16], r: usize, act: &[u8], cols: usize) -> f32 {
-    let (qs, ds) = act_parts(act, cols);
-    sum_blocks(group.iter().zip(qs.chunks_exact(QK).zip(ds.chunks_exact(4))).map(|(g, (q, d))| {
-        // Row r's 16 nibble bytes, 4 from each piece.
-        let row: [[u8; 4]; 4] = core::array::from_fn(|v| g.qs[v][r]);
-        block_term(g.d[r], d, isum_q4_0(|i| row[i / 4][i % 4], q))
-    }))
-}
-
-/// Reference rows of one q8_0x16 row group (`[cols / 32]` blocks) . q8 activation: exactly
-/// [`dot_q8_0`] of each of the 16 rows. The integer sums run across the rows, piece by
-/// piece, the order the group stores them in. (Compilers do not vectorize this as they do
-/// [`dot_q8_0`]'s 32 contiguous products: the scalar tier reads row-major q8_0 about twice
-/// as fast, so targets without a SIMD tier want `kvm-export --no-repack`.)
-pub fn dot_q8_0x16(group: &[GroupQ8_0x16], act: &[u8], cols: usize) -> [f32; X16] {
+/// Reference rows of one row group of an interleaved dtype (`[cols / 32]` blocks) . q8
+/// activation: exactly the plain dtype's dot product ([`dot_q4_0`], [`dot_q8_0`]) of each of
+/// the 16 rows. `isums(g, q)` gives a group block's 16 exact integer sums with activation
+/// block `q`, running across the rows piece by piece, the order the group stores them in
+/// (on a Cortex-M4F fewer instructions than row by row).
+fn dot_group<Q, const P: usize>(
+    group: &[Group<Q, P>],
+    act: &[u8],
+    cols: usize,
+    isums: impl Fn(&Group<Q, P>, &[i8]) -> [i32; X16],
+) -> [f32; X16] {
     let (qs, ds) = act_parts(act, cols);
     let mut acc = [[0.0f32; LANES]; X16];
     for (b, (g, (q, d))) in group.iter().zip(qs.chunks_exact(QK).zip(ds.chunks_exact(4))).enumerate() {
-        let mut isum = [0i32; X16];
-        for (piece, q) in g.qs.iter().zip(q.chunks_exact(4)) {
-            for (s, w) in isum.iter_mut().zip(piece) {
-                *s += isum_q8_0(w, q);
-            }
-        }
+        let isum = isums(g, q);
         for (r, acc) in acc.iter_mut().enumerate() {
             // `sum_blocks`' accumulator `b % 8`, for row r.
             acc[b % LANES] += block_term(g.d[r], d, isum[r]);
         }
     }
     acc.map(reduce_lanes)
+}
+
+/// The rows of one q4_0x16 row group . q8 activation ([`dot_group`]).
+pub fn dot_q4_0x16(group: &[GroupQ4_0x16], act: &[u8], cols: usize) -> [f32; X16] {
+    dot_group(group, act, cols, |g, q| {
+        let (lo, hi) = q.split_at(QK / 2);
+        let mut isum = [0i32; X16];
+        for (v, piece) in g.qs.iter().enumerate() {
+            // Piece v: nibble bytes 4v..4v + 4 (weights 4v + k low, 16 + 4v + k high).
+            let (lo, hi) = (&lo[4 * v..4 * v + 4], &hi[4 * v..4 * v + 4]);
+            for (s, w) in isum.iter_mut().zip(piece) {
+                for k in 0..4 {
+                    *s += ((w[k] & 15) as i32 - 8) * lo[k] as i32 + ((w[k] >> 4) as i32 - 8) * hi[k] as i32;
+                }
+            }
+        }
+        isum
+    })
+}
+
+/// The rows of one q8_0x16 row group . q8 activation ([`dot_group`]). (Compilers do not
+/// vectorize this as they do [`dot_q8_0`]'s 32 contiguous products: on x86 the scalar tier
+/// reads row-major q8_0 about twice as fast.)
+pub fn dot_q8_0x16(group: &[GroupQ8_0x16], act: &[u8], cols: usize) -> [f32; X16] {
+    dot_group(group, act, cols, |g, q| {
+        let mut isum = [0i32; X16];
+        for (piece, q) in g.qs.iter().zip(q.chunks_exact(4)) {
+            for (s, w) in isum.iter_mut().zip(piece) {
+                *s += isum_q8_0(w, q);
+            }
+        }
+        isum
+    })
 }
 
 /// Decodes row `r` of one row group of an interleaved dtype into `out` (`[cols]`).
@@ -434,13 +456,13 @@ impl Kernel for Q4_0 {
     }
 }
 
-/// Scalar q4_0x16 kernel: each row of the group as [`dot_q4_0x16`].
+/// Scalar q4_0x16 kernel: the group's rows as [`dot_q4_0x16`].
 pub(crate) struct Q4_0x16;
 
 impl GroupKernel for Q4_0x16 {
     unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
         let g: &[GroupQ4_0x16] = bytemuck::cast_slice(g);
-        core::array::from_fn(|t| core::array::from_fn(|r| dot_q4_0x16(g, r, a[t], cols)))
+        core::array::from_fn(|t| dot_q4_0x16(g, a[t], cols))
     }
 }
 
