@@ -42,11 +42,11 @@ if [ "$got" != "$want" ]; then
 fi
 echo "C example (valgrind clean) = kvm generate: $want"
 
-step "firmware in QEMU: Rust on Cortex-M4F (an386) and Cortex-M33 (an505), C on an386, all equal to the host (q8_0; f16 and q8 attention caches; q8_0x16 and q4_0x16 on the scalar kernels)"
+step "firmware in QEMU: Rust on Cortex-M4F (an386) and Cortex-M33 (an505), C on an386, all equal to the host (q8_0x16, f32/f16/q8 attention caches; row-major q8_0; q4_0x16)"
 bash scripts/mcu-check.sh
-bash scripts/mcu-check.sh --dtype q8_0 --cache f16 --no-repack
-bash scripts/mcu-check.sh --dtype q8_0 --cache q8 --no-repack
-bash scripts/mcu-check.sh --dtype q8_0
+bash scripts/mcu-check.sh --dtype q8_0 --cache f16
+bash scripts/mcu-check.sh --dtype q8_0 --cache q8
+bash scripts/mcu-check.sh --dtype q8_0 --no-repack
 bash scripts/mcu-check.sh --dtype q4_0
 
 step "all checks passed"
