@@ -12,7 +12,9 @@ use half::f16;
 
 use super::GroupKernel;
 use super::{FloatType, Kernel, Kernels, Stored, BF16, F16, F32};
-use crate::quant::{bf16_le, f16_le, BlockQ4_0, BlockQ8_0, DType, Group, GroupQ4_0x16, GroupQ8_0x16, RowGroup, QK, X16};
+use crate::quant::{
+    bf16_le, f16_le, BlockQ4_0, BlockQ8_0, DType, Group, GroupQ4_0x16, GroupQ8_0x16, RowGroup, QK, X16,
+};
 
 /// Exact dot product of one encoded row with `x` (f32 products, summed in order). A row of
 /// an interleaved dtype comes in its plain form ([`DType::Q4_0x16`] as q4_0, [`DType::Q8_0x16`]
@@ -194,7 +196,8 @@ fn dot_group<Q, const P: usize>(
     acc.map(reduce_lanes)
 }
 
-/// The rows of one q4_0x16 row group . q8 activation ([`dot_group`]).
+/// Reference rows of one q4_0x16 row group . q8 activation: exactly [`dot_q4_0`] of each
+/// of the 16 rows, the integer sums running across the rows piece by piece.
 pub fn dot_q4_0x16(group: &[GroupQ4_0x16], act: &[u8], cols: usize) -> [f32; X16] {
     dot_group(group, act, cols, |g, q| {
         let (lo, hi) = q.split_at(QK / 2);
@@ -212,7 +215,8 @@ pub fn dot_q4_0x16(group: &[GroupQ4_0x16], act: &[u8], cols: usize) -> [f32; X16
     })
 }
 
-/// The rows of one q8_0x16 row group . q8 activation ([`dot_group`]). (Compilers do not
+/// Reference rows of one q8_0x16 row group . q8 activation: exactly [`dot_q8_0`] of each
+/// of the 16 rows, the integer sums running across the rows piece by piece. (Compilers do not
 /// vectorize this as they do [`dot_q8_0`]'s 32 contiguous products: on x86 the scalar tier
 /// reads row-major q8_0 about twice as fast.)
 pub fn dot_q8_0x16(group: &[GroupQ8_0x16], act: &[u8], cols: usize) -> [f32; X16] {
