@@ -268,6 +268,11 @@ pub trait Exec {
     /// `act` is kernel scratch of at least [`kernels::matmul_scratch_len`]`(w.cols, 1)`.
     fn matmul(&self, w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]);
 
+    /// Every product's `y[t] = w xs[t]`, for matrices that read the same input (equal
+    /// `cols`): one job, so the input is quantized once and a pool splits all the products'
+    /// rows together, waiting once instead of once per matrix.
+    fn matmuls(&self, xs: &[f32], products: &mut [Product<'_, '_>], act: &mut [u8]);
+
     /// Runs `f(h, out_h, scratch_h)` for every head `h`, where `out_h` and `scratch_h` are
     /// the `h`-th `out_len`- and `scratch_len`-long pieces of `outs` and `scratch`; the
     /// heads are independent, so an implementation may run them in parallel.
@@ -276,6 +281,20 @@ pub trait Exec {
     /// Runs `f(i, piece_i)` for every `piece`-long piece of `out` (the last may be
     /// shorter); the pieces are independent, so an implementation may run them in parallel.
     fn pieces(&self, out: &mut [f32], piece: usize, f: &PieceFn<'_>);
+}
+
+/// One product of [`Exec::matmuls`]: `y = w x` for every token (`y: [n, w.rows]`).
+#[derive(Debug)]
+pub struct Product<'w, 'y> {
+    pub w: Matrix<'w>,
+    pub y: &'y mut [f32],
+}
+
+impl Default for Product<'_, '_> {
+    /// The empty product.
+    fn default() -> Self {
+        Product { w: Matrix::default(), y: &mut [] }
+    }
 }
 
 /// Every product on the calling thread.
@@ -289,6 +308,18 @@ impl Exec for Serial {
             kernels::matvec(w, xs, ys, act)
         } else {
             kernels::matmul(w, xs, ys, act)
+        }
+    }
+
+    fn matmuls(&self, xs: &[f32], products: &mut [Product<'_, '_>], act: &mut [u8]) {
+        let cols = products.first().map_or(0, |p| p.w.cols);
+        if xs.len() != cols || products.iter().all(|p| p.w.dtype.block_len() == 1) {
+            return products.iter_mut().for_each(|p| self.matmul(&p.w, xs, p.y, act));
+        }
+        let act = &mut act[..kernels::act_scratch_len(cols)];
+        kernels::quantize_act(xs, act);
+        for p in products {
+            kernels::matvec_prepared(&p.w, xs, act, p.y);
         }
     }
 
@@ -421,18 +452,32 @@ fn attention(
     let (h_n, dk, dv) = (cfg.n_heads as usize, cfg.d_qk as usize, cfg.d_v as usize);
     let (qd, vd, half) = (cfg.q_dim(), cfg.v_dim(), cfg.rope_dim as usize / 2);
 
-    // 1. q = c_q a, k = c_k a, v = c_v a
-    exec.matmul(&model.matrix(Role::Wq, l), x.a, x.q, x.act);
-    exec.matmul(&model.matrix(Role::Wk, l), x.a, x.k, x.act);
-    exec.matmul(&model.matrix(Role::Wv, l), x.a, x.v, x.act);
+    // 1. q = c_q a, k = c_k a, v = c_v a, and the other products of a: the value
+    //    residual's v_gate1 a and the merge gate's key_weighting a (steps 2 and 6)
+    let value_residual = cfg.has(flags::VALUE_RESIDUAL);
+    let merge_gate = cfg.has(flags::MERGE_GATE_KEYS) || cfg.has(flags::MERGE_GATE_VALUES);
+    let mut products: [Product<'_, '_>; 5] = Default::default();
+    let mut n = 0;
+    for (on, role, y) in [
+        (true, Role::Wq, &mut *x.q),
+        (true, Role::Wk, &mut *x.k),
+        (true, Role::Wv, &mut *x.v),
+        (value_residual, Role::VGate1, &mut *x.vg_lo),
+        (merge_gate, Role::MergeGate, &mut *x.mg),
+    ] {
+        if on {
+            products[n] = Product { w: model.matrix(role, l), y };
+            n += 1;
+        }
+    }
+    exec.matmuls(x.a, &mut products[..n], x.act);
 
     // 2. value residual: v += (v_first - v) * sigmoid(v_gate0 + v_gate2(v_gate1 a)),
     //    v_first being layer 0's plain value projection.
-    if cfg.has(flags::VALUE_RESIDUAL) {
+    if value_residual {
         if l == 0 {
             x.v_first.copy_from_slice(x.v);
         }
-        exec.matmul(&model.matrix(Role::VGate1, l), x.a, x.vg_lo, x.act);
         exec.matmul(&model.matrix(Role::VGate2, l), x.vg_lo, x.vg, x.act);
         // sigmoid(z) = 1 / (1 + e^-z), the exponentials with the SIMD kernel
         let g0 = model.vector(Role::VGate0, l);
@@ -477,8 +522,7 @@ fn attention(
     }
 
     // 6. merge gate m_h = 1 + elu(key_weighting a)
-    if cfg.has(flags::MERGE_GATE_KEYS) || cfg.has(flags::MERGE_GATE_VALUES) {
-        exec.matmul(&model.matrix(Role::MergeGate, l), x.a, x.mg, x.act);
+    if merge_gate {
         for m in x.mg.iter_mut() {
             *m = 1.0 + elu(*m);
         }

@@ -21,7 +21,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use kvm_core::kernels::{self, Matrix};
-use kvm_core::model::{Exec, HeadFn, PieceFn, Serial};
+use kvm_core::model::{Exec, HeadFn, PieceFn, Product, Serial};
 
 /// Weights per worker below which splitting a product costs more than it saves.
 const MIN_WEIGHTS_PER_THREAD: usize = 64 * 1024;
@@ -341,6 +341,13 @@ impl Exec for Pool {
         });
     }
 
+    fn matmuls(&self, xs: &[f32], products: &mut [Product<'_, '_>], act: &mut [u8]) {
+        match products.first() {
+            Some(p) if xs.len() == p.w.cols => self.matvecs(xs, products, act),
+            _ => products.iter_mut().for_each(|p| self.matmul(&p.w, xs, p.y, act)),
+        }
+    }
+
     fn pieces(&self, out: &mut [f32], piece: usize, f: &PieceFn<'_>) {
         let (len, piece) = (out.len(), piece.max(1));
         let out = Disjoint::new(out);
@@ -351,6 +358,9 @@ impl Exec for Pool {
     }
 
     fn matmul(&self, w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]) {
+        if xs.len() == w.cols {
+            return self.matmuls(xs, &mut [Product { w: *w, y: ys }], act);
+        }
         let parts = self.threads().min(w.rows * w.cols / MIN_WEIGHTS_PER_THREAD).min(w.rows);
         if parts < 2 {
             return Serial.matmul(w, xs, ys, act);
@@ -385,6 +395,49 @@ impl Exec for Pool {
                     }
                 });
             });
+        });
+    }
+}
+
+/// Most products [`Pool::matmuls`] splits as one job (more run one job each).
+const MAX_PRODUCTS: usize = 8;
+
+impl Pool {
+    /// One token's products of [`Exec::matmuls`] as one job: the input quantized once
+    /// here, then the products' rows, taken end to end, cut into one run per thread.
+    fn matvecs(&self, x: &[f32], products: &mut [Product<'_, '_>], act: &mut [u8]) {
+        let cols = products.first().map_or(0, |p| p.w.cols);
+        let rows: usize = products.iter().map(|p| p.w.rows).sum();
+        let parts = self.threads().min(rows * cols / MIN_WEIGHTS_PER_THREAD);
+        if parts < 2 || products.len() > MAX_PRODUCTS {
+            return Serial.matmuls(x, products, act);
+        }
+        let act = &mut act[..kernels::act_scratch_len(cols)];
+        if products.iter().any(|p| p.w.dtype.block_len() > 1) {
+            kernels::quantize_act(x, act);
+        }
+        let act = &*act;
+        // Each product's rows start at `start` of the rows end to end; part `p` takes
+        // rows `[p * per, (p + 1) * per)` of those, cut at each matrix's row groups.
+        let mut products = products.iter_mut();
+        let mut start = 0;
+        let split: [Option<(Matrix<'_>, usize, Disjoint<'_, f32>)>; MAX_PRODUCTS] = std::array::from_fn(|_| {
+            products.next().map(|p| {
+                start += p.w.rows;
+                (p.w, start - p.w.rows, Disjoint::new(&mut *p.y))
+            })
+        });
+        let per = rows.div_ceil(parts);
+        self.run(parts, &|p| {
+            for (w, start, y) in split.iter().flatten() {
+                let bound =
+                    |b: usize| ((b * per).clamp(*start, start + w.rows) - start).next_multiple_of(w.dtype.group_rows());
+                let (r0, r1) = (bound(p), bound(p + 1));
+                if r0 < r1 {
+                    // SAFETY: `run` runs each part once, and parts' rows do not overlap.
+                    kernels::matvec_prepared(&w.row_range(r0, r1), x, act, unsafe { y.piece(r0, r1 - r0) });
+                }
+            }
         });
     }
 }
@@ -426,6 +479,46 @@ mod tests {
                 Serial.matmul(&w, &xs, &mut serial, &mut act);
                 pool.matmul(&w, &xs, &mut split, &mut act);
                 assert_eq!(serial, split, "{} n={n}", dtype.name());
+            }
+        }
+    }
+
+    #[test]
+    fn one_job_of_several_products_equals_them_one_by_one() {
+        // Interleaved groups, row-major rows of odd counts and floats, all reading one
+        // input; up to one more product than a job takes.
+        let cols = 256;
+        let shapes =
+            [(DType::Q8_0x16, 768), (DType::Q8_0, 6), (DType::Q4_0x16, 512), (DType::F32, 100), (DType::Q4_0, 333)];
+        let data: Vec<(DType, usize, Vec<u8>)> = (0..=MAX_PRODUCTS)
+            .map(|i| {
+                let (dtype, rows) = shapes[i % shapes.len()];
+                (dtype, rows, matrix_bytes(dtype, rows, cols))
+            })
+            .collect();
+        let ws: Vec<Matrix<'_>> = data.iter().map(|(d, r, b)| Matrix::new(*d, *r, cols, b).unwrap()).collect();
+        for threads in [2, 3] {
+            let pool = Pool::new(threads).unwrap();
+            for count in 1..=ws.len() {
+                for n in [1, 3] {
+                    let xs: Vec<f32> = (0..n * cols).map(|i| (i % 11) as f32 / 11.0 - 0.45).collect();
+                    let mut act = vec![0u8; kernels::matmul_scratch_len(cols, n)];
+                    let one_by_one: Vec<Vec<f32>> = ws[..count]
+                        .iter()
+                        .map(|w| {
+                            let mut y = vec![0f32; n * w.rows];
+                            Serial.matmul(w, &xs, &mut y, &mut act);
+                            y
+                        })
+                        .collect();
+                    for exec in [&pool as &dyn Exec, &Serial] {
+                        let mut ys: Vec<Vec<f32>> = ws[..count].iter().map(|w| vec![f32::NAN; n * w.rows]).collect();
+                        let mut products: Vec<Product<'_, '_>> =
+                            ws.iter().zip(&mut ys).map(|(w, y)| Product { w: *w, y }).collect();
+                        exec.matmuls(&xs, &mut products, &mut act);
+                        assert_eq!(ys, one_by_one, "threads={threads} products={count} n={n}");
+                    }
+                }
             }
         }
     }

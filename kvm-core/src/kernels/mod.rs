@@ -38,6 +38,13 @@ pub struct Matrix<'a> {
     pub data: &'a [u8],
 }
 
+impl Default for Matrix<'_> {
+    /// The empty `[0, 0]` f32 matrix.
+    fn default() -> Self {
+        Matrix { dtype: DType::F32, rows: 0, cols: 0, data: &[] }
+    }
+}
+
 impl<'a> Matrix<'a> {
     /// Wraps `data` as a `[rows, cols]` matrix of `dtype`.
     ///
@@ -104,6 +111,25 @@ pub fn matvec(w: &Matrix<'_>, x: &[f32], y: &mut [f32], act: &mut [u8]) {
 pub fn matmul(w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]) {
     // SAFETY: as in `matvec`.
     unsafe { (table(tier()).matmul)(w, xs, ys, act) }
+}
+
+/// Quantizes one token's input `x` (`[cols]`, whole [`QK`] blocks) into `act`
+/// (`[act_scratch_len(cols)]`): the first half of [`matvec`] on integer-format weights,
+/// done once when several products read the same input (see [`matvec_prepared`]).
+#[inline]
+pub fn quantize_act(x: &[f32], act: &mut [u8]) {
+    debug_assert_eq!(act.len(), act_scratch_len(x.len()));
+    // SAFETY: as in `matvec`.
+    unsafe { (table(tier()).quantize_act)(x, act) }
+}
+
+/// [`matvec`] on an input already prepared: float weights read `x`, integer ones `act` as
+/// [`quantize_act`] left it for that `x`. The same bits as `matvec`.
+#[inline]
+pub fn matvec_prepared(w: &Matrix<'_>, x: &[f32], act: &[u8], y: &mut [f32]) {
+    debug_assert_eq!(x.len(), w.cols);
+    // SAFETY: as in `matvec`.
+    unsafe { (table(tier()).matvec_prepared)(w, x, act, y) }
 }
 
 /// Decodes row `row` of `w` into `out` (`out.len() == w.cols`).
@@ -353,6 +379,8 @@ struct Attention<T: 'static> {
 struct Table {
     matvec: unsafe fn(&Matrix<'_>, &[f32], &mut [f32], &mut [u8]),
     matmul: unsafe fn(&Matrix<'_>, &[f32], &mut [f32], &mut [u8]),
+    quantize_act: unsafe fn(&[f32], &mut [u8]),
+    matvec_prepared: unsafe fn(&Matrix<'_>, &[f32], &[u8], &mut [f32]),
     dequant_row: unsafe fn(DType, &[u8], &mut [f32]),
     exp_sub: unsafe fn(&mut [f32], f32),
     narrow_f16: unsafe fn(&[f32], &mut [f16]),
@@ -384,6 +412,8 @@ fn table(tier: Tier) -> &'static Table {
     static SCALAR: Table = Table {
         matvec: run::<scalar::Scalar, 1, 1>,
         matmul: run::<scalar::Scalar, 1, 1>,
+        quantize_act: <scalar::Scalar as Kernels>::quantize_act,
+        matvec_prepared: prepared::<scalar::Scalar, 1, 1>,
         dequant_row: scalar::Scalar::dequant_row,
         exp_sub: scalar::exp_sub,
         narrow_f16: scalar::narrow_f16,
@@ -395,6 +425,8 @@ fn table(tier: Tier) -> &'static Table {
     static AVX2: Table = Table {
         matvec: run::<x86_64::avx2::Avx2, 4, 1>,
         matmul: run::<x86_64::avx2::Avx2, 2, 4>,
+        quantize_act: <x86_64::avx2::Avx2 as Kernels>::quantize_act,
+        matvec_prepared: prepared::<x86_64::avx2::Avx2, 4, 1>,
         dequant_row: x86_64::avx2::Avx2::dequant_row,
         exp_sub: x86_64::avx2::exp_sub,
         narrow_f16: x86_64::avx2::narrow_f16,
@@ -406,6 +438,8 @@ fn table(tier: Tier) -> &'static Table {
     static AVX512: Table = Table {
         matvec: run::<x86_64::avx512::Avx512, 4, 1>,
         matmul: run::<x86_64::avx512::Avx512, 4, 4>,
+        quantize_act: <x86_64::avx512::Avx512 as Kernels>::quantize_act,
+        matvec_prepared: prepared::<x86_64::avx512::Avx512, 4, 1>,
         dequant_row: x86_64::avx512::Avx512::dequant_row,
         exp_sub: x86_64::avx512::exp_sub,
         narrow_f16: x86_64::avx2::narrow_f16,
@@ -417,6 +451,8 @@ fn table(tier: Tier) -> &'static Table {
     static NEON: Table = Table {
         matvec: run::<aarch64::neon::Neon, 4, 1>,
         matmul: run::<aarch64::neon::Neon, 4, 4>,
+        quantize_act: <aarch64::neon::Neon as Kernels>::quantize_act,
+        matvec_prepared: prepared::<aarch64::neon::Neon, 4, 1>,
         dequant_row: aarch64::neon::Neon::dequant_row,
         exp_sub: aarch64::neon::exp_sub,
         narrow_f16: aarch64::neon::narrow_f16,
@@ -428,6 +464,8 @@ fn table(tier: Tier) -> &'static Table {
     static NEON_DOT: Table = Table {
         matvec: run::<aarch64::neon::NeonDot, 4, 1>,
         matmul: run::<aarch64::neon::NeonDot, 4, 4>,
+        quantize_act: <aarch64::neon::NeonDot as Kernels>::quantize_act,
+        matvec_prepared: prepared::<aarch64::neon::NeonDot, 4, 1>,
         dequant_row: aarch64::neon::NeonDot::dequant_row,
         exp_sub: aarch64::neon::exp_sub,
         narrow_f16: aarch64::neon::narrow_f16,
@@ -455,38 +493,87 @@ fn table(tier: Tier) -> &'static Table {
 /// # Safety
 /// The CPU supports `K`'s tier.
 unsafe fn run<K: Kernels, const R: usize, const T: usize>(w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]) {
+    let Some((data, rb)) = checked(w, xs, ys) else { return };
+    let (cols, ld) = (w.cols, w.rows);
+    // SAFETY (both arms): the caller guarantees the tier.
+    unsafe {
+        if w.dtype.block_len() == 1 {
+            walk::<K, R, T>(w.dtype, data, rb, cols, Acts::Floats(xs), ys, ld);
+        } else {
+            quantized::<K>(cols, xs, ys, ld, act, |a, per, yg| {
+                walk::<K, R, T>(w.dtype, data, rb, cols, Acts::Quantized(a, per), yg, ld)
+            });
+        }
+    }
+}
+
+/// [`run`] for one token whose q8 activation `act` is already made (integer weights).
+///
+/// # Safety
+/// As [`run`].
+unsafe fn prepared<K: Kernels, const R: usize, const T: usize>(w: &Matrix<'_>, x: &[f32], act: &[u8], y: &mut [f32]) {
+    let Some((data, rb)) = checked(w, x, y) else { return };
+    let acts = if w.dtype.block_len() == 1 {
+        Acts::Floats(x)
+    } else {
+        let per = act_scratch_len(w.cols);
+        debug_assert!(act.len() >= per, "act holds {} bytes, needs {per}", act.len());
+        Acts::Quantized(&act[..per.min(act.len())], per)
+    };
+    // SAFETY: the caller guarantees the tier.
+    unsafe { walk::<K, R, T>(w.dtype, data, rb, w.cols, acts, y, w.rows) };
+}
+
+/// The weights of `w` cut to whole rows, and their row bytes; `None` (with `ys` zeroed
+/// for empty sums) when there is nothing to multiply.
+fn checked<'w>(w: &Matrix<'w>, xs: &[f32], ys: &mut [f32]) -> Option<(&'w [u8], usize)> {
     let cols = w.cols;
     let rb = w.dtype.row_bytes(cols).unwrap_or(0);
     if rb == 0 || w.rows == 0 {
         debug_assert!(w.dtype.row_bytes(cols).is_some(), "cols {cols} is not a whole number of {:?} blocks", w.dtype);
         // Empty sums (`cols == 0`) or nothing to write (`rows == 0`).
         ys.fill(0.0);
-        return;
+        return None;
     }
     debug_assert_eq!(w.data.len(), w.rows * rb);
     debug_assert_eq!(xs.len() % cols, 0);
-    let n = xs.len() / cols;
-    debug_assert_eq!(ys.len(), n * w.rows);
-    let data = &w.data[..w.rows.min(w.data.len() / rb) * rb];
-    let ld = w.rows;
-    // SAFETY (all arms): the caller guarantees the tier.
+    debug_assert_eq!(ys.len(), xs.len() / cols * w.rows);
+    Some((&w.data[..w.rows.min(w.data.len() / rb) * rb], rb))
+}
+
+/// The activations a weight walk reads: `[n, cols]` floats, or `[n, stride]` q8 bytes.
+#[derive(Clone, Copy)]
+enum Acts<'a> {
+    Floats(&'a [f32]),
+    Quantized(&'a [u8], usize),
+}
+
+/// `ys[t * ld + r] = w[r] . a[t]` for the weights `w` (`[rows, rb]` of `dtype`) against
+/// activations of the matching kind (floats for float dtypes, q8 for integer ones; a
+/// mismatch computes nothing).
+///
+/// # Safety
+/// As [`tiles`].
+unsafe fn walk<K: Kernels, const R: usize, const T: usize>(
+    dtype: DType,
+    w: &[u8],
+    rb: usize,
+    cols: usize,
+    acts: Acts<'_>,
+    ys: &mut [f32],
+    ld: usize,
+) {
+    // SAFETY (all arms): forwarded.
     unsafe {
-        match w.dtype {
-            DType::F32 => tiles::<K::F32, R, T>(data, rb, cols, xs, cols, ys, ld),
-            DType::F16 => tiles::<K::F16, R, T>(data, rb, cols, xs, cols, ys, ld),
-            DType::BF16 => tiles::<K::BF16, R, T>(data, rb, cols, xs, cols, ys, ld),
-            DType::Q8_0 => quantized::<K>(cols, xs, ys, ld, act, |a, per, yg| {
-                tiles::<K::Q8_0, R, T>(data, rb, cols, a, per, yg, ld)
-            }),
-            DType::Q4_0 => quantized::<K>(cols, xs, ys, ld, act, |a, per, yg| {
-                tiles::<K::Q4_0, R, T>(data, rb, cols, a, per, yg, ld)
-            }),
-            DType::Q4_0x16 => quantized::<K>(cols, xs, ys, ld, act, |a, per, yg| {
-                groups::<K::Q4_0x16, T>(data, rb, cols, a, per, yg, ld)
-            }),
-            DType::Q8_0x16 => quantized::<K>(cols, xs, ys, ld, act, |a, per, yg| {
-                groups::<K::Q8_0x16, T>(data, rb, cols, a, per, yg, ld)
-            }),
+        match (dtype, acts) {
+            (DType::F32, Acts::Floats(x)) => tiles::<K::F32, R, T>(w, rb, cols, x, cols, ys, ld),
+            (DType::F16, Acts::Floats(x)) => tiles::<K::F16, R, T>(w, rb, cols, x, cols, ys, ld),
+            (DType::BF16, Acts::Floats(x)) => tiles::<K::BF16, R, T>(w, rb, cols, x, cols, ys, ld),
+            (DType::Q8_0, Acts::Quantized(a, per)) => tiles::<K::Q8_0, R, T>(w, rb, cols, a, per, ys, ld),
+            (DType::Q4_0, Acts::Quantized(a, per)) => tiles::<K::Q4_0, R, T>(w, rb, cols, a, per, ys, ld),
+            (DType::Q4_0x16, Acts::Quantized(a, per)) => groups::<K::Q4_0x16, T>(w, rb, cols, a, per, ys, ld),
+            (DType::Q8_0x16, Acts::Quantized(a, per)) => groups::<K::Q8_0x16, T>(w, rb, cols, a, per, ys, ld),
+            _ => debug_assert!(false, "{dtype:?} weights against the other kind of activation"),
         }
     }
 }
@@ -777,6 +864,14 @@ pub(crate) mod tests {
                     matvec(&w, &x, &mut y, &mut act);
                     let what = format_args!("{t} matvec {dtype:?} [{rows}, {cols}]");
                     assert_matches(dtype, &y, &reference(&w, &x), &magnitudes(&w, &x), &what);
+                    // The same product on an input quantized beforehand: the same bits.
+                    let mut prepared = vec![f32::NAN; rows];
+                    let mut act = vec![0u8; act_scratch_len(cols)];
+                    if dtype.block_len() == QK {
+                        quantize_act(&x, &mut act);
+                    }
+                    matvec_prepared(&w, &x, &act, &mut prepared);
+                    assert_bits(&prepared, &y, &format_args!("{t} matvec_prepared {dtype:?} [{rows}, {cols}]"));
                     let mut out = vec![f32::NAN; cols];
                     dequant_row(&w, rows - 1, &mut out);
                     let mut want = vec![0.0; cols];
@@ -799,24 +894,6 @@ pub(crate) mod tests {
                     }
                 }
             }
-        }
-    }
-
-    /// A tier's activation quantizer.
-    type QuantizeAct = unsafe fn(&[f32], &mut [u8]);
-
-    /// The activation quantizer of a compiled SIMD tier.
-    fn act_quantizer(t: Tier) -> Option<QuantizeAct> {
-        match t {
-            #[cfg(target_arch = "x86_64")]
-            Tier::Avx2 => Some(<x86_64::avx2::Avx2 as Kernels>::quantize_act),
-            #[cfg(target_arch = "x86_64")]
-            Tier::Avx512 => Some(<x86_64::avx512::Avx512 as Kernels>::quantize_act),
-            #[cfg(target_arch = "aarch64")]
-            Tier::Neon => Some(<aarch64::neon::Neon as Kernels>::quantize_act),
-            #[cfg(target_arch = "aarch64")]
-            Tier::NeonDot => Some(<aarch64::neon::NeonDot as Kernels>::quantize_act),
-            _ => None,
         }
     }
 
@@ -876,12 +953,9 @@ pub(crate) mod tests {
         scalar::quantize_act(&x, &mut want);
         assert_eq!(&want[96..99], &[(-16i8) as u8, (-14i8) as u8, (-14i8) as u8], "ties go to even");
         for t in supported_tiers() {
-            let Some(quantize) = act_quantizer(t) else {
-                continue;
-            };
             let mut got = vec![0xAAu8; want.len()];
-            // SAFETY: the CPU supports `t`.
-            unsafe { quantize(&x, &mut got) };
+            // SAFETY: the CPU supports `t`; the table is called directly.
+            unsafe { (table(t).quantize_act)(&x, &mut got) };
             assert_eq!(got, want, "{t}");
         }
     }

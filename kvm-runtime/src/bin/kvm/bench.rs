@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use kvm_core::format::Role;
 use kvm_core::kernels::Matrix;
-use kvm_core::model::{Exec, HeadFn, PieceFn};
+use kvm_core::model::{Exec, HeadFn, PieceFn, Product};
 use kvm_core::state::Phase;
 use kvm_core::{Model, Session};
 use kvm_export::synth::Rng;
@@ -163,6 +163,12 @@ impl Exec for Timed<'_> {
         if w.rows == self.vocab_len {
             self.head.fetch_add(dt.as_nanos() as u64, Ordering::Relaxed);
         }
+    }
+
+    fn matmuls(&self, xs: &[f32], products: &mut [Product<'_, '_>], act: &mut [u8]) {
+        let t = Instant::now();
+        self.pool.matmuls(xs, products, act);
+        self.matmul.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
 
     fn heads(&self, outs: &mut [f32], out_len: usize, scratch: &mut [f32], scratch_len: usize, f: &HeadFn<'_>) {
