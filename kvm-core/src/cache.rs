@@ -217,6 +217,19 @@ impl<'a> RowsMut<'a> {
         }
     }
 
+    /// [`kernels::prefetch_for_write`] of row `r` of width `d` (and its q8 scale).
+    #[inline]
+    pub fn prefetch_row(&self, r: usize, d: usize) {
+        match self {
+            RowsMut::F32(x) => kernels::prefetch_for_write(&x[r * d..(r + 1) * d]),
+            RowsMut::F16(x) => kernels::prefetch_for_write(&x[r * d..(r + 1) * d]),
+            RowsMut::Q8(x, s) => {
+                kernels::prefetch_for_write(&x[r * d..(r + 1) * d]);
+                kernels::prefetch_for_write(&s[r..r + 1]);
+            }
+        }
+    }
+
     /// A read-only view.
     #[inline]
     pub fn as_rows(&self) -> Rows<'_> {

@@ -452,6 +452,13 @@ fn attention(
     let (h_n, dk, dv) = (cfg.n_heads as usize, cfg.d_qk as usize, cfg.d_v as usize);
     let (qd, vd, half) = (cfg.q_dim(), cfg.v_dim(), cfg.rope_dim as usize / 2);
 
+    // The state rows the first token writes in step 7, fetched while the products run.
+    let ln_sk = (model.vector(Role::LnSkW, l), model.vector(Role::LnSkB, l));
+    let plan = Plan::new(cfg, st_len, at, phase);
+    for h in 0..h_n {
+        HeadState { st, h, cfg, state_len: plan.state_len, ln_sk }.prefetch_writes(plan.t, plan.initial);
+    }
+
     // 1. q = c_q a, k = c_k a, v = c_v a, and the other products of a: the value
     //    residual's v_gate1 a and the merge gate's key_weighting a (steps 2 and 6)
     let value_residual = cfg.has(flags::VALUE_RESIDUAL);
@@ -542,7 +549,6 @@ fn attention(
             (1.0, 1.0)
         }
     };
-    let ln_sk = (model.vector(Role::LnSkW, l), model.vector(Role::LnSkB, l));
     let chunk = cfg.chunk_len as usize;
     let mut c = at;
     let mut i0 = 0;

@@ -685,6 +685,24 @@ impl HeadState<'_, '_> {
         }
     }
 
+    /// Prefetches what [`HeadState::initial_append`] to slot `initial` (if any) and
+    /// [`HeadState::push_window`] of token `t` will write, so their stores find the lines
+    /// in cache: those rows were last touched many steps ago.
+    pub fn prefetch_writes(&self, t: usize, initial: Option<usize>) {
+        let (dk, dv) = (self.dk(), self.dv());
+        let st = &*self.st;
+        if let Some(s) = initial {
+            let i = self.slot(s);
+            kernels::prefetch_for_write(&st.sk[i * dk..(i + 1) * dk]);
+            kernels::prefetch_for_write(&st.sv[i * dv..(i + 1) * dv]);
+            st.nk.prefetch_row(i, dk);
+            st.nv.prefetch_row(i, dv);
+        }
+        let ri = self.ring(t);
+        st.wk.prefetch_row(ri, dk);
+        st.wv.prefetch_row(ri, dv);
+    }
+
     /// Stores the new token's key, value and merge gate in the window ring.
     pub fn push_window(&mut self, t: usize, k: &[f32], v: &[f32], m: f32) {
         let (dk, dv) = (self.dk(), self.dv());

@@ -264,6 +264,29 @@ pub fn narrow_f16(x: &[f32], out: &mut [f16]) {
     unsafe { (table(tier()).narrow_f16)(x, out) }
 }
 
+/// Asks the CPU to bring the cache lines of `bytes` in for writing, so that stores to
+/// them soon after do not wait on memory (a hint: never faults, changes nothing, and is
+/// nothing where the architecture has no such hint).
+#[inline]
+pub fn prefetch_for_write<T>(bytes: &[T]) {
+    let (p, len) = (bytes.as_ptr().cast::<u8>(), core::mem::size_of_val(bytes));
+    #[cfg(target_arch = "x86_64")]
+    for off in (0..len).step_by(64) {
+        // SAFETY: a prefetch reads and writes nothing architecturally (`prefetchw`, a NOP
+        // on CPUs without it).
+        unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_ET0 }>(p.add(off).cast()) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    for off in (0..len).step_by(64) {
+        // SAFETY: as above (`prfm pstl1keep`, a hint).
+        unsafe {
+            core::arch::asm!("prfm pstl1keep, [{0}]", in(reg) p.add(off), options(nostack, readonly, preserves_flags))
+        };
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let _ = (p, len);
+}
+
 /// One tier's kernel for one weight dtype.
 pub(crate) trait Kernel {
     /// What activations are made of: `f32` for float weights, q8 bytes (the
@@ -1351,6 +1374,16 @@ pub(crate) mod tests {
         let want = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
         assert_eq!(scalar::sum_blocks(terms.into_iter()).to_bits(), want.to_bits());
         assert_eq!(scalar::sum_blocks(core::iter::empty()).to_bits(), 0.0f32.to_bits());
+    }
+
+    #[test]
+    fn prefetching_for_write_changes_nothing() {
+        let v = values(1000, 3);
+        for (start, len) in [(0, 0), (0, 1), (1, 17), (3, 997), (999, 1)] {
+            prefetch_for_write(&v[start..start + len]);
+        }
+        prefetch_for_write::<f16>(&[]);
+        assert_eq!(v, values(1000, 3));
     }
 
     #[test]
