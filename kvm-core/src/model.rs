@@ -297,6 +297,24 @@ impl Default for Product<'_, '_> {
     }
 }
 
+impl Product<'_, '_> {
+    /// The input of [`Exec::matmuls`] made once for all `products`, when they can share
+    /// it: one token (`xs` is `cols` long) for products of `cols` columns each, quantized
+    /// into `act` if any product is of an integer format. `None` when each product must
+    /// run on its own (several tokens, other widths, `act` too short).
+    pub fn shared_input<'a>(xs: &[f32], products: &[Product<'_, '_>], act: &'a mut [u8]) -> Option<&'a [u8]> {
+        let cols = xs.len();
+        if products.iter().any(|p| p.w.cols != cols) {
+            return None;
+        }
+        let act = act.get_mut(..kernels::act_scratch_len(cols))?;
+        if products.iter().any(|p| p.w.dtype.block_len() > 1) {
+            kernels::quantize_act(xs, act);
+        }
+        Some(act)
+    }
+}
+
 /// Every product on the calling thread.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Serial;
@@ -312,14 +330,9 @@ impl Exec for Serial {
     }
 
     fn matmuls(&self, xs: &[f32], products: &mut [Product<'_, '_>], act: &mut [u8]) {
-        let cols = products.first().map_or(0, |p| p.w.cols);
-        if xs.len() != cols || products.iter().all(|p| p.w.dtype.block_len() == 1) {
-            return products.iter_mut().for_each(|p| self.matmul(&p.w, xs, p.y, act));
-        }
-        let act = &mut act[..kernels::act_scratch_len(cols)];
-        kernels::quantize_act(xs, act);
-        for p in products {
-            kernels::matvec_prepared(&p.w, xs, act, p.y);
+        match Product::shared_input(xs, products, act) {
+            Some(act) => products.iter_mut().for_each(|p| kernels::matvec_prepared(&p.w, xs, act, p.y)),
+            None => products.iter_mut().for_each(|p| self.matmul(&p.w, xs, p.y, act)),
         }
     }
 

@@ -342,10 +342,21 @@ impl Exec for Pool {
     }
 
     fn matmuls(&self, xs: &[f32], products: &mut [Product<'_, '_>], act: &mut [u8]) {
-        match products.first() {
-            Some(p) if xs.len() == p.w.cols => self.matvecs(xs, products, act),
-            _ => products.iter_mut().for_each(|p| self.matmul(&p.w, xs, p.y, act)),
+        if products.len() > MAX_PRODUCTS {
+            return products.chunks_mut(MAX_PRODUCTS).for_each(|some| self.matmuls(xs, some, act));
         }
+        let rows: usize = products.iter().map(|p| p.w.rows).sum();
+        let parts = self.threads().min(rows * xs.len() / MIN_WEIGHTS_PER_THREAD);
+        if parts >= 2 {
+            if let Some(shared) = Product::shared_input(xs, products, act) {
+                return self.matvecs(parts, xs, shared, products);
+            }
+            // Several tokens: each product split on its own.
+            if products.iter().all(|p| xs.len() > p.w.cols) {
+                return products.iter_mut().for_each(|p| self.matmul(&p.w, xs, p.y, act));
+            }
+        }
+        Serial.matmuls(xs, products, act)
     }
 
     fn pieces(&self, out: &mut [f32], piece: usize, f: &PieceFn<'_>) {
@@ -399,24 +410,15 @@ impl Exec for Pool {
     }
 }
 
-/// Most products [`Pool::matmuls`] splits as one job (more run one job each).
+/// Most products [`Exec::matmuls`] on the pool splits as one job (more go in several).
 const MAX_PRODUCTS: usize = 8;
 
 impl Pool {
-    /// One token's products of [`Exec::matmuls`] as one job: the input quantized once
-    /// here, then the products' rows, taken end to end, cut into one run per thread.
-    fn matvecs(&self, x: &[f32], products: &mut [Product<'_, '_>], act: &mut [u8]) {
-        let cols = products.first().map_or(0, |p| p.w.cols);
+    /// One token's products of [`Exec::matmuls`], their input `x` prepared in `act`, as
+    /// one job of `parts` parts: the products' rows, taken end to end, cut into one run
+    /// per part.
+    fn matvecs(&self, parts: usize, x: &[f32], act: &[u8], products: &mut [Product<'_, '_>]) {
         let rows: usize = products.iter().map(|p| p.w.rows).sum();
-        let parts = self.threads().min(rows * cols / MIN_WEIGHTS_PER_THREAD);
-        if parts < 2 || products.len() > MAX_PRODUCTS {
-            return Serial.matmuls(x, products, act);
-        }
-        let act = &mut act[..kernels::act_scratch_len(cols)];
-        if products.iter().any(|p| p.w.dtype.block_len() > 1) {
-            kernels::quantize_act(x, act);
-        }
-        let act = &*act;
         // Each product's rows start at `start` of the rows end to end; part `p` takes
         // rows `[p * per, (p + 1) * per)` of those, cut at each matrix's row groups.
         let mut products = products.iter_mut();
@@ -521,6 +523,22 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Scratch too short for the quantized input: a debug build stops at it, a release
+    /// build writes nothing (and neither loops between `matmul` and `matmuls`).
+    #[test]
+    fn a_short_scratch_is_refused_not_overrun() {
+        let pool = Pool::new(2).unwrap();
+        let (rows, cols) = (512, 256);
+        let data = matrix_bytes(DType::Q8_0x16, rows, cols);
+        let w = Matrix::new(DType::Q8_0x16, rows, cols, &data).unwrap();
+        let x = vec![0.5f32; cols];
+        let mut act = vec![0u8; kernels::act_scratch_len(cols) - 1];
+        let mut y = vec![f32::NAN; rows];
+        let run = panic::catch_unwind(AssertUnwindSafe(|| pool.matmul(&w, &x, &mut y, &mut act)));
+        assert_eq!(run.is_err(), cfg!(debug_assertions));
+        assert!(y.iter().all(|v| v.is_nan()));
     }
 
     #[test]

@@ -113,14 +113,20 @@ pub fn matmul(w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]) {
     unsafe { (table(tier()).matmul)(w, xs, ys, act) }
 }
 
-/// Quantizes one token's input `x` (`[cols]`, whole [`QK`] blocks) into `act`
-/// (`[act_scratch_len(cols)]`): the first half of [`matvec`] on integer-format weights,
-/// done once when several products read the same input (see [`matvec_prepared`]).
+/// Quantizes one token's input `x` (`[cols]`, whole [`QK`] blocks) into the first
+/// [`act_scratch_len`]`(cols)` bytes of `act`: the first half of [`matvec`] on
+/// integer-format weights, done once when several products read the same input (see
+/// [`matvec_prepared`]). Shapes that do not fit are `debug_assert`ed; in release they
+/// write nothing.
 #[inline]
 pub fn quantize_act(x: &[f32], act: &mut [u8]) {
-    debug_assert_eq!(act.len(), act_scratch_len(x.len()));
-    // SAFETY: as in `matvec`.
-    unsafe { (table(tier()).quantize_act)(x, act) }
+    let len = act_scratch_len(x.len());
+    let fits = x.len().is_multiple_of(QK) && act.len() >= len;
+    debug_assert!(fits, "{} values into {} bytes", x.len(), act.len());
+    if fits {
+        // SAFETY: as in `matvec`; the tiers write `len` bytes for whole blocks.
+        unsafe { (table(tier()).quantize_act)(x, &mut act[..len]) }
+    }
 }
 
 /// [`matvec`] on an input already prepared: float weights read `x`, integer ones `act` as
@@ -1374,6 +1380,18 @@ pub(crate) mod tests {
         let want = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
         assert_eq!(scalar::sum_blocks(terms.into_iter()).to_bits(), want.to_bits());
         assert_eq!(scalar::sum_blocks(core::iter::empty()).to_bits(), 0.0f32.to_bits());
+    }
+
+    /// A debug build stops at the shape; a release build writes nothing.
+    #[test]
+    fn quantizing_an_activation_of_the_wrong_shape_writes_nothing() {
+        let x = values(64, 1);
+        for (values, bytes) in [(64, act_scratch_len(64) - 1), (40, 100)] {
+            let mut act = vec![0xAAu8; bytes];
+            let run = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| quantize_act(&x[..values], &mut act)));
+            assert_eq!(run.is_err(), cfg!(debug_assertions), "{values} values into {bytes} bytes");
+            assert!(act.iter().all(|&b| b == 0xAA), "{values} values into {bytes} bytes");
+        }
     }
 
     #[test]
