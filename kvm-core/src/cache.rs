@@ -219,7 +219,7 @@ impl<'a> RowsMut<'a> {
 
     /// [`kernels::prefetch_for_write`] of row `r` of width `d` (and its q8 scale).
     #[inline]
-    pub fn prefetch_row(&self, r: usize, d: usize) {
+    pub(crate) fn prefetch_row(&self, r: usize, d: usize) {
         match self {
             RowsMut::F32(x) => kernels::prefetch_for_write(&x[r * d..(r + 1) * d]),
             RowsMut::F16(x) => kernels::prefetch_for_write(&x[r * d..(r + 1) * d]),

@@ -274,7 +274,7 @@ pub fn narrow_f16(x: &[f32], out: &mut [f16]) {
 /// them soon after do not wait on memory (a hint: never faults, changes nothing, and is
 /// nothing where the architecture has no such hint).
 #[inline]
-pub fn prefetch_for_write<T>(bytes: &[T]) {
+pub(crate) fn prefetch_for_write<T>(bytes: &[T]) {
     let (p, len) = (bytes.as_ptr().cast::<u8>(), core::mem::size_of_val(bytes));
     #[cfg(target_arch = "x86_64")]
     for off in (0..len).step_by(64) {
