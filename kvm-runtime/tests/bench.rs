@@ -40,7 +40,7 @@ fn json_report_has_the_agreed_keys() {
     for key in ["prefill_tok_s", "decode_tok_s", "mem_bw_gb_s", "bw_fraction"] {
         assert!(r[key].as_f64().is_some_and(|x| x > 0.0), "{key} in {r}");
     }
-    for key in ["weight_bytes_per_token", "peak_rss_bytes"] {
+    for key in ["weight_bytes_per_token", "peak_rss_bytes", "decode_state_bytes_per_token"] {
         assert!(r[key].as_u64().is_some_and(|x| x > 0), "{key} in {r}");
     }
     assert!(kvm_core::kernels::Tier::from_name(r["kernel_tier"].as_str().unwrap()).is_some(), "{r}");
@@ -51,6 +51,19 @@ fn json_report_has_the_agreed_keys() {
     let embed = m.tensors().find(|e| e.role == kvm_core::format::Role::TokEmbed).unwrap();
     assert_eq!(r["weight_bytes_per_token"].as_u64().unwrap(), all - embed.len + embed.len / embed.rows as u64);
     drop(file);
+    // Decode from an empty context by default; after the timed prompt, or after a context
+    // of its own, when asked.
+    assert_eq!(r["context"], 0, "{r}");
+    let first = r;
+    for context in ["40", "70"] {
+        let path = model.to_str().unwrap();
+        let args = ["--model", path, "--prompt-len", "40", "--gen", "8", "--context", context, "--bw-mib", "0"];
+        let r = bench_json(&args);
+        assert_eq!(r["context"].to_string(), context, "{r}");
+        assert!(r["decode_tok_s"].as_f64().is_some_and(|x| x > 0.0), "{r}");
+        // Decoding after a context reads more of the state than from an empty one.
+        assert!(r["decode_state_bytes_per_token"].as_u64() > first["decode_state_bytes_per_token"].as_u64(), "{r}");
+    }
     std::fs::remove_file(&model).ok();
 }
 

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use kvm_core::config::Config;
 use kvm_core::format::Role;
 use kvm_core::kernels::Matrix;
 use kvm_core::model::{Exec, HeadFn, PieceFn, Product};
@@ -30,13 +31,18 @@ pub struct Args {
     model: PathBuf,
     #[command(flatten)]
     cache: crate::CacheArg,
-    /// Prompt tokens fed by chunked prefill before decoding.
+    /// Prompt tokens fed by chunked prefill, timed (`prefill_tok_s`).
     #[arg(long, default_value_t = 512)]
     prompt_len: usize,
-    /// Tokens decoded one at a time after the prompt (with --checkpoints: the length of
-    /// the long run).
+    /// Tokens decoded one at a time, timed (`decode_tok_s`; with --checkpoints: the length
+    /// of the long run).
     #[arg(long, default_value_t = 128)]
     gen: usize,
+    /// Tokens in the session when the timed decode starts: 0 (the default) decodes from an
+    /// empty context, as llama-bench's tg test does; equal to --prompt-len, it continues
+    /// after the timed prompt; any other value is prefilled, untimed, in a fresh session.
+    #[arg(long, default_value_t = 0)]
+    context: usize,
     /// Worker threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -108,9 +114,7 @@ fn describe(path: &std::path::Path, model: &Model<'_>, pool: &Pool) -> Value {
     // cache dtype, for each head of each layer. Steady state: the state is full and the window holds
     // `window_len - chunk_len + r` tokens, r = 1..=chunk_len, so on average this many.
     let (c, w) = (cfg.chunk_len as f64, cfg.window_len() as f64);
-    let row_bytes = model.cache().row_bytes(cfg.d_qk as usize) + model.cache().row_bytes(cfg.d_v as usize);
-    let per_pos = (cfg.n_layers * cfg.n_heads) as f64 * row_bytes as f64;
-    let state_bytes = per_pos * (cfg.natural_state_len() as f64 + w - c + (c + 1.0) / 2.0);
+    let state_bytes = position_bytes(model) * (cfg.natural_state_len() as f64 + w - c + (c + 1.0) / 2.0);
     json!({
         "model": path.display().to_string(),
         "dtype": dtype,
@@ -125,6 +129,22 @@ fn describe(path: &std::path::Path, model: &Model<'_>, pool: &Pool) -> Value {
         "weight_bytes_per_token": weight_bytes,
         "state_bytes_per_token": state_bytes.round() as u64,
     })
+}
+
+/// Bytes attention reads per position it attends to: a key and a value row, stored as the
+/// cache dtype, in every head of every layer.
+fn position_bytes(model: &Model<'_>) -> f64 {
+    let cfg = model.config();
+    let row_bytes = model.cache().row_bytes(cfg.d_qk as usize) + model.cache().row_bytes(cfg.d_v as usize);
+    (cfg.n_layers * cfg.n_heads) as f64 * row_bytes as f64
+}
+
+/// Positions the step at position `t` attends to: its window's tokens, and once the
+/// context outgrows the window, every state slot (taken as full).
+fn positions_read(cfg: &Config, t: usize) -> usize {
+    let (c, w, n) = (cfg.chunk_len as usize, cfg.window_len(), t + 1);
+    let window = n - (n.div_ceil(c) * c).saturating_sub(w);
+    window + if n > w { cfg.natural_state_len() } else { 0 }
 }
 
 /// A fresh session in its own arena.
@@ -209,13 +229,15 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// Prefill `--prompt-len` tokens, then decode `--gen`, `--runs` times.
+/// Prefill `--prompt-len` tokens, then decode `--gen` after `--context` tokens, `--runs`
+/// times.
 fn speed(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Result<()> {
     if a.prompt_len == 0 || a.gen == 0 {
         bail!("--prompt-len and --gen must be at least 1");
     }
     let vocab_len = model.config().vocab_len;
-    let prompt = token_stream(a.seed, a.prompt_len, vocab_len);
+    let prompt = token_stream(a.seed, a.prompt_len.max(a.context), vocab_len);
+    let (prompt, context) = (&prompt[..a.prompt_len], &prompt[..a.context]);
     let (mut prefill_tok_s, mut decode_tok_s, mut matmul_frac, mut head_frac) = (vec![], vec![], vec![], vec![]);
     let (mut prefill_wait, mut decode_wait) = (vec![], vec![]);
     let threads = pool.threads();
@@ -223,13 +245,19 @@ fn speed(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Result
     for _ in 0..a.runs.max(1) {
         let mut session = run.session()?;
         let (_, secs, wait) =
-            timed(threads, || prefill(&mut session, &prompt, Phase::Prefill, pool, false).context("prefill"))?;
+            timed(threads, || prefill(&mut session, prompt, Phase::Prefill, pool, false).context("prefill"))?;
         prefill_tok_s.push(a.prompt_len as f64 / secs);
         prefill_wait.push(wait);
+        if a.context != a.prompt_len {
+            session.reset();
+            if !context.is_empty() {
+                prefill(&mut session, context, Phase::Prefill, pool, false).context("prefill")?;
+            }
+        }
 
         let timed_exec =
             Timed { pool, matmul: AtomicU64::new(0), head: AtomicU64::new(0), vocab_len: vocab_len as usize };
-        let mut next = argmax(session.logits());
+        let mut next = if context.is_empty() { prompt[0] } else { argmax(session.logits()) };
         let (_, secs, wait) = timed(threads, || {
             for _ in 0..a.gen {
                 next = session.decode_with(next, &timed_exec).map(argmax)?;
@@ -256,6 +284,11 @@ fn speed(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Result
     let decode = median(&mut decode_tok_s);
     report["prompt_len"] = json!(a.prompt_len);
     report["gen"] = json!(a.gen);
+    report["context"] = json!(a.context);
+    // The state bytes of the timed steps, on average (`state_bytes_per_token` is the steady
+    // state's).
+    let positions: usize = (a.context..a.context + a.gen).map(|t| positions_read(model.config(), t)).sum();
+    report["decode_state_bytes_per_token"] = json!((position_bytes(model) * positions as f64 / a.gen as f64) as u64);
     report["prefill_tok_s"] = json!(median(&mut prefill_tok_s));
     report["decode_tok_s"] = json!(decode);
     report["decode_ms_per_tok"] = json!(1e3 / decode);
@@ -423,7 +456,7 @@ fn bandwidth(mib: usize, threads: usize, report: &mut Value) {
     if let (Some(tok_s), Some(w), Some(s)) = (
         report["decode_tok_s"].as_f64(),
         report["weight_bytes_per_token"].as_f64(),
-        report["state_bytes_per_token"].as_f64(),
+        report["decode_state_bytes_per_token"].as_f64(),
     ) {
         report["bw_fraction"] = json!(w * tok_s / 1e9 / many);
         report["bw_fraction_with_state"] = json!((w + s) * tok_s / 1e9 / many);
@@ -486,8 +519,11 @@ fn print_report(r: &Value) {
     if r.get("decode_tok_s").is_some() {
         println!("prefill        {:.1} tok/s ({} tokens)", f("prefill_tok_s"), r["prompt_len"]);
         println!(
-            "decode         {:.2} tok/s ({:.2} ms/token; {:.0}% in matrix products, {:.0}% in the output head)",
+            "decode         {:.2} tok/s ({} tokens after {} of context; {:.2} ms/token; {:.0}% in matrix \
+             products, {:.0}% in the output head)",
             f("decode_tok_s"),
+            r["gen"],
+            r["context"],
             f("decode_ms_per_tok"),
             100.0 * f("decode_matmul_fraction"),
             100.0 * f("decode_head_fraction")
