@@ -389,9 +389,10 @@ pub(crate) struct Plan {
     pub coverage_after: usize,
 }
 
+/// The first window token a step with `n` tokens seen attends to (spec §3):
 /// `bswa_begin(n) = max(0, ceil(n / C) * C - W)`.
 #[inline]
-pub(crate) fn bswa_begin(cfg: &Config, n: usize) -> usize {
+pub fn bswa_begin(cfg: &Config, n: usize) -> usize {
     let c = cfg.chunk_len as usize;
     (n.div_ceil(c) * c).saturating_sub(cfg.window_len())
 }

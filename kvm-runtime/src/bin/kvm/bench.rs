@@ -16,7 +16,7 @@ use kvm_core::config::Config;
 use kvm_core::format::Role;
 use kvm_core::kernels::Matrix;
 use kvm_core::model::{Exec, HeadFn, PieceFn, Product};
-use kvm_core::state::Phase;
+use kvm_core::state::{bswa_begin, Phase};
 use kvm_core::{Model, Session};
 use kvm_export::synth::Rng;
 use kvm_runtime::arena::Arena;
@@ -142,9 +142,9 @@ fn position_bytes(model: &Model<'_>) -> f64 {
 /// Positions the step at position `t` attends to: its window's tokens, and once the
 /// context outgrows the window, every state slot (taken as full).
 fn positions_read(cfg: &Config, t: usize) -> usize {
-    let (c, w, n) = (cfg.chunk_len as usize, cfg.window_len(), t + 1);
-    let window = n - (n.div_ceil(c) * c).saturating_sub(w);
-    window + if n > w { cfg.natural_state_len() } else { 0 }
+    let n = t + 1;
+    let window = n - bswa_begin(cfg, n);
+    window + if n > cfg.window_len() { cfg.natural_state_len() } else { 0 }
 }
 
 /// A fresh session in its own arena.
