@@ -689,6 +689,8 @@ impl X16Half for Q8 {
 const X16_TOKENS: usize = 2;
 
 impl<B: X16Half> GroupKernel for Interleaved<B> {
+    const SIDE_BY_SIDE: bool = true;
+
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
         const N: usize = X16_TOKENS;
@@ -698,63 +700,79 @@ impl<B: X16Half> GroupKernel for Interleaved<B> {
         while t < T {
             if t + N <= T {
                 // SAFETY: forwarded; the features are enabled here.
-                let o = unsafe { x16_tokens::<B, N>(g, core::array::from_fn(|j| a[t + j]), cols, t == 0) };
+                let [o] = unsafe { x16::<B, 1, N>([g], core::array::from_fn(|j| a[t + j]), cols, t == 0) };
                 out[t..t + N].copy_from_slice(&o);
                 t += N;
             } else {
                 // SAFETY: as above.
-                [out[t]] = unsafe { x16_tokens::<B, 1>(g, [a[t]], cols, t == 0) };
+                [[out[t]]] = unsafe { x16::<B, 1, 1>([g], [a[t]], cols, t == 0) };
                 t += 1;
             }
         }
         out
     }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn streams<const S: usize>(g: [&[u8]; S], a: &[u8], cols: usize) -> [[f32; X16]; S] {
+        // SAFETY: forwarded; the features are enabled here.
+        unsafe { x16::<B, S, 1>(g, [a], cols, true) }.map(|[y]| y)
+    }
 }
 
-/// [`Interleaved`] for `T` tokens, block by block, both halves of each; `fetch`: prefetch
-/// the weights ahead.
+/// [`Interleaved`] for `S` groups side by side (block `b` of each in turn) and `T`
+/// tokens, block by block, both halves of each: `out[s][t]`; `fetch`: prefetch the weights
+/// ahead.
 ///
 /// # Safety
-/// As [`GroupKernel::group`], with AVX2/FMA/F16C enabled in the caller.
+/// As [`GroupKernel::group`] for each group, with AVX2/FMA/F16C enabled in the caller.
 #[inline(always)]
-unsafe fn x16_tokens<B: X16Half, const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize, fetch: bool) -> [[f32; X16]; T] {
+unsafe fn x16<B: X16Half, const S: usize, const T: usize>(
+    g: [&[u8]; S],
+    a: [&[u8]; T],
+    cols: usize,
+    fetch: bool,
+) -> [[[f32; X16]; T]; S] {
     let nb = cols / QK;
     let gb = B::GROUP_BYTES;
-    debug_assert_eq!(g.len(), nb * gb);
-    // SAFETY: `g` holds `nb` blocks of the group and each `a[t]` a whole activation (`cols`
-    // values, then `nb` f32 scales); the features are enabled in the caller.
+    debug_assert!(g.iter().all(|g| g.len() == nb * gb));
+    // SAFETY: each `g[s]` holds `nb` blocks of a group and each `a[t]` a whole activation
+    // (`cols` values, then `nb` f32 scales); the features are enabled in the caller.
     unsafe {
-        // [half][token][b % 8]
-        let mut acc = [[[_mm256_setzero_ps(); 8]; T]; 2];
+        // [group][half][token][b % 8]
+        let mut acc = [[[[_mm256_setzero_ps(); 8]; T]; 2]; S];
         for b in 0..nb {
-            let wb = g.as_ptr().add(b * gb);
-            if fetch {
-                prefetch_ahead(wb, gb);
-            }
             let pa: [*const u8; T] = core::array::from_fn(|t| a[t].as_ptr().add(b * QK));
             let prep: [B::Prep; T] = core::array::from_fn(|t| B::prep(pa[t]));
             let da: [__m256; T] = core::array::from_fn(|t| {
                 _mm256_set1_ps(a[t].as_ptr().add(cols + 4 * b).cast::<f32>().read_unaligned())
             });
-            for (h, acc) in acc.iter_mut().enumerate() {
-                // The half's 8 scales: [8] f16 -> [8] f32 (exact).
-                let dw = _mm256_cvtph_ps(_mm_loadu_si128(wb.add(16 * h).cast()));
-                let w = B::weights(wb.add(2 * X16 + 32 * h));
-                for t in 0..T {
-                    let isum = B::row_sums(&w, pa[t], prep[t]);
-                    let term = _mm256_mul_ps(_mm256_mul_ps(dw, da[t]), _mm256_cvtepi32_ps(isum));
-                    acc[t][b % 8] = _mm256_add_ps(acc[t][b % 8], term);
+            for (g, acc) in g.iter().zip(acc.iter_mut()) {
+                let wb = g.as_ptr().add(b * gb);
+                if fetch {
+                    prefetch_ahead(wb, gb);
+                }
+                for (h, acc) in acc.iter_mut().enumerate() {
+                    // The half's 8 scales: [8] f16 -> [8] f32 (exact).
+                    let dw = _mm256_cvtph_ps(_mm_loadu_si128(wb.add(16 * h).cast()));
+                    let w = B::weights(wb.add(2 * X16 + 32 * h));
+                    for t in 0..T {
+                        let isum = B::row_sums(&w, pa[t], prep[t]);
+                        let term = _mm256_mul_ps(_mm256_mul_ps(dw, da[t]), _mm256_cvtepi32_ps(isum));
+                        acc[t][b % 8] = _mm256_add_ps(acc[t][b % 8], term);
+                    }
                 }
             }
         }
-        let mut out = [[0.0; X16]; T];
-        for (h, acc) in acc.iter().enumerate() {
-            for (out, k) in out.iter_mut().zip(acc) {
-                let sum = _mm256_add_ps(
-                    _mm256_add_ps(_mm256_add_ps(k[0], k[1]), _mm256_add_ps(k[2], k[3])),
-                    _mm256_add_ps(_mm256_add_ps(k[4], k[5]), _mm256_add_ps(k[6], k[7])),
-                );
-                _mm256_storeu_ps(out.as_mut_ptr().add(8 * h), sum);
+        let mut out = [[[0.0; X16]; T]; S];
+        for (out, acc) in out.iter_mut().zip(&acc) {
+            for (h, acc) in acc.iter().enumerate() {
+                for (out, k) in out.iter_mut().zip(acc) {
+                    let sum = _mm256_add_ps(
+                        _mm256_add_ps(_mm256_add_ps(k[0], k[1]), _mm256_add_ps(k[2], k[3])),
+                        _mm256_add_ps(_mm256_add_ps(k[4], k[5]), _mm256_add_ps(k[6], k[7])),
+                    );
+                    _mm256_storeu_ps(out.as_mut_ptr().add(8 * h), sum);
+                }
             }
         }
         out

@@ -11,7 +11,7 @@ use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
 use super::avx2::{self, quant_tile, Blocks32, GroupSums, Q4, Q8};
-use super::{prefetch, prefetch_ahead, prefetch_ahead_l2};
+use super::{prefetch, prefetch_ahead};
 use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32, I8};
 use crate::quant::{DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
 
@@ -268,10 +268,6 @@ pub(crate) trait X16Blocks {
     const GROUP_BYTES: usize;
     /// What [`X16Blocks::load`] adds to every weight to make it unsigned.
     const BIAS: u8;
-    /// Whether the group's bytes are prefetched into L2 only ([`prefetch_ahead_l2`]) rather
-    /// than into L1: measured per dtype in paper-120m decode (interleaved rounds against
-    /// llama.cpp): q8_0x16 +6% at one and two threads, q4_0x16 -5%.
-    const PREFETCH_L2: bool;
 
     /// The quant bytes of one group block at `q`, biased to unsigned, as 8 vectors:
     /// lane `r` of vector `k` holds row `r`'s weights `4k..4k + 4`.
@@ -284,7 +280,6 @@ pub(crate) trait X16Blocks {
 impl X16Blocks for Q4 {
     const GROUP_BYTES: usize = core::mem::size_of::<GroupQ4_0x16>();
     const BIAS: u8 = 8;
-    const PREFETCH_L2: bool = false;
 
     #[inline(always)]
     unsafe fn load(q: *const u8) -> [__m512i; 8] {
@@ -306,7 +301,6 @@ impl X16Blocks for Q4 {
 impl X16Blocks for Q8 {
     const GROUP_BYTES: usize = core::mem::size_of::<GroupQ8_0x16>();
     const BIAS: u8 = 128;
-    const PREFETCH_L2: bool = true;
 
     #[inline(always)]
     unsafe fn load(q: *const u8) -> [__m512i; 8] {
@@ -326,6 +320,8 @@ impl X16Blocks for Q8 {
 pub(crate) struct Interleaved<B>(PhantomData<B>);
 
 impl<B: X16Blocks> GroupKernel for Interleaved<B> {
+    const SIDE_BY_SIDE: bool = true;
+
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
         let mut out = [[0.0; X16]; T];
@@ -335,68 +331,85 @@ impl<B: X16Blocks> GroupKernel for Interleaved<B> {
         while t < T {
             // SAFETY: forwarded.
             if t + 1 < T {
-                [out[t], out[t + 1]] = unsafe { x16_tokens::<B, 2>(g, [a[t], a[t + 1]], cols) };
+                [[out[t], out[t + 1]]] = unsafe { x16::<B, 1, 2>([g], [a[t], a[t + 1]], cols) };
                 t += 2;
             } else {
-                [out[t]] = unsafe { x16_tokens::<B, 1>(g, [a[t]], cols) };
+                [[out[t]]] = unsafe { x16::<B, 1, 1>([g], [a[t]], cols) };
                 t += 1;
             }
         }
         out
     }
+
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn streams<const S: usize>(g: [&[u8]; S], a: &[u8], cols: usize) -> [[f32; X16]; S] {
+        // SAFETY: forwarded.
+        unsafe { x16::<B, S, 1>(g, [a], cols) }.map(|[y]| y)
+    }
 }
 
-/// [`Interleaved`] for `T` tokens.
+/// [`Interleaved`] for `S` groups side by side (block `b` of each in turn) and `T`
+/// tokens: `out[s][t]`.
 ///
 /// # Safety
-/// As [`GroupKernel::group`], with this tier's features enabled in the caller.
+/// As [`GroupKernel::group`] for each group, with this tier's features enabled in the caller.
 #[inline(always)]
-unsafe fn x16_tokens<B: X16Blocks, const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
+unsafe fn x16<B: X16Blocks, const S: usize, const T: usize>(
+    g: [&[u8]; S],
+    a: [&[u8]; T],
+    cols: usize,
+) -> [[[f32; X16]; T]; S] {
     let nb = cols / QK;
     let gb = B::GROUP_BYTES;
-    debug_assert_eq!(g.len(), nb * gb);
-    // SAFETY: `g` holds `nb` blocks of the group and each `a[t]` a whole activation
+    debug_assert!(g.iter().all(|g| g.len() == nb * gb));
+    // SAFETY: each `g[s]` holds `nb` blocks of a group and each `a[t]` a whole activation
     // (`cols` values, then `nb` f32 scales); the features are enabled in the caller.
     unsafe {
         let bias = _mm256_set1_epi8(B::BIAS as i8);
-        let mut acc = [[_mm512_setzero_ps(); 8]; T];
+        let mut acc = [[[_mm512_setzero_ps(); 8]; T]; S];
         for b in 0..nb {
-            let wb = g.as_ptr().add(b * gb);
-            if B::PREFETCH_L2 {
-                prefetch_ahead_l2(wb, gb);
-            } else {
-                prefetch_ahead(wb, gb);
-            }
-            let dw = _mm512_cvtph_ps(_mm256_loadu_si256(wb.cast()));
-            let w = B::load(wb.add(2 * X16));
+            // Per token: the biased weights' offset -BIAS * sum(a) and the block's scale.
+            let mut start = [_mm512_setzero_si512(); T];
+            let mut da = [_mm512_setzero_ps(); T];
             for t in 0..T {
                 let pa = a[t].as_ptr().add(b * QK);
-                // The weights are biased: start at -BIAS * sum(a).
                 let c = _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, _mm256_loadu_si256(pa.cast()));
                 let c = _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256::<1>(c));
                 let c = _mm_add_epi32(c, _mm_shuffle_epi32::<0b0100_1110>(c));
                 let c = _mm_add_epi32(c, _mm_shuffle_epi32::<0b1011_0001>(c));
-                let quad = |k: usize| _mm512_set1_epi32(pa.add(4 * k).cast::<i32>().read_unaligned());
-                // Two independent chains of 4, added exactly.
-                let mut s0 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_broadcastd_epi32(c));
-                let mut s1 = _mm512_setzero_si512();
-                for v in 0..4 {
-                    s0 = _mm512_dpbusd_epi32(s0, w[v], quad(v));
-                    s1 = _mm512_dpbusd_epi32(s1, w[4 + v], quad(4 + v));
+                start[t] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_broadcastd_epi32(c));
+                da[t] = _mm512_set1_ps(a[t].as_ptr().add(cols + 4 * b).cast::<f32>().read_unaligned());
+            }
+            for s in 0..S {
+                let wb = g[s].as_ptr().add(b * gb);
+                prefetch_ahead(wb, gb);
+                let dw = _mm512_cvtph_ps(_mm256_loadu_si256(wb.cast()));
+                let w = B::load(wb.add(2 * X16));
+                for t in 0..T {
+                    let pa = a[t].as_ptr().add(b * QK);
+                    let quad = |k: usize| _mm512_set1_epi32(pa.add(4 * k).cast::<i32>().read_unaligned());
+                    // Two independent chains of 4, added exactly.
+                    let mut s0 = start[t];
+                    let mut s1 = _mm512_setzero_si512();
+                    for v in 0..4 {
+                        s0 = _mm512_dpbusd_epi32(s0, w[v], quad(v));
+                        s1 = _mm512_dpbusd_epi32(s1, w[4 + v], quad(4 + v));
+                    }
+                    let term = _mm512_mul_ps(_mm512_mul_ps(dw, da[t]), _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)));
+                    acc[s][t][b % 8] = _mm512_add_ps(acc[s][t][b % 8], term);
                 }
-                let da = _mm512_set1_ps(a[t].as_ptr().add(cols + 4 * b).cast::<f32>().read_unaligned());
-                let term = _mm512_mul_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)));
-                acc[t][b % 8] = _mm512_add_ps(acc[t][b % 8], term);
             }
         }
-        let mut out = [[0.0; X16]; T];
-        for t in 0..T {
-            let k = &acc[t];
-            let sum = _mm512_add_ps(
-                _mm512_add_ps(_mm512_add_ps(k[0], k[1]), _mm512_add_ps(k[2], k[3])),
-                _mm512_add_ps(_mm512_add_ps(k[4], k[5]), _mm512_add_ps(k[6], k[7])),
-            );
-            _mm512_storeu_ps(out[t].as_mut_ptr(), sum);
+        let mut out = [[[0.0; X16]; T]; S];
+        for s in 0..S {
+            for t in 0..T {
+                let k = &acc[s][t];
+                let sum = _mm512_add_ps(
+                    _mm512_add_ps(_mm512_add_ps(k[0], k[1]), _mm512_add_ps(k[2], k[3])),
+                    _mm512_add_ps(_mm512_add_ps(k[4], k[5]), _mm512_add_ps(k[6], k[7])),
+                );
+                _mm512_storeu_ps(out[s][t].as_mut_ptr(), sum);
+            }
         }
         out
     }

@@ -4,14 +4,14 @@
 pub(crate) mod avx2;
 pub(crate) mod avx512;
 
-use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
 
 /// Prefetches the cache line `ahead` bytes past `p` (a hint: never faults).
 ///
 /// A tile reads several short rows side by side, which the hardware stream prefetcher
 /// does not follow (it tracks about one stream per 4 KiB page); without this, weights
-/// coming from DRAM arrive at half the bandwidth. Tiles ask for the same position in the
-/// next tile's rows (`ahead = R * row bytes`, rows being contiguous).
+/// coming from DRAM arrive at half the bandwidth. Tiles ask for the same position `R` rows
+/// further along each row's run (`ahead = R * row bytes`; see `kernels::tiles`).
 #[inline(always)]
 pub(crate) fn prefetch(p: *const u8, ahead: usize) {
     // SAFETY: a prefetch reads nothing architecturally (SSE, baseline on x86_64);
@@ -28,15 +28,5 @@ pub(crate) const PREFETCH_AHEAD: usize = 4096;
 pub(crate) fn prefetch_ahead(p: *const u8, len: usize) {
     for off in (0..len).step_by(64) {
         prefetch(p, PREFETCH_AHEAD + off);
-    }
-}
-
-/// [`prefetch_ahead`] into L2 only (`prefetcht1`): the demand loads then miss L1 but wait
-/// only for L2, so fewer of L1's fill buffers sit on lines still coming from DRAM.
-#[inline(always)]
-pub(crate) fn prefetch_ahead_l2(p: *const u8, len: usize) {
-    for off in (0..len).step_by(64) {
-        // SAFETY: as in `prefetch`.
-        unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(PREFETCH_AHEAD + off).cast()) }
     }
 }
