@@ -27,16 +27,33 @@ pub fn layer_norm_inplace(x: &mut [f32], w: Vector<'_>, b: Vector<'_>) {
 #[inline]
 pub fn ln_stats(x: &[f32]) -> (f32, f32) {
     let n = x.len() as f32;
-    let mean = x.iter().sum::<f32>() / n;
-    let var = x.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    let mean = sum_by(x, |v| v) / n;
+    let var = sum_by(x, |v| (v - mean) * (v - mean)) / n;
     (mean, 1.0 / libm::sqrtf(var + LN_EPS))
 }
 
-/// `a . b` with eight independent partial sums, which the compiler keeps in one vector
-/// register on every SIMD target (a single running sum would serialise on its latency).
+/// Independent partial sums of [`dot`] and [`sum_by`]: the compiler keeps them in one
+/// vector register on every SIMD target (a single running sum would serialise on its
+/// latency).
+const LANES: usize = 8;
+
+/// `sum f(x_i)` in [`LANES`] partial sums.
+#[inline]
+fn sum_by(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let chunks = x.chunks_exact(LANES);
+    let tail: f32 = chunks.remainder().iter().map(|&v| f(v)).sum();
+    let mut acc = [0f32; LANES];
+    for c in chunks {
+        for i in 0..LANES {
+            acc[i] += f(c[i]);
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `a . b` in [`LANES`] partial sums.
 #[inline]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    const LANES: usize = 8;
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
     let mut acc = [0f32; LANES];
