@@ -27,7 +27,7 @@ pub fn layer_norm_inplace(x: &mut [f32], w: Vector<'_>, b: Vector<'_>) {
 #[inline]
 pub fn ln_stats(x: &[f32]) -> (f32, f32) {
     let n = x.len() as f32;
-    let mean = sum_by(x, |v| v) / n;
+    let mean = sum(x) / n;
     let var = sum_by(x, |v| (v - mean) * (v - mean)) / n;
     (mean, 1.0 / libm::sqrtf(var + LN_EPS))
 }
@@ -36,6 +36,27 @@ pub fn ln_stats(x: &[f32]) -> (f32, f32) {
 /// vector register on every SIMD target (a single running sum would serialise on its
 /// latency).
 const LANES: usize = 8;
+
+/// `sum x_i` in [`LANES`] partial sums.
+#[inline]
+pub fn sum(x: &[f32]) -> f32 {
+    sum_by(x, |v| v)
+}
+
+/// The largest of `x` (NaNs ignored, as `f32::max` does; `-inf` if none is left), in [`LANES`]
+/// running maxima: the same value as one running maximum, without its serial latency.
+#[inline]
+pub fn max(x: &[f32]) -> f32 {
+    let chunks = x.chunks_exact(LANES);
+    let tail = chunks.remainder().iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    for c in chunks {
+        for i in 0..LANES {
+            acc[i] = acc[i].max(c[i]);
+        }
+    }
+    acc.into_iter().fold(tail, f32::max)
+}
 
 /// `sum f(x_i)` in [`LANES`] partial sums.
 #[inline]
@@ -115,5 +136,27 @@ pub fn rope_apply(x: &mut [f32], cos: &[f32], sin: &[f32]) {
         let (a, b) = (x[2 * j], x[2 * j + 1]);
         x[2 * j] = c * a + s * b;
         x[2 * j + 1] = c * b - s * a;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lane_reductions_match_running_ones() {
+        for n in [0usize, 1, 7, 8, 9, 31, 130] {
+            let x: [f32; 130] = core::array::from_fn(|i| ((i * 37 % 101) as f32 - 50.0) * 0.37);
+            let x = &x[..n];
+            let running = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            assert_eq!(max(x).to_bits(), running.to_bits(), "max of {n}");
+            let exact: f64 = x.iter().map(|&v| f64::from(v)).sum();
+            assert!((f64::from(sum(x)) - exact).abs() <= 1e-4 * (1.0 + exact.abs()), "sum of {n}");
+        }
+        let mut x = [1.0, f32::NAN, 3.0, -2.0, f32::NAN, 0.5, 2.0, 2.5, f32::NAN, 2.75];
+        assert_eq!(max(&x), 3.0);
+        x[2] = f32::NAN;
+        assert_eq!(max(&x), 2.75);
+        assert_eq!(max(&[f32::NAN; 9]), f32::NEG_INFINITY);
     }
 }

@@ -28,7 +28,7 @@ use crate::cache::{CacheDtype, Rows, RowsMut};
 use crate::config::{flags, Config, StateBudget};
 use crate::error::{Error, Result};
 use crate::kernels;
-use crate::math::{layer_norm_inplace, ln_stats, norm};
+use crate::math::{self, layer_norm_inplace, ln_stats, norm};
 use crate::model::Exec;
 use crate::model::{self, Logits, Model, Serial, Tap, Vector};
 use crate::quant::round_bf16;
@@ -771,9 +771,9 @@ impl HeadReader<'_, '_> {
             }
             at += span.len();
         }
-        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let max = math::max(scores);
         kernels::exp_sub(scores, max);
-        let sum: f32 = scores.iter().sum();
+        let sum = math::sum(scores);
         for x in scores.iter_mut() {
             *x /= sum;
         }
