@@ -217,15 +217,16 @@ impl<'a> RowsMut<'a> {
         }
     }
 
-    /// [`kernels::prefetch_for_write`] of row `r` of width `d` (and its q8 scale).
+    /// [`kernels::prefetch_lines`] of row `r` of width `d` (and its q8 scale), for writing.
     #[inline]
     pub(crate) fn prefetch_row(&self, r: usize, d: usize) {
+        use kernels::{prefetch_lines, Access::Write};
         match self {
-            RowsMut::F32(x) => kernels::prefetch_for_write(&x[r * d..(r + 1) * d]),
-            RowsMut::F16(x) => kernels::prefetch_for_write(&x[r * d..(r + 1) * d]),
+            RowsMut::F32(x) => prefetch_lines(&x[r * d..(r + 1) * d], Write),
+            RowsMut::F16(x) => prefetch_lines(&x[r * d..(r + 1) * d], Write),
             RowsMut::Q8(x, s) => {
-                kernels::prefetch_for_write(&x[r * d..(r + 1) * d]);
-                kernels::prefetch_for_write(&s[r..r + 1]);
+                prefetch_lines(&x[r * d..(r + 1) * d], Write);
+                prefetch_lines(&s[r..r + 1], Write);
             }
         }
     }

@@ -694,8 +694,8 @@ impl HeadState<'_, '_> {
         let st = &*self.st;
         if let Some(s) = initial {
             let i = self.slot(s);
-            kernels::prefetch_for_write(&st.sk[i * dk..(i + 1) * dk]);
-            kernels::prefetch_for_write(&st.sv[i * dv..(i + 1) * dv]);
+            kernels::prefetch_lines(&st.sk[i * dk..(i + 1) * dk], kernels::Access::Write);
+            kernels::prefetch_lines(&st.sv[i * dv..(i + 1) * dv], kernels::Access::Write);
             st.nk.prefetch_row(i, dk);
             st.nv.prefetch_row(i, dv);
         }

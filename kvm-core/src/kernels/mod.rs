@@ -270,27 +270,48 @@ pub fn narrow_f16(x: &[f32], out: &mut [f16]) {
     unsafe { (table(tier()).narrow_f16)(x, out) }
 }
 
-/// Asks the CPU to bring the cache lines of `bytes` in for writing, so that stores to
-/// them soon after do not wait on memory (a hint: never faults, changes nothing, and is
-/// nothing where the architecture has no such hint).
+/// What [`prefetch_lines`] brings cache lines in for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    Write,
+}
+
+/// Asks the CPU to bring the cache lines of `bytes` in, so that loads or stores to them
+/// soon after do not wait on memory or on another core (a hint: never faults, changes
+/// nothing, and is nothing where the architecture has no such hint).
 #[inline]
-pub(crate) fn prefetch_for_write<T>(bytes: &[T]) {
+pub(crate) fn prefetch_lines<T>(bytes: &[T], access: Access) {
     let (p, len) = (bytes.as_ptr().cast::<u8>(), core::mem::size_of_val(bytes));
     #[cfg(target_arch = "x86_64")]
     for off in (0..len).step_by(64) {
-        // SAFETY: a prefetch reads and writes nothing architecturally (`prefetchw`, a NOP
-        // on CPUs without it).
-        unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_ET0 }>(p.add(off).cast()) };
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0, _MM_HINT_T0};
+        // SAFETY: a prefetch reads and writes nothing architecturally (`prefetchw` is a
+        // NOP on CPUs without it).
+        unsafe {
+            match access {
+                Access::Read => _mm_prefetch::<_MM_HINT_T0>(p.add(off).cast()),
+                Access::Write => _mm_prefetch::<_MM_HINT_ET0>(p.add(off).cast()),
+            }
+        };
     }
     #[cfg(target_arch = "aarch64")]
     for off in (0..len).step_by(64) {
-        // SAFETY: as above (`prfm pstl1keep`, a hint).
+        use core::arch::asm;
+        // SAFETY: as above (`prfm`, a hint).
         unsafe {
-            core::arch::asm!("prfm pstl1keep, [{0}]", in(reg) p.add(off), options(nostack, readonly, preserves_flags))
+            match access {
+                Access::Read => {
+                    asm!("prfm pldl1keep, [{0}]", in(reg) p.add(off), options(nostack, readonly, preserves_flags))
+                }
+                Access::Write => {
+                    asm!("prfm pstl1keep, [{0}]", in(reg) p.add(off), options(nostack, readonly, preserves_flags))
+                }
+            }
         };
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    let _ = (p, len);
+    let _ = (p, len, access);
 }
 
 /// One tier's kernel for one weight dtype.
@@ -562,7 +583,11 @@ unsafe fn prepared<K: Kernels, const R: usize, const T: usize>(w: &Matrix<'_>, x
     } else {
         let per = act_scratch_len(w.cols);
         debug_assert!(act.len() >= per, "act holds {} bytes, needs {per}", act.len());
-        Acts::Quantized(&act[..per.min(act.len())], per)
+        let a = &act[..per.min(act.len())];
+        // Made just before, on another core when a pool's part runs this: all its lines
+        // at once, rather than one block's at a time as the walk reaches them.
+        prefetch_lines(a, Access::Read);
+        Acts::Quantized(a, per)
     };
     // SAFETY: the caller guarantees the tier.
     unsafe { walk::<K, R, T>(w.dtype, data, rb, w.cols, acts, y, w.rows) };
@@ -1446,12 +1471,14 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn prefetching_for_write_changes_nothing() {
+    fn prefetching_changes_nothing() {
         let v = values(1000, 3);
-        for (start, len) in [(0, 0), (0, 1), (1, 17), (3, 997), (999, 1)] {
-            prefetch_for_write(&v[start..start + len]);
+        for access in [Access::Read, Access::Write] {
+            for (start, len) in [(0, 0), (0, 1), (1, 17), (3, 997), (999, 1)] {
+                prefetch_lines(&v[start..start + len], access);
+            }
+            prefetch_lines::<f16>(&[], access);
         }
-        prefetch_for_write::<f16>(&[]);
         assert_eq!(v, values(1000, 3));
     }
 
