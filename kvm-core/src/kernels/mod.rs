@@ -578,14 +578,15 @@ unsafe fn run<K: Kernels, const R: usize, const T: usize>(w: &Matrix<'_>, xs: &[
 /// As [`run`].
 unsafe fn prepared<K: Kernels, const R: usize, const T: usize>(w: &Matrix<'_>, x: &[f32], act: &[u8], y: &mut [f32]) {
     let Some((data, rb)) = checked(w, x, y) else { return };
+    // The input was made just before, on another core when a pool's part runs this: all
+    // its lines at once, rather than one block's at a time as the walk reaches them.
     let acts = if w.dtype.block_len() == 1 {
+        prefetch_lines(x, Access::Read);
         Acts::Floats(x)
     } else {
         let per = act_scratch_len(w.cols);
         debug_assert!(act.len() >= per, "act holds {} bytes, needs {per}", act.len());
         let a = &act[..per.min(act.len())];
-        // Made just before, on another core when a pool's part runs this: all its lines
-        // at once, rather than one block's at a time as the walk reaches them.
         prefetch_lines(a, Access::Read);
         Acts::Quantized(a, per)
     };
