@@ -37,12 +37,12 @@ pub fn ln_stats(x: &[f32]) -> (f32, f32) {
 /// softmax, their unrolled lanes added 10 KB to the Cortex-M4F firmware's `.text`.
 const LANES: usize = 8;
 
-/// `sum x_i` in [`LANES`] partial sums.
+/// `sum x_i` in eight partial sums.
 pub fn sum(x: &[f32]) -> f32 {
     sum_by(x, |v| v)
 }
 
-/// The largest of `x` (NaNs ignored, as `f32::max` does; `-inf` if none is left), in [`LANES`]
+/// The largest of `x` (NaNs ignored, as `f32::max` does; `-inf` if none is left), in eight
 /// running maxima: the same value as one running maximum, without its serial latency.
 #[inline(never)]
 pub fn max(x: &[f32]) -> f32 {
@@ -71,7 +71,7 @@ fn sum_by(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// `a . b` in [`LANES`] partial sums.
+/// `a . b` in eight partial sums.
 #[inline]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
