@@ -341,12 +341,12 @@ pub(crate) trait GroupKernel {
     unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T];
 
     /// Whether [`GroupKernel::streams`] reads its groups' blocks in turn, streaming the
-    /// weights from several places at once; if not, [`groups`] takes one group at a time,
-    /// in order.
+    /// weights from several places at once; if not, a single token takes one group at a
+    /// time, in order (`streams::<1>`).
     const SIDE_BY_SIDE: bool = false;
 
     /// Returns `out[s] = group g[s] . a` for `S` groups against one activation, the same
-    /// bits as [`GroupKernel::group`] for each.
+    /// bits as [`GroupKernel::group`] for each (which this default calls, group by group).
     ///
     /// # Safety
     /// As [`GroupKernel::group`] for every group.
@@ -702,26 +702,16 @@ unsafe fn groups<G: GroupKernel, const T: usize>(
 ) {
     let n = (a.len() / stride).min(ys.len() / ld.max(1));
     let gb = X16 * rb;
-    let group = |i: usize| &w[i * gb..(i + 1) * gb];
-    if n == 1 && G::SIDE_BY_SIDE {
-        let count = w.len() / gb;
-        let q = count / STREAMS;
-        for i in 0..q {
-            let is: [usize; STREAMS] = core::array::from_fn(|s| s * q + i);
-            // (Not `is.map(group)`: its out-of-line `try_map` stalled the loop, 3% of a
-            // two-thread q4_0 step.)
-            // SAFETY: forwarded; each group is whole and the activation `stride` bytes.
-            let out = unsafe { G::streams::<STREAMS>(core::array::from_fn(|s| group(is[s])), &a[..stride], cols) };
-            for (i, y) in is.into_iter().zip(out) {
-                ys[i * X16..][..X16].copy_from_slice(&y);
+    if n == 1 {
+        let a = &a[..stride];
+        // SAFETY (both arms): forwarded.
+        return unsafe {
+            if G::SIDE_BY_SIDE {
+                single::<G, STREAMS>(w, gb, cols, a, ys)
+            } else {
+                single::<G, 1>(w, gb, cols, a, ys)
             }
-        }
-        for i in STREAMS * q..count {
-            // SAFETY: as above.
-            let [y] = unsafe { G::group::<1>(group(i), [&a[..stride]], cols) };
-            ys[i * X16..][..X16].copy_from_slice(&y);
-        }
-        return;
+        };
     }
     let act = |t: usize| &a[t * stride..(t + 1) * stride];
     for (i, g) in w.chunks_exact(gb).enumerate() {
@@ -739,6 +729,32 @@ unsafe fn groups<G: GroupKernel, const T: usize>(
             }
             t0 += out.len();
         }
+    }
+}
+
+/// [`groups`] for one token `a`: `S` groups at a time through [`GroupKernel::streams`],
+/// group `i` of each of `S` equal runs of the matrix, then the groups left over one by one.
+///
+/// # Safety
+/// As [`tiles`].
+unsafe fn single<G: GroupKernel, const S: usize>(w: &[u8], gb: usize, cols: usize, a: &[u8], ys: &mut [f32]) {
+    let group = |i: usize| &w[i * gb..(i + 1) * gb];
+    let count = w.len() / gb;
+    let q = count / S;
+    for i in 0..q {
+        let is: [usize; S] = core::array::from_fn(|s| s * q + i);
+        // (Not `is.map(group)`: its out-of-line `try_map` stalled the loop, 3% of a
+        // two-thread q4_0 step.)
+        // SAFETY: forwarded; each group is whole and `a` one activation.
+        let out = unsafe { G::streams::<S>(core::array::from_fn(|s| group(is[s])), a, cols) };
+        for (i, y) in is.into_iter().zip(out) {
+            ys[i * X16..][..X16].copy_from_slice(&y);
+        }
+    }
+    for i in S * q..count {
+        // SAFETY: as above.
+        let [y] = unsafe { G::group::<1>(group(i), [a], cols) };
+        ys[i * X16..][..X16].copy_from_slice(&y);
     }
 }
 
