@@ -399,18 +399,30 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
     Ok(())
 }
 
-/// Adds up `words` (8 independent lanes, so the loop streams at load bandwidth), asking
-/// for the line 4 KiB ahead as the kernels do: the hardware prefetcher stops at page
-/// boundaries, and without the hint this loop reads DRAM about 25% slower than decode.
+/// Adds up `words` (8 independent lanes, so the loop streams at load bandwidth) from four
+/// equal runs read side by side, as the decode kernels read their weights, asking for the
+/// line 4 KiB ahead in each run as they do: the hardware prefetchers stop at page
+/// boundaries, and one run read in order overlaps less of memory's latency (this loop
+/// read 10-30% slower with one run than with four).
 fn sum_words(words: &[u64]) -> u64 {
     const AHEAD: usize = 4096 / 8;
+    let run = words.len() / 4 / 8 * 8;
+    let (runs, rest) = words.split_at(4 * run);
+    let [a, b, c, d]: [&[u64]; 4] = std::array::from_fn(|r| &runs[r * run..(r + 1) * run]);
     let mut acc = [0u64; 8];
-    for (i, c) in words.chunks_exact(8).enumerate() {
-        prefetch(words.as_ptr().wrapping_add(8 * i + AHEAD));
+    let mut add = |c: &[u64]| {
+        prefetch(c.as_ptr().wrapping_add(AHEAD));
         for (a, &w) in acc.iter_mut().zip(c) {
             *a = a.wrapping_add(w);
         }
+    };
+    for (((a, b), c), d) in a.chunks_exact(8).zip(b.chunks_exact(8)).zip(c.chunks_exact(8)).zip(d.chunks_exact(8)) {
+        add(a);
+        add(b);
+        add(c);
+        add(d);
     }
+    rest.chunks(8).for_each(&mut add);
     acc.iter().fold(0, |s, &x| s.wrapping_add(x))
 }
 
@@ -585,7 +597,16 @@ fn print_report(r: &Value) {
 
 #[cfg(test)]
 mod tests {
-    use super::argmax;
+    use super::{argmax, sum_words};
+
+    #[test]
+    fn the_bandwidth_loop_reads_every_word_once() {
+        for len in [0u64, 1, 7, 31, 32, 33, 1000, 4099] {
+            let words: Vec<u64> = (0..len).map(|i| i * i + 1).collect();
+            let want = words.iter().fold(0u64, |s, &w| s.wrapping_add(w));
+            assert_eq!(sum_words(&words), want, "{len} words");
+        }
+    }
 
     #[test]
     fn argmax_takes_the_first_largest_and_skips_nans() {
