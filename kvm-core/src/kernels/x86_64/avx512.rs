@@ -368,12 +368,13 @@ unsafe fn x16<B: X16Blocks, const S: usize, const T: usize>(
         let bias = _mm256_set1_epi8(B::BIAS as i8);
         let mut acc = [[[_mm512_setzero_ps(); 8]; T]; S];
         for b in 0..nb {
-            // Per token: the biased weights' offset -BIAS * sum(a) and the block's scale.
+            // Per token: the block's activations, the biased weights' offset -BIAS * sum(a)
+            // and the block's scale.
+            let pa: [*const u8; T] = core::array::from_fn(|t| a[t].as_ptr().add(b * QK));
             let mut start = [_mm512_setzero_si512(); T];
             let mut da = [_mm512_setzero_ps(); T];
             for t in 0..T {
-                let pa = a[t].as_ptr().add(b * QK);
-                let c = _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, _mm256_loadu_si256(pa.cast()));
+                let c = _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, _mm256_loadu_si256(pa[t].cast()));
                 let c = _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256::<1>(c));
                 let c = _mm_add_epi32(c, _mm_shuffle_epi32::<0b0100_1110>(c));
                 let c = _mm_add_epi32(c, _mm_shuffle_epi32::<0b1011_0001>(c));
@@ -386,8 +387,7 @@ unsafe fn x16<B: X16Blocks, const S: usize, const T: usize>(
                 let dw = _mm512_cvtph_ps(_mm256_loadu_si256(wb.cast()));
                 let w = B::load(wb.add(2 * X16));
                 for t in 0..T {
-                    let pa = a[t].as_ptr().add(b * QK);
-                    let quad = |k: usize| _mm512_set1_epi32(pa.add(4 * k).cast::<i32>().read_unaligned());
+                    let quad = |k: usize| _mm512_set1_epi32(pa[t].add(4 * k).cast::<i32>().read_unaligned());
                     // Two independent chains of 4, added exactly.
                     let mut s0 = start[t];
                     let mut s1 = _mm512_setzero_si512();
