@@ -408,19 +408,19 @@ fn sum_words(words: &[u64]) -> u64 {
     const AHEAD: usize = 4096 / 8;
     let run = words.len() / 4 / 8 * 8;
     let (runs, rest) = words.split_at(4 * run);
-    let [a, b, c, d]: [&[u64]; 4] = std::array::from_fn(|r| &runs[r * run..(r + 1) * run]);
+    let [r0, r1, r2, r3] = std::array::from_fn(|r| runs[r * run..(r + 1) * run].chunks_exact(8));
     let mut acc = [0u64; 8];
-    let mut add = |c: &[u64]| {
-        prefetch(c.as_ptr().wrapping_add(AHEAD));
-        for (a, &w) in acc.iter_mut().zip(c) {
-            *a = a.wrapping_add(w);
+    let mut add = |line: &[u64]| {
+        prefetch(line.as_ptr().wrapping_add(AHEAD));
+        for (lane, &w) in acc.iter_mut().zip(line) {
+            *lane = lane.wrapping_add(w);
         }
     };
-    for (((a, b), c), d) in a.chunks_exact(8).zip(b.chunks_exact(8)).zip(c.chunks_exact(8)).zip(d.chunks_exact(8)) {
-        add(a);
-        add(b);
-        add(c);
-        add(d);
+    for (((l0, l1), l2), l3) in r0.zip(r1).zip(r2).zip(r3) {
+        add(l0);
+        add(l1);
+        add(l2);
+        add(l3);
     }
     rest.chunks(8).for_each(&mut add);
     acc.iter().fold(0, |s, &x| s.wrapping_add(x))
