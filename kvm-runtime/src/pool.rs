@@ -349,7 +349,7 @@ impl Exec for Pool {
         let parts = self.threads().min(rows * xs.len() / MIN_WEIGHTS_PER_THREAD);
         if parts >= 2 {
             if let Some(shared) = Product::shared_input(xs, products, act) {
-                return self.matvecs(parts, xs, shared, products);
+                return self.matvecs(xs, shared, products);
             }
             // Several tokens: each product split on its own.
             if products.iter().all(|p| xs.len() > p.w.cols) {
@@ -415,12 +415,12 @@ const MAX_PRODUCTS: usize = 8;
 
 impl Pool {
     /// One token's products of [`Exec::matmuls`], their input `x` prepared in `act`, as
-    /// one job of `parts` parts: the products' rows, taken end to end, cut into one run
-    /// per part.
-    fn matvecs(&self, parts: usize, x: &[f32], act: &[u8], products: &mut [Product<'_, '_>]) {
+    /// one job: the products' rows, taken end to end, cut into [`shrinking`] parts so the
+    /// threads finish together even when one of them reads slower.
+    fn matvecs(&self, x: &[f32], act: &[u8], products: &mut [Product<'_, '_>]) {
         let rows: usize = products.iter().map(|p| p.w.rows).sum();
         // Each product's rows start at `start` of the rows end to end; part `p` takes
-        // rows `[p * per, (p + 1) * per)` of those, cut at each matrix's row groups.
+        // rows `[bounds[p], bounds[p + 1])` of those, cut where the kernel's tiles are.
         let mut products = products.iter_mut();
         let mut start = 0;
         let split: [Option<(Matrix<'_>, usize, Disjoint<'_, f32>)>; MAX_PRODUCTS] = std::array::from_fn(|_| {
@@ -429,11 +429,13 @@ impl Pool {
                 (p.w, start - p.w.rows, Disjoint::new(&mut *p.y))
             })
         });
-        let per = rows.div_ceil(parts);
+        let (bounds, parts) = shrinking(rows, self.threads());
         self.run(parts, &|p| {
             for (w, start, y) in split.iter().flatten() {
-                let bound =
-                    |b: usize| ((b * per).clamp(*start, start + w.rows) - start).next_multiple_of(w.dtype.group_rows());
+                let bound = |b: usize| {
+                    let r = bounds[b].clamp(*start, start + w.rows) - start;
+                    r.next_multiple_of(kernels::matvec_rows(w.dtype)).min(w.rows)
+                };
                 let (r0, r1) = (bound(p), bound(p + 1));
                 if r0 < r1 {
                     // SAFETY: `run` runs each part once, and parts' rows do not overlap.
@@ -442,6 +444,27 @@ impl Pool {
             }
         });
     }
+}
+
+/// Most parts [`shrinking`] cuts a job into.
+const MAX_SHRINKING: usize = 16;
+
+/// Cuts `total` rows into parts for `threads` threads that shrink as the job goes on
+/// (guided self-scheduling): each part takes `1 / (2 * threads)` of the rows left, but at
+/// least `1 / MAX_SHRINKING` of all of them. Threads claim parts in order, so whichever
+/// thread runs slower claims fewer of them, and the last parts are small: the threads
+/// finish within one small part of each other instead of one waiting out the other's
+/// half. Returns the boundaries (`bounds[p]..bounds[p + 1]` is part `p`) and the count.
+fn shrinking(total: usize, threads: usize) -> ([usize; MAX_SHRINKING + 1], usize) {
+    let mut bounds = [total; MAX_SHRINKING + 1];
+    let least = total.div_ceil(MAX_SHRINKING).max(1);
+    let (mut at, mut parts) = (0, 0);
+    while at < total {
+        bounds[parts] = at;
+        at += ((total - at) / (2 * threads)).max(least).min(total - at);
+        parts += 1;
+    }
+    (bounds, parts)
 }
 
 #[cfg(test)]
@@ -464,6 +487,26 @@ mod tests {
             counts[p].fetch_add(1, Ordering::Relaxed);
         });
         counts.into_iter().map(AtomicUsize::into_inner).collect()
+    }
+
+    #[test]
+    fn shrinking_parts_cover_the_rows_once_and_shrink() {
+        for threads in 1..=4 {
+            for total in [0, 1, 2, 15, 16, 17, 100, 768, 2304, 50304] {
+                let (bounds, parts) = shrinking(total, threads);
+                assert!(parts <= MAX_SHRINKING, "{total} rows, {threads} threads: {parts} parts");
+                assert_eq!(bounds[0], 0, "{total} rows, {threads} threads");
+                assert_eq!(bounds[parts], total, "{total} rows, {threads} threads");
+                let sizes: Vec<usize> = bounds[..=parts].windows(2).map(|b| b[1] - b[0]).collect();
+                assert!(sizes.iter().all(|&s| s > 0), "{total} rows, {threads} threads: {sizes:?}");
+                assert!(sizes.windows(2).all(|s| s[0] >= s[1]), "{total} rows, {threads} threads: {sizes:?}");
+                if total >= 100 {
+                    // The first part is about a 1 / (2 * threads) share, the last ones small.
+                    assert_eq!(sizes[0], total / (2 * threads), "{total} rows, {threads} threads");
+                    assert!(*sizes.last().unwrap() <= total.div_ceil(MAX_SHRINKING));
+                }
+            }
+        }
     }
 
     #[test]

@@ -138,6 +138,14 @@ pub fn matvec_prepared(w: &Matrix<'_>, x: &[f32], act: &[u8], y: &mut [f32]) {
     unsafe { (table(tier()).matvec_prepared)(w, x, act, y) }
 }
 
+/// Rows of `dtype` that [`matvec`] takes at a time in the active tier: a product split
+/// into parts of a multiple of this many rows (see [`Matrix::row_range`]) runs every part
+/// at full speed, with no rows left over to take one by one.
+#[inline]
+pub fn matvec_rows(dtype: DType) -> usize {
+    (table(tier()).matvec_rows)(dtype)
+}
+
 /// Decodes row `row` of `w` into `out` (`out.len() == w.cols`).
 #[inline]
 pub fn dequant_row(w: &Matrix<'_>, row: usize, out: &mut [f32]) {
@@ -446,6 +454,7 @@ struct Table {
     matmul: unsafe fn(&Matrix<'_>, &[f32], &mut [f32], &mut [u8]),
     quantize_act: unsafe fn(&[f32], &mut [u8]),
     matvec_prepared: unsafe fn(&Matrix<'_>, &[f32], &[u8], &mut [f32]),
+    matvec_rows: fn(DType) -> usize,
     dequant_row: unsafe fn(DType, &[u8], &mut [f32]),
     exp_sub: unsafe fn(&mut [f32], f32),
     narrow_f16: unsafe fn(&[f32], &mut [f16]),
@@ -473,12 +482,16 @@ macro_rules! attention {
 /// The table of `tier`; a tier of another architecture gets the scalar one.
 fn table(tier: Tier) -> &'static Table {
     // Tile shapes: matvec takes several rows per tile so each activation load serves
-    // them all; matmul also takes several tokens so each weight decode does.
+    // them all, and since a tile's rows come from as many runs of the matrix, decode
+    // streams from memory at that many places (paper-120m f32 decode on an AVX-512 Xeon:
+    // 16 rows 1.09x as fast as 4 on two threads; AVX2's integer tile spills past 4 rows,
+    // its float one past 8); matmul also takes several tokens so each weight decode does.
     static SCALAR: Table = Table {
-        matvec: run::<scalar::Scalar, 1, 1>,
-        matmul: run::<scalar::Scalar, 1, 1>,
+        matvec: run::<scalar::Scalar, 1, 1, 1>,
+        matmul: run::<scalar::Scalar, 1, 1, 1>,
         quantize_act: <scalar::Scalar as Kernels>::quantize_act,
-        matvec_prepared: prepared::<scalar::Scalar, 1, 1>,
+        matvec_prepared: prepared::<scalar::Scalar, 1, 1, 1>,
+        matvec_rows: rows::<scalar::Scalar, 1, 1>,
         dequant_row: scalar::Scalar::dequant_row,
         exp_sub: scalar::exp_sub,
         narrow_f16: scalar::narrow_f16,
@@ -488,10 +501,11 @@ fn table(tier: Tier) -> &'static Table {
     };
     #[cfg(target_arch = "x86_64")]
     static AVX2: Table = Table {
-        matvec: run::<x86_64::avx2::Avx2, 4, 1>,
-        matmul: run::<x86_64::avx2::Avx2, 2, 4>,
+        matvec: run::<x86_64::avx2::Avx2, 8, 4, 1>,
+        matmul: run::<x86_64::avx2::Avx2, 2, 2, 4>,
         quantize_act: <x86_64::avx2::Avx2 as Kernels>::quantize_act,
-        matvec_prepared: prepared::<x86_64::avx2::Avx2, 4, 1>,
+        matvec_prepared: prepared::<x86_64::avx2::Avx2, 8, 4, 1>,
+        matvec_rows: rows::<x86_64::avx2::Avx2, 8, 4>,
         dequant_row: x86_64::avx2::Avx2::dequant_row,
         exp_sub: x86_64::avx2::exp_sub,
         narrow_f16: x86_64::avx2::narrow_f16,
@@ -501,10 +515,11 @@ fn table(tier: Tier) -> &'static Table {
     };
     #[cfg(target_arch = "x86_64")]
     static AVX512: Table = Table {
-        matvec: run::<x86_64::avx512::Avx512, 4, 1>,
-        matmul: run::<x86_64::avx512::Avx512, 4, 4>,
+        matvec: run::<x86_64::avx512::Avx512, 16, 16, 1>,
+        matmul: run::<x86_64::avx512::Avx512, 4, 4, 4>,
         quantize_act: <x86_64::avx512::Avx512 as Kernels>::quantize_act,
-        matvec_prepared: prepared::<x86_64::avx512::Avx512, 4, 1>,
+        matvec_prepared: prepared::<x86_64::avx512::Avx512, 16, 16, 1>,
+        matvec_rows: rows::<x86_64::avx512::Avx512, 16, 16>,
         dequant_row: x86_64::avx512::Avx512::dequant_row,
         exp_sub: x86_64::avx512::exp_sub,
         narrow_f16: x86_64::avx2::narrow_f16,
@@ -514,10 +529,11 @@ fn table(tier: Tier) -> &'static Table {
     };
     #[cfg(target_arch = "aarch64")]
     static NEON: Table = Table {
-        matvec: run::<aarch64::neon::Neon, 4, 1>,
-        matmul: run::<aarch64::neon::Neon, 4, 4>,
+        matvec: run::<aarch64::neon::Neon, 4, 4, 1>,
+        matmul: run::<aarch64::neon::Neon, 4, 4, 4>,
         quantize_act: <aarch64::neon::Neon as Kernels>::quantize_act,
-        matvec_prepared: prepared::<aarch64::neon::Neon, 4, 1>,
+        matvec_prepared: prepared::<aarch64::neon::Neon, 4, 4, 1>,
+        matvec_rows: rows::<aarch64::neon::Neon, 4, 4>,
         dequant_row: aarch64::neon::Neon::dequant_row,
         exp_sub: aarch64::neon::exp_sub,
         narrow_f16: aarch64::neon::narrow_f16,
@@ -527,10 +543,11 @@ fn table(tier: Tier) -> &'static Table {
     };
     #[cfg(target_arch = "aarch64")]
     static NEON_DOT: Table = Table {
-        matvec: run::<aarch64::neon::NeonDot, 4, 1>,
-        matmul: run::<aarch64::neon::NeonDot, 4, 4>,
+        matvec: run::<aarch64::neon::NeonDot, 4, 4, 1>,
+        matmul: run::<aarch64::neon::NeonDot, 4, 4, 4>,
         quantize_act: <aarch64::neon::NeonDot as Kernels>::quantize_act,
-        matvec_prepared: prepared::<aarch64::neon::NeonDot, 4, 1>,
+        matvec_prepared: prepared::<aarch64::neon::NeonDot, 4, 4, 1>,
+        matvec_rows: rows::<aarch64::neon::NeonDot, 4, 4>,
         dequant_row: aarch64::neon::NeonDot::dequant_row,
         exp_sub: aarch64::neon::exp_sub,
         narrow_f16: aarch64::neon::narrow_f16,
@@ -552,21 +569,27 @@ fn table(tier: Tier) -> &'static Table {
 }
 
 /// `ys[t, r] = w[r] . xs[t]` for every row and each of the `n = xs.len() / cols` tokens
-/// (`xs: [n, cols]`, `ys: [n, rows]`), with tier `K` in `R x T` tiles. Shapes that do not
+/// (`xs: [n, cols]`, `ys: [n, rows]`), with tier `K` in tiles of `T` tokens and `RF` rows
+/// (float weights) or `RQ` rows (integer weights). Shapes that do not
 /// fit are `debug_assert`ed; in release they shrink the work and never read out of bounds.
 ///
 /// # Safety
 /// The CPU supports `K`'s tier.
-unsafe fn run<K: Kernels, const R: usize, const T: usize>(w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]) {
+unsafe fn run<K: Kernels, const RF: usize, const RQ: usize, const T: usize>(
+    w: &Matrix<'_>,
+    xs: &[f32],
+    ys: &mut [f32],
+    act: &mut [u8],
+) {
     let Some((data, rb)) = checked(w, xs, ys) else { return };
     let (cols, ld) = (w.cols, w.rows);
     // SAFETY (both arms): the caller guarantees the tier.
     unsafe {
         if w.dtype.block_len() == 1 {
-            walk::<K, R, T>(w.dtype, data, rb, cols, Acts::Floats(xs), ys, ld);
+            walk::<K, RF, RQ, T>(w.dtype, data, rb, cols, Acts::Floats(xs), ys, ld);
         } else {
             quantized::<K>(cols, xs, ys, ld, act, |a, per, yg| {
-                walk::<K, R, T>(w.dtype, data, rb, cols, Acts::Quantized(a, per), yg, ld)
+                walk::<K, RF, RQ, T>(w.dtype, data, rb, cols, Acts::Quantized(a, per), yg, ld)
             });
         }
     }
@@ -576,7 +599,12 @@ unsafe fn run<K: Kernels, const R: usize, const T: usize>(w: &Matrix<'_>, xs: &[
 ///
 /// # Safety
 /// As [`run`].
-unsafe fn prepared<K: Kernels, const R: usize, const T: usize>(w: &Matrix<'_>, x: &[f32], act: &[u8], y: &mut [f32]) {
+unsafe fn prepared<K: Kernels, const RF: usize, const RQ: usize, const T: usize>(
+    w: &Matrix<'_>,
+    x: &[f32],
+    act: &[u8],
+    y: &mut [f32],
+) {
     let Some((data, rb)) = checked(w, x, y) else { return };
     // The input was made just before, on another core when a pool's part runs this: all
     // its lines at once, rather than one block's at a time as the walk reaches them.
@@ -591,7 +619,18 @@ unsafe fn prepared<K: Kernels, const R: usize, const T: usize>(w: &Matrix<'_>, x
         Acts::Quantized(a, per)
     };
     // SAFETY: the caller guarantees the tier.
-    unsafe { walk::<K, R, T>(w.dtype, data, rb, w.cols, acts, y, w.rows) };
+    unsafe { walk::<K, RF, RQ, T>(w.dtype, data, rb, w.cols, acts, y, w.rows) };
+}
+
+/// [`matvec_rows`] of tier `K` with `RF`-row float tiles and `RQ`-row integer ones.
+fn rows<K: Kernels, const RF: usize, const RQ: usize>(dtype: DType) -> usize {
+    let groups = |side_by_side: bool| X16 * if side_by_side { STREAMS } else { 1 };
+    match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => RF,
+        DType::Q8_0 | DType::Q4_0 => RQ,
+        DType::Q4_0x16 => groups(K::Q4_0x16::SIDE_BY_SIDE),
+        DType::Q8_0x16 => groups(K::Q8_0x16::SIDE_BY_SIDE),
+    }
 }
 
 /// The weights of `w` cut to whole rows, and their row bytes; `None` (with `ys` zeroed
@@ -624,7 +663,7 @@ enum Acts<'a> {
 ///
 /// # Safety
 /// As [`tiles`].
-unsafe fn walk<K: Kernels, const R: usize, const T: usize>(
+unsafe fn walk<K: Kernels, const RF: usize, const RQ: usize, const T: usize>(
     dtype: DType,
     w: &[u8],
     rb: usize,
@@ -636,11 +675,11 @@ unsafe fn walk<K: Kernels, const R: usize, const T: usize>(
     // SAFETY (all arms): forwarded.
     unsafe {
         match (dtype, acts) {
-            (DType::F32, Acts::Floats(x)) => tiles::<K::F32, R, T>(w, rb, cols, x, cols, ys, ld),
-            (DType::F16, Acts::Floats(x)) => tiles::<K::F16, R, T>(w, rb, cols, x, cols, ys, ld),
-            (DType::BF16, Acts::Floats(x)) => tiles::<K::BF16, R, T>(w, rb, cols, x, cols, ys, ld),
-            (DType::Q8_0, Acts::Quantized(a, per)) => tiles::<K::Q8_0, R, T>(w, rb, cols, a, per, ys, ld),
-            (DType::Q4_0, Acts::Quantized(a, per)) => tiles::<K::Q4_0, R, T>(w, rb, cols, a, per, ys, ld),
+            (DType::F32, Acts::Floats(x)) => tiles::<K::F32, RF, T>(w, rb, cols, x, cols, ys, ld),
+            (DType::F16, Acts::Floats(x)) => tiles::<K::F16, RF, T>(w, rb, cols, x, cols, ys, ld),
+            (DType::BF16, Acts::Floats(x)) => tiles::<K::BF16, RF, T>(w, rb, cols, x, cols, ys, ld),
+            (DType::Q8_0, Acts::Quantized(a, per)) => tiles::<K::Q8_0, RQ, T>(w, rb, cols, a, per, ys, ld),
+            (DType::Q4_0, Acts::Quantized(a, per)) => tiles::<K::Q4_0, RQ, T>(w, rb, cols, a, per, ys, ld),
             (DType::Q4_0x16, Acts::Quantized(a, per)) => groups::<K::Q4_0x16, T>(w, rb, cols, a, per, ys, ld),
             (DType::Q8_0x16, Acts::Quantized(a, per)) => groups::<K::Q8_0x16, T>(w, rb, cols, a, per, ys, ld),
             _ => debug_assert!(false, "{dtype:?} weights against the other kind of activation"),
@@ -886,7 +925,7 @@ pub(crate) mod tests {
         }
     }
 
-    const ROWS: [usize; 7] = [1, 2, 3, 4, 5, 7, 9];
+    const ROWS: [usize; 9] = [1, 2, 3, 4, 5, 7, 9, 17, 33];
     const TOKENS: [usize; 7] = [1, 2, 3, 4, 5, 7, 17];
 
     /// Row counts to test: around every tile height, or whole groups around the
@@ -1347,7 +1386,7 @@ pub(crate) mod tests {
         for dtype in [DType::Q8_0, DType::Q4_0] {
             for nb in [1, 3, 7, 8, 9, 17, 24, 100] {
                 let cols = nb * QK;
-                for rows in 1..=9 {
+                for rows in (1..=9).chain([17, 33]) {
                     let seed = (nb * 31 + rows) as u32;
                     let plain = encode(dtype, rows, cols, seed);
                     let wild = adversarial_weights(dtype, rows, nb, seed);

@@ -105,7 +105,6 @@ impl<W: Widen8 + FloatType> Kernel for Float<W> {
     unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], cols: usize) -> [[f32; T]; R] {
         let es = W::DTYPE.block_bytes();
         let body = cols - cols % 8;
-        let ahead = R * w[0].len();
         let mut acc = [[_mm256_setzero_ps(); T]; R];
         let mut c = 0;
         while c < body {
@@ -118,7 +117,7 @@ impl<W: Widen8 + FloatType> Kernel for Float<W> {
                 // SAFETY: `w[r]` holds `cols` weights of `es` bytes.
                 let p = unsafe { w[r].as_ptr().add(c * es) };
                 if (c * es) % 64 == 0 {
-                    super::prefetch(p, ahead);
+                    super::prefetch(p, super::tile_ahead::<R>());
                 }
                 // SAFETY: as above.
                 let wv = unsafe { W::load8(p) };
@@ -328,7 +327,6 @@ unsafe fn pair<B: Blocks32, D: BlockDot, const R: usize, const T: usize>(
     b0: usize,
     j: usize,
     n: usize,
-    ahead: usize,
 ) -> [[__m256i; T]; R] {
     let bb = B::DTYPE.block_bytes();
     // SAFETY: the caller enables the features; every read is inside a block `< b0 + n`.
@@ -347,7 +345,7 @@ unsafe fn pair<B: Blocks32, D: BlockDot, const R: usize, const T: usize>(
             }
             for r in 0..R {
                 let p = w[r].as_ptr().add(b * bb);
-                super::prefetch(p, ahead);
+                super::prefetch(p, super::tile_ahead::<R>());
                 for t in 0..T {
                     sk[r][t] = D::dot::<B>(p, av[t], prep[t]);
                 }
@@ -375,12 +373,11 @@ unsafe fn quad<B: Blocks32, D: BlockDot, const R: usize, const T: usize>(
     b0: usize,
     j: usize,
     n: usize,
-    ahead: usize,
 ) -> [[__m256i; T]; R] {
     // SAFETY: forwarded.
     unsafe {
-        let x = pair::<B, D, R, T>(w, a, b0, j, n, ahead);
-        let y = pair::<B, D, R, T>(w, a, b0, j + 2, n, ahead);
+        let x = pair::<B, D, R, T>(w, a, b0, j, n);
+        let y = pair::<B, D, R, T>(w, a, b0, j + 2, n);
         let mut q = [[_mm256_setzero_si256(); T]; R];
         for r in 0..R {
             for t in 0..T {
@@ -404,7 +401,6 @@ pub(super) trait GroupSums {
         a: [&[u8]; T],
         b0: usize,
         n: usize,
-        ahead: usize,
     ) -> [[__m256i; T]; R];
 }
 
@@ -415,12 +411,11 @@ impl<D: BlockDot> GroupSums for D {
         a: [&[u8]; T],
         b0: usize,
         n: usize,
-        ahead: usize,
     ) -> [[__m256i; T]; R] {
         // SAFETY: forwarded; the caller enables the features.
         unsafe {
-            let lo = quad::<B, D, R, T>(w, a, b0, 0, n, ahead);
-            let hi = quad::<B, D, R, T>(w, a, b0, 4, n, ahead);
+            let lo = quad::<B, D, R, T>(w, a, b0, 0, n);
+            let hi = quad::<B, D, R, T>(w, a, b0, 4, n);
             let mut s = [[_mm256_setzero_si256(); T]; R];
             for r in 0..R {
                 for t in 0..T {
@@ -450,10 +445,10 @@ unsafe fn group<B: Blocks32, G: GroupSums, const R: usize, const T: usize>(
     n: usize,
     acc: &mut [[__m256; T]; R],
 ) {
-    let (bb, ahead) = (B::DTYPE.block_bytes(), R * w[0].len());
+    let bb = B::DTYPE.block_bytes();
     // SAFETY: forwarded; the caller enables the features.
     unsafe {
-        let isum = G::sums::<B, R, T>(w, a, b0, n, ahead);
+        let isum = G::sums::<B, R, T>(w, a, b0, n);
         let mut da = [_mm256_setzero_ps(); T];
         for t in 0..T {
             da[t] = act_scales(a[t], cols, b0, n);

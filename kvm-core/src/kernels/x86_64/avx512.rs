@@ -11,7 +11,7 @@ use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
 use super::avx2::{self, quant_tile, Blocks32, GroupSums, Q4, Q8};
-use super::{prefetch, prefetch_ahead};
+use super::{prefetch, prefetch_ahead, tile_ahead};
 use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32, I8};
 use crate::quant::{DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
 
@@ -94,7 +94,6 @@ impl<W: Widen16 + FloatType> Kernel for Float<W> {
     unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], cols: usize) -> [[f32; T]; R] {
         let es = W::DTYPE.block_bytes();
         let body = cols - cols % 16;
-        let ahead = R * w[0].len();
         let mut acc = [[_mm512_setzero_ps(); T]; R];
         let mut c = 0;
         while c < body {
@@ -107,7 +106,7 @@ impl<W: Widen16 + FloatType> Kernel for Float<W> {
                 // SAFETY: `w[r]` holds `cols` weights of `es` bytes.
                 let p = unsafe { w[r].as_ptr().add(c * es) };
                 if (c * es) % 64 == 0 {
-                    prefetch(p, ahead);
+                    prefetch(p, tile_ahead::<R>());
                 }
                 // SAFETY: as above.
                 let wv = unsafe { W::load16(p) };
@@ -142,17 +141,16 @@ impl GroupSums for Vnni {
         a: [&[u8]; T],
         b0: usize,
         n: usize,
-        ahead: usize,
     ) -> [[__m256i; T]; R] {
         // SAFETY: the caller enables the tier's features; pairs read only blocks `< b0 + n`.
         unsafe {
             // Lanes 0..4 of each 8-lane block plus lanes 4..8: four blocks of 4 lanes.
             let i = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
-            let x = pair::<B, R, T>(w, a, b0, 0, n, ahead);
-            let y = pair::<B, R, T>(w, a, b0, 2, n, ahead);
+            let x = pair::<B, R, T>(w, a, b0, 0, n);
+            let y = pair::<B, R, T>(w, a, b0, 2, n);
             let lo = fold(x, y, i, _mm512_set1_epi32(4));
-            let x = pair::<B, R, T>(w, a, b0, 4, n, ahead);
-            let y = pair::<B, R, T>(w, a, b0, 6, n, ahead);
+            let x = pair::<B, R, T>(w, a, b0, 4, n);
+            let y = pair::<B, R, T>(w, a, b0, 6, n);
             let hi = fold(x, y, i, _mm512_set1_epi32(4));
             // Then lanes 0..2 plus 2..4: eight blocks of 2 lanes.
             let i = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
@@ -211,7 +209,6 @@ unsafe fn pair<B: Blocks32, const R: usize, const T: usize>(
     b0: usize,
     j: usize,
     n: usize,
-    ahead: usize,
 ) -> [[__m512i; T]; R] {
     let bb = B::DTYPE.block_bytes();
     // SAFETY: the caller enables the features; reads stay inside blocks `< b0 + n`.
@@ -233,10 +230,10 @@ unsafe fn pair<B: Blocks32, const R: usize, const T: usize>(
         }
         for r in 0..R {
             let p = w[r].as_ptr().add(b * bb);
-            prefetch(p, ahead);
+            prefetch(p, tile_ahead::<R>());
             let lo = _mm512_zextsi256_si512(B::load_biased(p));
             let wv = if both {
-                prefetch(p.add(bb), ahead);
+                prefetch(p.add(bb), tile_ahead::<R>());
                 _mm512_inserti64x4::<1>(lo, B::load_biased(p.add(bb)))
             } else {
                 lo
