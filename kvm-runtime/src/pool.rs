@@ -429,7 +429,7 @@ impl Pool {
                 (p.w, start - p.w.rows, Disjoint::new(&mut *p.y))
             })
         });
-        let (bounds, parts) = shrinking(rows, self.threads());
+        let (bounds, parts) = shrinking(rows, self.threads(), MIN_WEIGHTS_PER_THREAD / x.len().max(1));
         self.run(parts, &|p| {
             for (w, start, y) in split.iter().flatten() {
                 let bound = |b: usize| {
@@ -451,13 +451,16 @@ const MAX_SHRINKING: usize = 16;
 
 /// Cuts `total` rows into parts for `threads` threads that shrink as the job goes on
 /// (guided self-scheduling): each part takes `1 / (2 * threads)` of the rows left, but at
-/// least `1 / MAX_SHRINKING` of all of them. Threads claim parts in order, so whichever
+/// least `1 / MAX_SHRINKING` of all of them and `least` rows (each claim moves a cache
+/// line between cores: paper-120m q4_0, two threads, parts of at least
+/// [`MIN_WEIGHTS_PER_THREAD`] weights ran 1.03x as fast as sixteenths of a 768 x 768
+/// product, about 1 us each). Threads claim parts in order, so whichever
 /// thread runs slower claims fewer of them, and the last parts are small: the threads
 /// finish within one small part of each other instead of one waiting out the other's
 /// half. Returns the boundaries (`bounds[p]..bounds[p + 1]` is part `p`) and the count.
-fn shrinking(total: usize, threads: usize) -> ([usize; MAX_SHRINKING + 1], usize) {
+fn shrinking(total: usize, threads: usize, least: usize) -> ([usize; MAX_SHRINKING + 1], usize) {
     let mut bounds = [total; MAX_SHRINKING + 1];
-    let least = total.div_ceil(MAX_SHRINKING).max(1);
+    let least = total.div_ceil(MAX_SHRINKING).max(least).max(1);
     let (mut at, mut parts) = (0, 0);
     while at < total {
         bounds[parts] = at;
@@ -493,17 +496,21 @@ mod tests {
     fn shrinking_parts_cover_the_rows_once_and_shrink() {
         for threads in 1..=4 {
             for total in [0, 1, 2, 15, 16, 17, 100, 768, 2304, 50304] {
-                let (bounds, parts) = shrinking(total, threads);
-                assert!(parts <= MAX_SHRINKING, "{total} rows, {threads} threads: {parts} parts");
-                assert_eq!(bounds[0], 0, "{total} rows, {threads} threads");
-                assert_eq!(bounds[parts], total, "{total} rows, {threads} threads");
-                let sizes: Vec<usize> = bounds[..=parts].windows(2).map(|b| b[1] - b[0]).collect();
-                assert!(sizes.iter().all(|&s| s > 0), "{total} rows, {threads} threads: {sizes:?}");
-                assert!(sizes.windows(2).all(|s| s[0] >= s[1]), "{total} rows, {threads} threads: {sizes:?}");
-                if total >= 100 {
-                    // The first part is about a 1 / (2 * threads) share, the last ones small.
-                    assert_eq!(sizes[0], total / (2 * threads), "{total} rows, {threads} threads");
-                    assert!(*sizes.last().unwrap() <= total.div_ceil(MAX_SHRINKING));
+                for least in [1, 85, 100_000] {
+                    let what = format!("{total} rows, {threads} threads, parts of {least} or more");
+                    let (bounds, parts) = shrinking(total, threads, least);
+                    assert!(parts <= MAX_SHRINKING, "{what}: {parts} parts");
+                    assert_eq!((bounds[0], bounds[parts]), (0, total), "{what}");
+                    let sizes: Vec<usize> = bounds[..=parts].windows(2).map(|b| b[1] - b[0]).collect();
+                    assert!(sizes.iter().all(|&s| s > 0), "{what}: {sizes:?}");
+                    assert!(sizes.windows(2).all(|s| s[0] >= s[1]), "{what}: {sizes:?}");
+                    let floor = least.max(total.div_ceil(MAX_SHRINKING));
+                    assert!(sizes.iter().rev().skip(1).all(|&s| s >= floor), "{what}: {sizes:?}");
+                    if total >= 100 && least == 1 {
+                        // The first part is a 1 / (2 * threads) share, the last ones small.
+                        assert_eq!(sizes[0], total / (2 * threads), "{what}");
+                        assert!(*sizes.last().unwrap() <= total.div_ceil(MAX_SHRINKING), "{what}");
+                    }
                 }
             }
         }
