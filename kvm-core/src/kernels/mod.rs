@@ -99,7 +99,7 @@ pub const fn matmul_scratch_len(cols: usize, n: usize) -> usize {
 pub fn matvec(w: &Matrix<'_>, x: &[f32], y: &mut [f32], act: &mut [u8]) {
     debug_assert_eq!(x.len(), w.cols);
     // SAFETY: the active tier's CPU features are present (the invariant of `tier`).
-    unsafe { (table(tier()).matvec)(w, x, y, act) }
+    unsafe { (table(tier()).decode.matvec)(w, x, y, act) }
 }
 
 /// `ys[t, r] = sum_c w[r, c] * xs[t, c]` for `n = xs.len() / w.cols` tokens at once
@@ -135,7 +135,7 @@ pub fn quantize_act(x: &[f32], act: &mut [u8]) {
 pub fn matvec_prepared(w: &Matrix<'_>, x: &[f32], act: &[u8], y: &mut [f32]) {
     debug_assert_eq!(x.len(), w.cols);
     // SAFETY: as in `matvec`.
-    unsafe { (table(tier()).matvec_prepared)(w, x, act, y) }
+    unsafe { (table(tier()).decode.matvec_prepared)(w, x, act, y) }
 }
 
 /// Rows of `dtype` that [`matvec`] takes at a time in the active tier: a product split
@@ -143,7 +143,7 @@ pub fn matvec_prepared(w: &Matrix<'_>, x: &[f32], act: &[u8], y: &mut [f32]) {
 /// at full speed, with no rows left over to take one by one.
 #[inline]
 pub fn matvec_rows(dtype: DType) -> usize {
-    (table(tier()).matvec_rows)(dtype)
+    (table(tier()).decode.rows)(dtype)
 }
 
 /// Decodes row `row` of `w` into `out` (`out.len() == w.cols`).
@@ -450,17 +450,28 @@ struct Attention<T: 'static> {
 
 /// A tier's entry points, picked once per call by [`table`] (tract's kernel table).
 struct Table {
-    matvec: unsafe fn(&Matrix<'_>, &[f32], &mut [f32], &mut [u8]),
+    decode: Decode,
     matmul: unsafe fn(&Matrix<'_>, &[f32], &mut [f32], &mut [u8]),
     quantize_act: unsafe fn(&[f32], &mut [u8]),
-    matvec_prepared: unsafe fn(&Matrix<'_>, &[f32], &[u8], &mut [f32]),
-    matvec_rows: fn(DType) -> usize,
     dequant_row: unsafe fn(DType, &[u8], &mut [f32]),
     exp_sub: unsafe fn(&mut [f32], f32),
     narrow_f16: unsafe fn(&[f32], &mut [f16]),
     f32: Attention<f32>,
     f16: Attention<f16>,
     i8: Attention<i8>,
+}
+
+/// A tier's one-token products, with tiles of `RF` rows for float weights and `RQ` for
+/// integer ones ([`decode`]).
+struct Decode {
+    matvec: unsafe fn(&Matrix<'_>, &[f32], &mut [f32], &mut [u8]),
+    matvec_prepared: unsafe fn(&Matrix<'_>, &[f32], &[u8], &mut [f32]),
+    rows: fn(DType) -> usize,
+}
+
+/// The [`Decode`] entries of tier `K` with `RF`-row float tiles and `RQ`-row integer ones.
+const fn decode<K: Kernels, const RF: usize, const RQ: usize>() -> Decode {
+    Decode { matvec: run::<K, RF, RQ, 1>, matvec_prepared: prepared::<K, RF, RQ, 1>, rows: rows::<K, RF, RQ> }
 }
 
 /// The [`Attention`] entries of a SIMD tier's module for `T`: its generic `dots`,
@@ -487,11 +498,9 @@ fn table(tier: Tier) -> &'static Table {
     // 16 rows 1.09x as fast as 4 on two threads; AVX2's integer tile spills past 4 rows,
     // its float one past 8); matmul also takes several tokens so each weight decode does.
     static SCALAR: Table = Table {
-        matvec: run::<scalar::Scalar, 1, 1, 1>,
+        decode: decode::<scalar::Scalar, 1, 1>(),
         matmul: run::<scalar::Scalar, 1, 1, 1>,
         quantize_act: <scalar::Scalar as Kernels>::quantize_act,
-        matvec_prepared: prepared::<scalar::Scalar, 1, 1, 1>,
-        matvec_rows: rows::<scalar::Scalar, 1, 1>,
         dequant_row: scalar::Scalar::dequant_row,
         exp_sub: scalar::exp_sub,
         narrow_f16: scalar::narrow_f16,
@@ -501,11 +510,9 @@ fn table(tier: Tier) -> &'static Table {
     };
     #[cfg(target_arch = "x86_64")]
     static AVX2: Table = Table {
-        matvec: run::<x86_64::avx2::Avx2, 8, 4, 1>,
+        decode: decode::<x86_64::avx2::Avx2, 8, 4>(),
         matmul: run::<x86_64::avx2::Avx2, 2, 2, 4>,
         quantize_act: <x86_64::avx2::Avx2 as Kernels>::quantize_act,
-        matvec_prepared: prepared::<x86_64::avx2::Avx2, 8, 4, 1>,
-        matvec_rows: rows::<x86_64::avx2::Avx2, 8, 4>,
         dequant_row: x86_64::avx2::Avx2::dequant_row,
         exp_sub: x86_64::avx2::exp_sub,
         narrow_f16: x86_64::avx2::narrow_f16,
@@ -515,11 +522,9 @@ fn table(tier: Tier) -> &'static Table {
     };
     #[cfg(target_arch = "x86_64")]
     static AVX512: Table = Table {
-        matvec: run::<x86_64::avx512::Avx512, 16, 16, 1>,
+        decode: decode::<x86_64::avx512::Avx512, 16, 16>(),
         matmul: run::<x86_64::avx512::Avx512, 4, 4, 4>,
         quantize_act: <x86_64::avx512::Avx512 as Kernels>::quantize_act,
-        matvec_prepared: prepared::<x86_64::avx512::Avx512, 16, 16, 1>,
-        matvec_rows: rows::<x86_64::avx512::Avx512, 16, 16>,
         dequant_row: x86_64::avx512::Avx512::dequant_row,
         exp_sub: x86_64::avx512::exp_sub,
         narrow_f16: x86_64::avx2::narrow_f16,
@@ -529,11 +534,9 @@ fn table(tier: Tier) -> &'static Table {
     };
     #[cfg(target_arch = "aarch64")]
     static NEON: Table = Table {
-        matvec: run::<aarch64::neon::Neon, 4, 4, 1>,
+        decode: decode::<aarch64::neon::Neon, 4, 4>(),
         matmul: run::<aarch64::neon::Neon, 4, 4, 4>,
         quantize_act: <aarch64::neon::Neon as Kernels>::quantize_act,
-        matvec_prepared: prepared::<aarch64::neon::Neon, 4, 4, 1>,
-        matvec_rows: rows::<aarch64::neon::Neon, 4, 4>,
         dequant_row: aarch64::neon::Neon::dequant_row,
         exp_sub: aarch64::neon::exp_sub,
         narrow_f16: aarch64::neon::narrow_f16,
@@ -543,11 +546,9 @@ fn table(tier: Tier) -> &'static Table {
     };
     #[cfg(target_arch = "aarch64")]
     static NEON_DOT: Table = Table {
-        matvec: run::<aarch64::neon::NeonDot, 4, 4, 1>,
+        decode: decode::<aarch64::neon::NeonDot, 4, 4>(),
         matmul: run::<aarch64::neon::NeonDot, 4, 4, 4>,
         quantize_act: <aarch64::neon::NeonDot as Kernels>::quantize_act,
-        matvec_prepared: prepared::<aarch64::neon::NeonDot, 4, 4, 1>,
-        matvec_rows: rows::<aarch64::neon::NeonDot, 4, 4>,
         dequant_row: aarch64::neon::NeonDot::dequant_row,
         exp_sub: aarch64::neon::exp_sub,
         narrow_f16: aarch64::neon::narrow_f16,
@@ -1332,7 +1333,7 @@ pub(crate) mod tests {
             let mut y = vec![f32::NAN; rows];
             let mut act = vec![0u8; act_scratch_len(cols)];
             // SAFETY: the CPU supports `t`; the table is called directly, not installed.
-            unsafe { (table(t).matvec)(&w, &x, &mut y, &mut act) };
+            unsafe { (table(t).decode.matvec)(&w, &x, &mut y, &mut act) };
             assert_bits(&y, &want, &format_args!("{t} q8_0 extremes"));
         }
     }
@@ -1412,7 +1413,7 @@ pub(crate) mod tests {
                                 let mut y = vec![f32::NAN; rows];
                                 let mut act = vec![0u8; act_scratch_len(cols)];
                                 // SAFETY: as above.
-                                unsafe { (table(t).matvec)(&w, &xs[..cols], &mut y, &mut act) };
+                                unsafe { (table(t).decode.matvec)(&w, &xs[..cols], &mut y, &mut act) };
                                 assert_bits(
                                     &y,
                                     &want[..rows],
@@ -1488,7 +1489,7 @@ pub(crate) mod tests {
                             let mut act = vec![0u8; act_scratch_len(cols)];
                             let x = &xs[(n - 1) * cols..];
                             // SAFETY: as above.
-                            unsafe { (table(t).matvec)(&w, x, &mut y, &mut act) };
+                            unsafe { (table(t).decode.matvec)(&w, x, &mut y, &mut act) };
                             assert_bits(
                                 &y,
                                 &want[(n - 1) * rows..],
