@@ -418,15 +418,15 @@ impl Pool {
     /// one job: the products' rows, taken end to end, cut into [`shrinking`] parts so the
     /// threads finish together even when one of them reads slower.
     fn matvecs(&self, x: &[f32], act: &[u8], products: &mut [Product<'_, '_>]) {
-        let rows: usize = products.iter().map(|p| p.w.rows).sum();
-        // Each product's rows start at `start` of the rows end to end; part `p` takes
-        // rows `[bounds[p], bounds[p + 1])` of those, cut where the kernel's tiles are.
+        // Each product's rows start at `start` of the rows end to end (`rows` of them in
+        // all); part `p` takes rows `[bounds[p], bounds[p + 1])` of those, cut where the
+        // kernel's tiles are.
         let mut products = products.iter_mut();
-        let mut start = 0;
+        let mut rows = 0;
         let split: [Option<(Matrix<'_>, usize, Disjoint<'_, f32>)>; MAX_PRODUCTS] = std::array::from_fn(|_| {
             products.next().map(|p| {
-                start += p.w.rows;
-                (p.w, start - p.w.rows, Disjoint::new(&mut *p.y))
+                rows += p.w.rows;
+                (p.w, rows - p.w.rows, Disjoint::new(&mut *p.y))
             })
         });
         let (bounds, parts) = shrinking(rows, self.threads(), MIN_WEIGHTS_PER_THREAD / x.len().max(1));
