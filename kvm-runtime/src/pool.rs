@@ -418,23 +418,27 @@ impl Pool {
     /// one job: the products' rows, taken end to end, cut into [`shrinking`] parts so the
     /// threads finish together even when one of them reads slower.
     fn matvecs(&self, x: &[f32], act: &[u8], products: &mut [Product<'_, '_>]) {
-        // Each product's rows start at `start` of the rows end to end (`rows` of them in
-        // all); part `p` takes rows `[bounds[p], bounds[p + 1])` of those, cut where the
-        // kernel's tiles are.
+        // Part `p` takes rows `[bounds[p], bounds[p + 1])` of all the products' `rows`
+        // rows end to end.
         let mut products = products.iter_mut();
         let mut rows = 0;
-        let split: [Option<(Matrix<'_>, usize, Disjoint<'_, f32>)>; MAX_PRODUCTS] = std::array::from_fn(|_| {
+        let split: [Option<Slice<'_, '_>>; MAX_PRODUCTS] = std::array::from_fn(|_| {
             products.next().map(|p| {
                 rows += p.w.rows;
-                (p.w, rows - p.w.rows, Disjoint::new(&mut *p.y))
+                Slice {
+                    w: p.w,
+                    start: rows - p.w.rows,
+                    tile: kernels::matvec_rows(p.w.dtype),
+                    y: Disjoint::new(&mut *p.y),
+                }
             })
         });
         let (bounds, parts) = shrinking(rows, self.threads(), MIN_WEIGHTS_PER_THREAD / x.len().max(1));
         self.run(parts, &|p| {
-            for (w, start, y) in split.iter().flatten() {
+            for Slice { w, start, tile, y } in split.iter().flatten() {
                 let bound = |b: usize| {
                     let r = bounds[b].clamp(*start, start + w.rows) - start;
-                    r.next_multiple_of(kernels::matvec_rows(w.dtype)).min(w.rows)
+                    r.next_multiple_of(*tile).min(w.rows)
                 };
                 let (r0, r1) = (bound(p), bound(p + 1));
                 if r0 < r1 {
@@ -444,6 +448,15 @@ impl Pool {
             }
         });
     }
+}
+
+/// One product of [`Pool::matvecs`]: its rows start at `start` of the job's rows end to
+/// end, and parts cut it every `tile` rows, where the kernel's tiles are.
+struct Slice<'w, 'y> {
+    w: Matrix<'w>,
+    start: usize,
+    tile: usize,
+    y: Disjoint<'y, f32>,
 }
 
 /// Most parts [`shrinking`] cuts a job into.
