@@ -281,8 +281,12 @@ pub fn narrow_f16(x: &[f32], out: &mut [f16]) {
 /// What [`prefetch_lines`] brings cache lines in for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Access {
+    /// Loads soon, on this core: into L1.
     Read,
+    /// Stores soon, on this core: into L1, owned.
     Write,
+    /// Loads a little later, perhaps on another core: into L2, leaving L1 to the work at hand.
+    Later,
 }
 
 /// Asks the CPU to bring the cache lines of `bytes` in, so that loads or stores to them
@@ -290,31 +294,47 @@ pub(crate) enum Access {
 /// nothing, and is nothing where the architecture has no such hint).
 #[inline]
 pub(crate) fn prefetch_lines<T>(bytes: &[T], access: Access) {
-    let (p, len) = (bytes.as_ptr().cast::<u8>(), core::mem::size_of_val(bytes));
+    prefetch_range(bytes.as_ptr() as usize, core::mem::size_of_val(bytes), access);
+}
+
+/// Asks the CPU to bring the `len` bytes at address `addr` into its L2 cache, for loads a
+/// little later, perhaps by another core: the weights of the next matrix products, loaded
+/// by a thread that would otherwise wait for them. A hint that reads nothing: it never
+/// faults, not even where nothing is mapped, so `addr` may outlive what it pointed to.
+#[inline]
+pub fn prefetch_later(addr: usize, len: usize) {
+    prefetch_range(addr, len, Access::Later);
+}
+
+/// [`prefetch_lines`] of the `len` bytes at address `addr`, which need not be mapped.
+#[inline]
+fn prefetch_range(addr: usize, len: usize, access: Access) {
+    // `wrapping_add`: the address is never dereferenced, so it needs no provenance.
+    let p = addr as *const u8;
     #[cfg(target_arch = "x86_64")]
     for off in (0..len).step_by(64) {
-        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0, _MM_HINT_T0};
-        // SAFETY: a prefetch reads and writes nothing architecturally (`prefetchw` is a
-        // NOP on CPUs without it).
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0, _MM_HINT_T0, _MM_HINT_T1};
+        let p = p.wrapping_add(off).cast();
+        // SAFETY: a prefetch reads and writes nothing architecturally and never faults
+        // (`prefetchw` is a NOP on CPUs without it).
         unsafe {
             match access {
-                Access::Read => _mm_prefetch::<_MM_HINT_T0>(p.add(off).cast()),
-                Access::Write => _mm_prefetch::<_MM_HINT_ET0>(p.add(off).cast()),
+                Access::Read => _mm_prefetch::<_MM_HINT_T0>(p),
+                Access::Write => _mm_prefetch::<_MM_HINT_ET0>(p),
+                Access::Later => _mm_prefetch::<_MM_HINT_T1>(p),
             }
         };
     }
     #[cfg(target_arch = "aarch64")]
     for off in (0..len).step_by(64) {
         use core::arch::asm;
+        let p = p.wrapping_add(off);
         // SAFETY: as above (`prfm`, a hint).
         unsafe {
             match access {
-                Access::Read => {
-                    asm!("prfm pldl1keep, [{0}]", in(reg) p.add(off), options(nostack, readonly, preserves_flags))
-                }
-                Access::Write => {
-                    asm!("prfm pstl1keep, [{0}]", in(reg) p.add(off), options(nostack, readonly, preserves_flags))
-                }
+                Access::Read => asm!("prfm pldl1keep, [{0}]", in(reg) p, options(nostack, readonly, preserves_flags)),
+                Access::Write => asm!("prfm pstl1keep, [{0}]", in(reg) p, options(nostack, readonly, preserves_flags)),
+                Access::Later => asm!("prfm pldl2keep, [{0}]", in(reg) p, options(nostack, readonly, preserves_flags)),
             }
         };
     }
@@ -1530,13 +1550,20 @@ pub(crate) mod tests {
     #[test]
     fn prefetching_changes_nothing() {
         let v = values(1000, 3);
-        for access in [Access::Read, Access::Write] {
+        for access in [Access::Read, Access::Write, Access::Later] {
             for (start, len) in [(0, 0), (0, 1), (1, 17), (3, 997), (999, 1)] {
                 prefetch_lines(&v[start..start + len], access);
             }
             prefetch_lines::<f16>(&[], access);
         }
         assert_eq!(v, values(1000, 3));
+        // Addresses that point at nothing: a freed buffer's, and the null page.
+        let freed = {
+            let v = vec![0u8; 1 << 16];
+            v.as_ptr() as usize
+        };
+        prefetch_later(freed, 1 << 16);
+        prefetch_later(0, 4096);
     }
 
     #[test]
