@@ -281,6 +281,12 @@ pub trait Exec {
     /// Runs `f(i, piece_i)` for every `piece`-long piece of `out` (the last may be
     /// shorter); the pieces are independent, so an implementation may run them in parallel.
     fn pieces(&self, out: &mut [f32], piece: usize, f: &PieceFn<'_>);
+
+    /// The matrices the next products read, in order, announced before work that is not a
+    /// product (a layer's attention, norms, sampling): an implementation whose threads
+    /// would wait through that work may load their first bytes into cache instead, where
+    /// memory would otherwise be idle. A hint: results never depend on it.
+    fn upcoming(&self, ws: &[Matrix<'_>]);
 }
 
 /// One product of [`Exec::matmuls`]: `y = w x` for every token (`y: [n, w.rows]`).
@@ -347,6 +353,9 @@ impl Exec for Serial {
             f(i, p);
         }
     }
+
+    /// Nothing: the calling thread is the only one, and it is busy with the work between.
+    fn upcoming(&self, _ws: &[Matrix<'_>]) {}
 }
 
 /// Which logits a forward pass computes.
@@ -403,6 +412,11 @@ pub(crate) fn forward(
         // x = x + residual_scale * MLP(LN_mlp(x))
         rows_layer_norm(exec, x.x, x.a, d, model.vector(Role::LnMlpW, l), model.vector(Role::LnMlpB, l));
         mlp(model, l, st, x, exec);
+        if l + 1 < cfg.n_layers as usize {
+            exec.upcoming(&layer_inputs(model, l + 1));
+        } else {
+            exec.upcoming(&[model.matrix(Role::LmHead, 0)]);
+        }
         crate::math::axpy(x.x, cfg.residual_scale, x.a);
         for row in x.x.chunks_exact(d) {
             tap(Tap::Block(l), row);
@@ -426,6 +440,8 @@ pub(crate) fn forward(
             out
         }
     };
+    // The next step's (or batch's) first products, while the caller samples.
+    exec.upcoming(&layer_inputs(model, 0));
     let cap = cfg.logit_softcap;
     if cap != 0.0 {
         for z in out.iter_mut() {
@@ -433,6 +449,13 @@ pub(crate) fn forward(
         }
     }
     (0..tokens.len()).fold(at, |c, _| Plan::new(cfg, lay.state_len, c, phase).next())
+}
+
+/// The products of layer `l`'s first job (attention step 1): `c_q`, `c_k`, `c_v`, and the
+/// value residual's `v_gate1` and the merge gate's `key_weighting` (empty matrices when
+/// the model has none).
+fn layer_inputs<'m>(model: &Model<'m>, l: usize) -> [Matrix<'m>; 5] {
+    [Role::Wq, Role::Wk, Role::Wv, Role::VGate1, Role::MergeGate].map(|role| model.matrix(role, l))
 }
 
 /// Token rows per piece of the per-token work spread through [`Exec::pieces`] (norms,
@@ -491,6 +514,7 @@ fn attention(
         }
     }
     exec.matmuls(x.a, &mut products[..n], x.act);
+    exec.upcoming(&[model.matrix(Role::Wo, l), model.matrix(Role::WUp, l)]);
 
     // 2. value residual: v += (v_first - v) * sigmoid(v_gate0 + v_gate2(v_gate1 a)),
     //    v_first being layer 0's plain value projection.
@@ -612,6 +636,7 @@ fn attention(
 
     // Attn = c_proj(concat o_h)
     exec.matmul(&model.matrix(Role::Wo, l), x.att, x.a, x.act);
+    exec.upcoming(&[model.matrix(Role::WUp, l), model.matrix(Role::WDown, l)]);
 }
 
 /// `x.a <- MLP(x.a)` for layer `l`: `c_proj(relu(c_fc m)^2)`, `m` token-shifted towards
@@ -625,6 +650,7 @@ fn mlp(model: &Model<'_>, l: usize, st: &mut LayerState<'_>, x: &mut Acts<'_>, e
         }
     }
     exec.matmul(&model.matrix(Role::WUp, l), x.a, x.ff, x.act);
+    exec.upcoming(&[model.matrix(Role::WDown, l)]);
     for h in x.ff.iter_mut() {
         let r = h.max(0.0);
         *h = r * r;

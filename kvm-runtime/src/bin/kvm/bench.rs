@@ -198,6 +198,10 @@ impl Exec for Timed<'_> {
     fn pieces(&self, out: &mut [f32], piece: usize, f: &PieceFn<'_>) {
         self.pool.pieces(out, piece, f);
     }
+
+    fn upcoming(&self, ws: &[Matrix<'_>]) {
+        self.pool.upcoming(ws);
+    }
 }
 
 /// Index of the largest logit (the first of equals; NaNs never win): the maximum in
