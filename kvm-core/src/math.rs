@@ -33,28 +33,14 @@ pub fn ln_stats(x: &[f32]) -> (f32, f32) {
 
 /// Independent partial sums of [`dot`] and [`sum_by`]: the compiler keeps them in one
 /// vector register on every SIMD target (a single running sum would serialise on its
-/// latency). [`sum_by`] and [`max`] stay out of line: inlined at every layer norm and
-/// softmax, their unrolled lanes added 10 KB to the Cortex-M4F firmware's `.text`.
+/// latency). [`sum_by`] stays out of line: inlined at every layer norm and softmax, its
+/// unrolled lanes (and those of the maximum, now `kernels::scalar::max`) added 10 KB to
+/// the Cortex-M4F firmware's `.text`.
 const LANES: usize = 8;
 
 /// `sum x_i` in eight partial sums.
 pub fn sum(x: &[f32]) -> f32 {
     sum_by(x, |v| v)
-}
-
-/// The largest of `x` (NaNs ignored, as `f32::max` does; `-inf` if none is left), in eight
-/// running maxima: the same value as one running maximum, without its serial latency.
-#[inline(never)]
-pub fn max(x: &[f32]) -> f32 {
-    let chunks = x.chunks_exact(LANES);
-    let tail = chunks.remainder().iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut acc = [f32::NEG_INFINITY; LANES];
-    for c in chunks {
-        for i in 0..LANES {
-            acc[i] = acc[i].max(c[i]);
-        }
-    }
-    acc.into_iter().fold(tail, f32::max)
 }
 
 /// `sum f(x_i)` in [`LANES`] partial sums.
@@ -143,19 +129,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lane_reductions_match_running_ones() {
+    fn lane_sums_match_running_ones() {
         for n in [0usize, 1, 7, 8, 9, 31, 130] {
             let x: [f32; 130] = core::array::from_fn(|i| ((i * 37 % 101) as f32 - 50.0) * 0.37);
             let x = &x[..n];
-            let running = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            assert_eq!(max(x).to_bits(), running.to_bits(), "max of {n}");
             let exact: f64 = x.iter().map(|&v| f64::from(v)).sum();
             assert!((f64::from(sum(x)) - exact).abs() <= 1e-4 * (1.0 + exact.abs()), "sum of {n}");
         }
-        let mut x = [1.0, f32::NAN, 3.0, -2.0, f32::NAN, 0.5, 2.0, 2.5, f32::NAN, 2.75];
-        assert_eq!(max(&x), 3.0);
-        x[2] = f32::NAN;
-        assert_eq!(max(&x), 2.75);
-        assert_eq!(max(&[f32::NAN; 9]), f32::NEG_INFINITY);
     }
 }

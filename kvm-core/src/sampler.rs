@@ -47,6 +47,7 @@
 use core::cmp::Ordering;
 
 use crate::error::{Error, Result};
+use crate::kernels;
 
 /// Sampling settings. Each filter has a neutral value that switches it off.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -228,6 +229,10 @@ pub fn sample_with_coin(
     }
     let needed = scratch_len(logits.len());
     let cands = scratch.get_mut(..needed).ok_or(Error::BufferTooSmall { needed })?; // [vocab_len]
+    if cfg.temperature == 0.0 && penalty_window(cfg, recent).is_empty() {
+        // Greedy on the logits as they are, in SIMD: the same pick as below.
+        return kernels::argmax(logits).map(|id| id as u32).ok_or(Error::InvalidArgument);
+    }
     for (id, (c, &x)) in (0u32..).zip(cands.iter_mut().zip(logits)) {
         *c = Candidate { id, p: if x.is_nan() { f32::NEG_INFINITY } else { x } };
     }
@@ -253,9 +258,8 @@ pub fn sample_with_coin(
 /// `cands[t].id` doubles as a "seen" mark (`u32::MAX` is never a valid id) and is
 /// restored afterwards, so no extra memory is needed however long the window is.
 fn penalize(cfg: &SamplerConfig, cands: &mut [Candidate], recent: &[u32]) -> Result<()> {
-    let window = recent.len().min(cfg.repeat_window as usize);
-    let window = &recent[recent.len() - window..];
-    if cfg.repeat_penalty == 1.0 || window.is_empty() {
+    let window = penalty_window(cfg, recent);
+    if window.is_empty() {
         return Ok(());
     }
     let vocab_len = cands.len() as u32;
@@ -275,6 +279,13 @@ fn penalize(cfg: &SamplerConfig, cands: &mut [Candidate], recent: &[u32]) -> Res
         }
     }
     Ok(())
+}
+
+/// The ids the repetition penalty applies to: the last `repeat_window` of `recent`, or
+/// none when the penalty is 1.
+fn penalty_window<'r>(cfg: &SamplerConfig, recent: &'r [u32]) -> &'r [u32] {
+    let window = if cfg.repeat_penalty == 1.0 { 0 } else { recent.len().min(cfg.repeat_window as usize) };
+    &recent[recent.len() - window..]
 }
 
 /// The first candidate with the largest weight and that weight, or `None` if every
@@ -682,6 +693,28 @@ mod tests {
         // Temperature 0 ignores every filter.
         let filtered = SamplerConfig { top_k: 3, top_p: 0.2, min_p: 0.9, ..g };
         assert_eq!(pick(&filtered, &[1.0, 5.0, 5.0, 2.0], 0.99), 1);
+    }
+
+    /// Greedy without a penalty takes the SIMD path over the logits; with one, the path
+    /// over the candidates. A penalty that changes nothing (on a logit of 0) must leave
+    /// the pick where the SIMD path puts it: ties, NaNs and `+inf` included.
+    #[test]
+    fn greedy_picks_the_same_with_and_without_a_penalty_pass() {
+        let penalized = SamplerConfig { repeat_penalty: 1.5, ..SamplerConfig::greedy() };
+        let mut logits = tied_logits::<301>();
+        logits[0] = 0.0;
+        for len in [2, 3, 17, 64, 65, 301] {
+            for (at, odd) in [(None, 0.0), (Some(len / 2), f32::NAN), (Some(len - 1), f32::INFINITY)] {
+                let mut x = logits[..len].to_vec();
+                if let Some(at) = at {
+                    x[at] = odd;
+                }
+                let fast = pick(&SamplerConfig::greedy(), &x, 0.5);
+                assert_eq!(run(&penalized, &x, &[0], 0.5), Ok(fast), "len {len}, {odd} at {at:?}");
+            }
+        }
+        let none = [f32::NAN, f32::NEG_INFINITY];
+        assert_eq!(run(&SamplerConfig::greedy(), &none, &[], 0.5), Err(Error::InvalidArgument));
     }
 
     #[test]

@@ -771,7 +771,7 @@ impl HeadReader<'_, '_> {
             }
             at += span.len();
         }
-        let max = math::max(scores);
+        let max = kernels::max(scores);
         kernels::exp_sub(scores, max);
         let sum = math::sum(scores);
         for x in scores.iter_mut() {

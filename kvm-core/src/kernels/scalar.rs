@@ -386,6 +386,28 @@ pub fn widen_f16(h: u16) -> f32 {
     f32::from_bits(sign | bits)
 }
 
+/// The largest of `x`, NaNs ignored (as `f32::max` does; `-inf` if none is left), in
+/// [`LANES`] running maxima, which the compiler keeps in one vector register (a single
+/// running maximum would serialise on its latency): the same value. Out of line: inlined
+/// at every softmax, its unrolled lanes grew the Cortex-M4F firmware's `.text` by KBs.
+#[inline(never)]
+pub fn max(x: &[f32]) -> f32 {
+    let chunks = x.chunks_exact(LANES);
+    let tail = chunks.remainder().iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    for c in chunks {
+        for i in 0..LANES {
+            acc[i] = acc[i].max(c[i]);
+        }
+    }
+    acc.into_iter().fold(tail, f32::max)
+}
+
+/// The first position of `v` in `x` (`-0.0` and `0.0` are equal, NaN equals nothing).
+pub fn find(x: &[f32], v: f32) -> Option<usize> {
+    x.iter().position(|&y| y == v)
+}
+
 /// `x[i] = e^(x[i] - max)` ([`exp_approx`]): softmax's exponentials.
 pub fn exp_sub(x: &mut [f32], max: f32) {
     for v in x {

@@ -898,6 +898,42 @@ pub(crate) unsafe fn narrow_f16(x: &[f32], out: &mut [f16]) {
     scalar::narrow_f16(&x[i..n], &mut out[i..n]);
 }
 
+/// [`scalar::max`] in four registers of 4 running maxima (`fmaxnm` returns the number
+/// when one operand is NaN, so NaNs never enter them).
+///
+/// # Safety
+/// NEON is present.
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn max(x: &[f32]) -> f32 {
+    let mut acc = [vdupq_n_f32(f32::NEG_INFINITY); 4];
+    let mut chunks = x.chunks_exact(16);
+    for c in &mut chunks {
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: `c` holds 16 floats.
+            *a = vmaxnmq_f32(*a, unsafe { vld1q_f32(c.as_ptr().add(4 * k)) });
+        }
+    }
+    let a = vmaxnmq_f32(vmaxnmq_f32(acc[0], acc[1]), vmaxnmq_f32(acc[2], acc[3]));
+    vmaxnmvq_f32(a).max(scalar::max(chunks.remainder()))
+}
+
+/// [`scalar::find`] 4 lanes at a time.
+///
+/// # Safety
+/// NEON is present.
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn find(x: &[f32], v: f32) -> Option<usize> {
+    let m = vdupq_n_f32(v);
+    let mut chunks = x.chunks_exact(4);
+    for (i, c) in (&mut chunks).enumerate() {
+        // SAFETY: `c` holds 4 floats.
+        if vmaxvq_u32(vceqq_f32(unsafe { vld1q_f32(c.as_ptr()) }, m)) != 0 {
+            return scalar::find(c, v).map(|j| 4 * i + j);
+        }
+    }
+    scalar::find(chunks.remainder(), v).map(|j| x.len() / 4 * 4 + j)
+}
+
 /// [`scalar::exp_sub`] 4 lanes at a time, operation for operation (bit-identical).
 ///
 /// # Safety

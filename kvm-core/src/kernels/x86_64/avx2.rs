@@ -965,6 +965,47 @@ pub(crate) unsafe fn narrow_f16(x: &[f32], out: &mut [f16]) {
     scalar::narrow_f16(&x[i..n], &mut out[i..n]);
 }
 
+/// [`scalar::max`] in four registers of 8 running maxima (`maxps` keeps its second
+/// operand when the first is NaN, so NaNs never enter them).
+///
+/// # Safety
+/// AVX2, FMA and F16C are present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn max(x: &[f32]) -> f32 {
+    let mut acc = [_mm256_set1_ps(f32::NEG_INFINITY); 4];
+    let mut chunks = x.chunks_exact(32);
+    for c in &mut chunks {
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: `c` holds 32 floats.
+            *a = _mm256_max_ps(unsafe { _mm256_loadu_ps(c.as_ptr().add(8 * k)) }, *a);
+        }
+    }
+    let a = _mm256_max_ps(_mm256_max_ps(acc[0], acc[1]), _mm256_max_ps(acc[2], acc[3]));
+    let mut lanes = [0f32; 8];
+    // SAFETY: `lanes` holds 8 floats.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), a) };
+    lanes.into_iter().fold(scalar::max(chunks.remainder()), f32::max)
+}
+
+/// [`scalar::find`] 8 lanes at a time.
+///
+/// # Safety
+/// AVX2, FMA and F16C are present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn find(x: &[f32], v: f32) -> Option<usize> {
+    let m = _mm256_set1_ps(v);
+    let mut chunks = x.chunks_exact(8);
+    for (i, c) in (&mut chunks).enumerate() {
+        // SAFETY: `c` holds 8 floats.
+        let eq = _mm256_cmp_ps::<_CMP_EQ_OQ>(unsafe { _mm256_loadu_ps(c.as_ptr()) }, m);
+        let mask = _mm256_movemask_ps(eq);
+        if mask != 0 {
+            return Some(8 * i + mask.trailing_zeros() as usize);
+        }
+    }
+    scalar::find(chunks.remainder(), v).map(|j| x.len() / 8 * 8 + j)
+}
+
 /// [`scalar::exp_sub`] 8 lanes at a time, operation for operation (bit-identical).
 ///
 /// # Safety

@@ -474,6 +474,45 @@ unsafe fn sum_columns<T: StoredType<Float: Widen16>, const V: usize>(
     }
 }
 
+/// [`scalar::max`] in four registers of 16 running maxima (`vmaxps` keeps its second
+/// operand when the first is NaN, so NaNs never enter them).
+///
+/// # Safety
+/// The tier's features are present.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn max(x: &[f32]) -> f32 {
+    let mut acc = [_mm512_set1_ps(f32::NEG_INFINITY); 4];
+    let mut chunks = x.chunks_exact(64);
+    for c in &mut chunks {
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: `c` holds 64 floats.
+            *a = _mm512_max_ps(unsafe { _mm512_loadu_ps(c.as_ptr().add(16 * k)) }, *a);
+        }
+    }
+    let a = _mm512_max_ps(_mm512_max_ps(acc[0], acc[1]), _mm512_max_ps(acc[2], acc[3]));
+    // SAFETY: this tier includes the AVX2 one.
+    _mm512_reduce_max_ps(a).max(unsafe { avx2::max(chunks.remainder()) })
+}
+
+/// [`scalar::find`] 16 lanes at a time.
+///
+/// # Safety
+/// The tier's features are present.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn find(x: &[f32], v: f32) -> Option<usize> {
+    let m = _mm512_set1_ps(v);
+    let mut chunks = x.chunks_exact(16);
+    for (i, c) in (&mut chunks).enumerate() {
+        // SAFETY: `c` holds 16 floats.
+        let mask = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(unsafe { _mm512_loadu_ps(c.as_ptr()) }, m);
+        if mask != 0 {
+            return Some(16 * i + mask.trailing_zeros() as usize);
+        }
+    }
+    // SAFETY: as above.
+    unsafe { avx2::find(chunks.remainder(), v) }.map(|j| x.len() / 16 * 16 + j)
+}
+
 /// [`scalar::exp_sub`] 16 lanes at a time, operation for operation (bit-identical).
 ///
 /// # Safety

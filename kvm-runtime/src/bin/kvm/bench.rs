@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use kvm_core::config::Config;
 use kvm_core::format::Role;
-use kvm_core::kernels::Matrix;
+use kvm_core::kernels::{self, Matrix};
 use kvm_core::model::{Exec, HeadFn, PieceFn, Product};
 use kvm_core::state::{bswa_begin, Phase};
 use kvm_core::{Model, Session};
@@ -204,12 +204,9 @@ impl Exec for Timed<'_> {
     }
 }
 
-/// Index of the largest logit (the first of equals; NaNs never win): the maximum in
-/// eight lanes (`kvm_core::math::max`), then its first position. A step's 50k logits take
-/// microseconds.
-fn argmax(logits: &[f32]) -> u32 {
-    let max = kvm_core::math::max(logits);
-    logits.iter().position(|&x| x == max).unwrap_or(0) as u32
+/// The greedy pick: the first largest logit ([`kernels::argmax`]).
+fn greedy(logits: &[f32]) -> u32 {
+    kernels::argmax(logits).unwrap_or(0) as u32
 }
 
 /// A reproducible stream of `n` token ids below `vocab_len`.
@@ -255,10 +252,10 @@ fn speed(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Result
 
         let timed_exec =
             Timed { pool, matmul: AtomicU64::new(0), head: AtomicU64::new(0), vocab_len: vocab_len as usize };
-        let mut next = if context.is_empty() { prompt[0] } else { argmax(session.logits()) };
+        let mut next = if context.is_empty() { prompt[0] } else { greedy(session.logits()) };
         let (_, secs, wait) = timed(threads, || {
             for _ in 0..a.gen {
-                next = session.decode_with(next, &timed_exec).map(argmax)?;
+                next = session.decode_with(next, &timed_exec).map(greedy)?;
             }
             Ok(())
         })?;
@@ -324,10 +321,10 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
         if a.fast_forward && session.pos() + 1 < begin {
             let ff = token_stream(stream.next_u64(), begin - 1 - session.pos(), vocab_len);
             prefill(&mut session, &ff, Phase::Prefill, pool, false).context("fast-forward")?;
-            next = argmax(session.logits());
+            next = greedy(session.logits());
         }
         while session.pos() < begin {
-            next = session.decode_with(next, pool).map(argmax)?;
+            next = session.decode_with(next, pool).map(greedy)?;
         }
         let steps = cp - session.pos();
         // Any `chunk_len` consecutive steps hold exactly one state fold, so the median of
@@ -342,7 +339,7 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
             let tc = Instant::now();
             for _ in 0..n {
                 let ts = Instant::now();
-                next = session.decode_with(next, pool).map(argmax)?;
+                next = session.decode_with(next, pool).map(greedy)?;
                 slowest = slowest.max(ts.elapsed().as_secs_f64() * 1e3);
             }
             if n == chunk {
@@ -595,7 +592,7 @@ fn print_report(r: &Value) {
 
 #[cfg(test)]
 mod tests {
-    use super::{argmax, sum_words};
+    use super::sum_words;
 
     #[test]
     fn the_bandwidth_loop_reads_every_word_once() {
@@ -604,20 +601,5 @@ mod tests {
             let want = words.iter().fold(0u64, |s, &w| s.wrapping_add(w));
             assert_eq!(sum_words(&words), want, "{len} words");
         }
-    }
-
-    #[test]
-    fn argmax_takes_the_first_largest_and_skips_nans() {
-        for len in [1, 15, 16, 17, 50_304] {
-            let mut v: Vec<f32> = (0..len).map(|i| ((i * 7919) % 1009) as f32 - 500.0).collect();
-            let naive = (0..len).fold(0, |b, i| if v[i] > v[b] { i } else { b });
-            assert_eq!(argmax(&v), naive as u32, "len {len}");
-            // A tie later on does not move it, a NaN anywhere is ignored.
-            v.push(v[naive]);
-            v.insert(0, f32::NAN);
-            assert_eq!(argmax(&v), naive as u32 + 1, "len {len} with a tie and a NaN");
-        }
-        assert_eq!(argmax(&[f32::NEG_INFINITY, -1.0, -1.0]), 1);
-        assert_eq!(argmax(&[f32::NAN; 3]), 0);
     }
 }
