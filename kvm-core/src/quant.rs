@@ -118,36 +118,40 @@ impl<Q: bytemuck::Pod, const P: usize> Group<Q, P> {
     }
 }
 
-impl RowGroup for GroupQ4_0x16 {
-    type Block = BlockQ4_0;
-    const PLAIN: DType = DType::Q4_0;
-
-    #[inline]
-    fn block(&self, r: usize) -> BlockQ4_0 {
-        let mut b = BlockQ4_0 { d: [0; 2], qs: [0; QK / 2] };
-        self.get(r, bytemuck::bytes_of_mut(&mut b));
-        b
-    }
-
-    #[inline]
-    fn set_block(&mut self, r: usize, b: &BlockQ4_0) {
-        self.set(r, bytemuck::bytes_of(b));
-    }
+/// The quant of an interleaved group's blocks: `u8` (nibble pairs) for q4_0, `i8` for q8_0.
+pub trait GroupQuant: bytemuck::Pod {
+    /// The plain block a row's piece of the group is.
+    type Block: bytemuck::Pod;
+    /// The dtype of [`GroupQuant::Block`].
+    const PLAIN: DType;
 }
 
-impl RowGroup for GroupQ8_0x16 {
+impl GroupQuant for u8 {
+    type Block = BlockQ4_0;
+    const PLAIN: DType = DType::Q4_0;
+}
+
+impl GroupQuant for i8 {
     type Block = BlockQ8_0;
     const PLAIN: DType = DType::Q8_0;
+}
+
+impl<Q: GroupQuant, const P: usize> RowGroup for Group<Q, P>
+where
+    Self: bytemuck::Pod,
+{
+    type Block = Q::Block;
+    const PLAIN: DType = Q::PLAIN;
 
     #[inline]
-    fn block(&self, r: usize) -> BlockQ8_0 {
-        let mut b = BlockQ8_0 { d: [0; 2], qs: [0; QK] };
+    fn block(&self, r: usize) -> Q::Block {
+        let mut b = <Q::Block as bytemuck::Zeroable>::zeroed();
         self.get(r, bytemuck::bytes_of_mut(&mut b));
         b
     }
 
     #[inline]
-    fn set_block(&mut self, r: usize, b: &BlockQ8_0) {
+    fn set_block(&mut self, r: usize, b: &Q::Block) {
         self.set(r, bytemuck::bytes_of(b));
     }
 }
