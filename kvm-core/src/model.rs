@@ -501,15 +501,16 @@ fn attention(
     let merge_gate = cfg.has(flags::MERGE_GATE_KEYS) || cfg.has(flags::MERGE_GATE_VALUES);
     let mut products: [Product<'_, '_>; 5] = Default::default();
     let mut n = 0;
-    for (on, role, y) in [
-        (true, Role::Wq, &mut *x.q),
-        (true, Role::Wk, &mut *x.k),
-        (true, Role::Wv, &mut *x.v),
-        (value_residual, Role::VGate1, &mut *x.vg_lo),
-        (merge_gate, Role::MergeGate, &mut *x.mg),
-    ] {
+    let outputs = [
+        (true, &mut *x.q),
+        (true, &mut *x.k),
+        (true, &mut *x.v),
+        (value_residual, &mut *x.vg_lo),
+        (merge_gate, &mut *x.mg),
+    ];
+    for (w, (on, y)) in layer_inputs(model, l).into_iter().zip(outputs) {
         if on {
-            products[n] = Product { w: model.matrix(role, l), y };
+            products[n] = Product { w, y };
             n += 1;
         }
     }
