@@ -91,6 +91,7 @@ struct Shared {
 /// which take a copy only when `seq` is even and unchanged across their reads. Addresses,
 /// not borrows: a worker only ever prefetches them, which reads nothing and never faults,
 /// so a hint may outlive its matrices.
+#[derive(Default)]
 struct Upcoming {
     /// Odd while `ranges` is being written; bumped before and after each write.
     seq: AtomicU32,
@@ -200,7 +201,7 @@ impl Pool {
             sleepers: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             busy: AtomicBool::new(false),
-            upcoming: Upcoming { seq: AtomicU32::new(0), ranges: Default::default() },
+            upcoming: Upcoming::default(),
         });
         // Built in place, so the workers already started are stopped if one cannot be.
         let mut pool = Pool { shared, workers: Vec::new() };
@@ -713,7 +714,7 @@ mod tests {
 
     #[test]
     fn a_hint_is_loaded_in_order_up_to_its_budget_and_a_new_one_restarts() {
-        let up = Upcoming { seq: AtomicU32::new(0), ranges: Default::default() };
+        let up = Upcoming::default();
         // 5000 bytes, then 3 MiB, of f32 weights.
         let (small, big) = (vec![0u8; 5000], vec![0u8; 3 << 20]);
         let small = Matrix::new(DType::F32, 1, 1250, &small).unwrap();
@@ -723,9 +724,9 @@ mod tests {
         // Step by step: all of `small`, then `big` until the budget is spent.
         let mut loaded = vec![];
         loop {
-            let before = UPCOMING_BYTES - p.left;
+            let left = p.left;
             p.step(&up);
-            if p.seq == 0 || p.left == UPCOMING_BYTES - before {
+            if p.left == left {
                 break;
             }
             loaded.push((p.at, p.done));
