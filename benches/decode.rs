@@ -13,7 +13,7 @@ use kvm_core::Session;
 use kvm_export::convert::Policy;
 use kvm_export::synth::{synth, Preset};
 use kvm_runtime::arena::Arena;
-use kvm_runtime::file::ModelFile;
+use kvm_runtime::file::{ModelFile, Pages};
 use kvm_runtime::pool::Pool;
 use kvm_runtime::prefill::prefill;
 
@@ -44,7 +44,7 @@ fn decode(c: &mut Criterion) {
                 std::process::id()
             ));
             synth(&path, &cfg, &Policy::uniform(dtype), 0, &mut |_| {}).unwrap();
-            let file = ModelFile::open(&path).unwrap();
+            let file = ModelFile::open(&path, Pages::Mapped).unwrap();
             for cache in CacheDtype::ALL {
                 let model = file.model().unwrap().with_cache(cache).unwrap();
                 let mut arena = Arena::new(model.arena_len());

@@ -44,8 +44,9 @@ fn json_report_has_the_agreed_keys() {
         assert!(r[key].as_u64().is_some_and(|x| x > 0), "{key} in {r}");
     }
     assert!(kvm_core::kernels::Tier::from_name(r["kernel_tier"].as_str().unwrap()).is_some(), "{r}");
+    assert!(r["model_pages"] == "huge" || r["model_pages"] == "mapped", "{r}");
     // Every tensor but the embedding, plus one embedding row.
-    let file = kvm_runtime::file::ModelFile::open(&model).unwrap();
+    let file = kvm_runtime::file::ModelFile::open(&model, kvm_runtime::file::Pages::Mapped).unwrap();
     let m = file.model().unwrap();
     let all: u64 = m.tensors().map(|e| e.len).sum();
     let embed = m.tensors().find(|e| e.role == kvm_core::format::Role::TokEmbed).unwrap();
@@ -57,9 +58,11 @@ fn json_report_has_the_agreed_keys() {
     let first = r;
     for context in ["40", "70"] {
         let path = model.to_str().unwrap();
-        let args = ["--model", path, "--prompt-len", "40", "--gen", "8", "--context", context, "--bw-mib", "0"];
+        let args =
+            ["--model", path, "--mmap", "--prompt-len", "40", "--gen", "8", "--context", context, "--bw-mib", "0"];
         let r = bench_json(&args);
         assert_eq!(r["context"].to_string(), context, "{r}");
+        assert_eq!(r["model_pages"], "mapped", "{r}");
         assert!(r["decode_tok_s"].as_f64().is_some_and(|x| x > 0.0), "{r}");
         // Decoding after a context reads more of the state than from an empty one.
         assert!(r["decode_state_bytes_per_token"].as_u64() > first["decode_state_bytes_per_token"].as_u64(), "{r}");

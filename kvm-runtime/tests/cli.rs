@@ -188,9 +188,10 @@ fn greedy_generation_reproduces_the_reference() {
         for key in ["prompt_tok_s", "decode_tok_s", "peak_rss_bytes"] {
             assert!(got["stats"][key].as_f64().unwrap() > 0.0, "stats.{key}");
         }
-        // Streaming mode prints the prompt, then the continuation.
-        let o =
-            kvm(&["generate", "--model", out.to_str().unwrap(), "--prompt", prompt, "-n", &n, "--temperature", "0"]);
+        // Streaming mode prints the prompt, then the continuation (here from the mapped
+        // file rather than the huge-page copy).
+        let model = out.to_str().unwrap();
+        let o = kvm(&["generate", "--model", model, "--mmap", "--prompt", prompt, "-n", &n, "--temperature", "0"]);
         assert_eq!(
             String::from_utf8(o.stdout).unwrap().trim_end_matches('\n'),
             format!("{prompt}{}", case["text"].as_str().unwrap())

@@ -7,7 +7,6 @@
 //! any model file, random-weight ones included, can be measured.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -20,15 +19,15 @@ use kvm_core::state::{bswa_begin, Phase};
 use kvm_core::{Model, Session};
 use kvm_export::synth::Rng;
 use kvm_runtime::arena::Arena;
-use kvm_runtime::file::ModelFile;
+use kvm_runtime::file::Pages;
 use kvm_runtime::pool::{default_threads, Pool};
 use kvm_runtime::prefill::prefill;
 use serde_json::{json, Value};
 
 #[derive(clap::Args)]
 pub struct Args {
-    #[arg(long)]
-    model: PathBuf,
+    #[command(flatten)]
+    model: crate::ModelArg,
     #[command(flatten)]
     cache: crate::CacheArg,
     /// Prompt tokens fed by chunked prefill, timed (`prefill_tok_s`).
@@ -75,12 +74,16 @@ pub struct Args {
 }
 
 pub fn run(a: &Args) -> Result<()> {
-    let file = ModelFile::open(&a.model)?;
+    let file = a.model.open()?;
     let model = a.cache.apply(file.model()?)?;
     let pool = Pool::new(a.threads.unwrap_or_else(default_threads))?;
-    // Fault every page of the mapping in now, so no timed step pays for first touches.
+    // Fault every page of the model in now, so no timed step pays for first touches.
     std::hint::black_box(file.bytes().iter().step_by(4096).fold(0u8, |s, &b| s ^ b));
-    let mut report = describe(&a.model, &model, &pool);
+    let mut report = describe(a.model.path(), &model, &pool);
+    report["model_pages"] = json!(match file.pages() {
+        Pages::Huge => "huge",
+        Pages::Mapped => "mapped",
+    });
     if a.checkpoints.is_empty() {
         speed(a, &model, &pool, &mut report)?;
     } else {
@@ -517,6 +520,7 @@ fn print_report(r: &Value) {
         f("params") / 1e6,
         mib("file_bytes")
     );
+    println!("model pages    {}", s("model_pages"));
     println!("threads        {}, {} kernels", r["threads"], s("kernel_tier"));
     println!(
         "bytes/token    {:.1} MiB weights + {:.1} MiB attention state",

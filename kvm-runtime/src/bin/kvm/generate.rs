@@ -1,7 +1,6 @@
 //! `kvm generate`: stream text from a prompt.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -10,14 +9,13 @@ use kvm_core::state::Phase;
 use kvm_core::tokenizer::StreamDecoder;
 use kvm_core::Session;
 use kvm_runtime::arena::Arena;
-use kvm_runtime::file::ModelFile;
 use kvm_runtime::pool::{default_threads, Pool};
 use kvm_runtime::prefill::prefill;
 
 #[derive(clap::Args)]
 pub struct Args {
-    #[arg(long)]
-    model: PathBuf,
+    #[command(flatten)]
+    model: crate::ModelArg,
     #[command(flatten)]
     cache: crate::CacheArg,
     /// The text to continue.
@@ -72,7 +70,7 @@ pub fn run(a: &Args) -> Result<()> {
         repeat_window: a.repeat_window,
     };
     cfg.validate().context("sampler settings")?;
-    let file = ModelFile::open(&a.model)?;
+    let file = a.model.open()?;
     let model = a.cache.apply(file.model()?)?;
     let tok = model.tokenizer();
     let prompt_ids = crate::tokens::encode(&tok, &a.prompt)?;

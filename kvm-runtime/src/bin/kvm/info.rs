@@ -5,10 +5,10 @@ use std::path::Path;
 
 use anyhow::Result;
 use kvm_core::config::{flags, StateBudget};
-use kvm_runtime::file::ModelFile;
+use kvm_runtime::file::{ModelFile, Pages};
 
 pub fn run(path: &Path) -> Result<()> {
-    let file = ModelFile::open(path)?;
+    let file = ModelFile::open(path, Pages::Mapped)?;
     let model = file.model()?;
     let h = model.header();
     let c = model.config();

@@ -7,14 +7,13 @@ use anyhow::{bail, Context, Result};
 use kvm_core::state::Phase;
 use kvm_core::Session;
 use kvm_runtime::arena::Arena;
-use kvm_runtime::file::ModelFile;
 use kvm_runtime::pool::{default_threads, Pool};
 use kvm_runtime::prefill::prefill;
 
 #[derive(clap::Args)]
 pub struct Args {
-    #[arg(long)]
-    model: PathBuf,
+    #[command(flatten)]
+    model: crate::ModelArg,
     #[command(flatten)]
     cache: crate::CacheArg,
     /// Comma-separated token ids.
@@ -59,7 +58,7 @@ pub fn run(a: &Args) -> Result<()> {
     if a.prompt_len > ids.len() {
         bail!("--prompt-len {} exceeds the {} tokens given", a.prompt_len, ids.len());
     }
-    let file = ModelFile::open(&a.model)?;
+    let file = a.model.open()?;
     let model = a.cache.apply(file.model()?)?;
     let vocab = model.config().vocab_len as usize;
     let mut arena = Arena::new(model.arena_len());

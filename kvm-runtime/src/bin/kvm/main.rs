@@ -11,12 +11,13 @@ mod perplexity;
 mod tokenize;
 mod tokens;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use kvm_core::cache::CacheDtype;
 use kvm_core::Model;
+use kvm_runtime::file::{ModelFile, Pages};
 
 #[derive(Parser)]
 #[command(name = "kvm", version, about = "Run Key-Value Means language models in constant memory")]
@@ -42,6 +43,29 @@ enum Cmd {
     Tokenize(tokenize::Args),
     /// Measure prefill and decode speed, memory and bandwidth use.
     Bench(bench::Args),
+}
+
+/// `--model PATH [--mmap]`, for every command that runs the model.
+#[derive(Debug, clap::Args)]
+pub struct ModelArg {
+    /// The model file.
+    #[arg(long)]
+    model: PathBuf,
+    /// Map the file instead of reading it into huge pages: nothing copied, pages shared
+    /// with other processes, but decode streams the weights through 4 KiB pages (slower).
+    #[arg(long)]
+    mmap: bool,
+}
+
+impl ModelArg {
+    /// The model file, read into huge pages unless `--mmap`.
+    pub fn open(&self) -> anyhow::Result<ModelFile> {
+        ModelFile::open(&self.model, if self.mmap { Pages::Mapped } else { Pages::Huge })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.model
+    }
 }
 
 /// `--cache f32|f16|q8`, for every command that runs sessions: how they store attention's

@@ -7,12 +7,11 @@ use anyhow::{bail, Context, Result};
 use kvm_core::state::Phase;
 use kvm_core::Session;
 use kvm_runtime::arena::Arena;
-use kvm_runtime::file::ModelFile;
 
 #[derive(clap::Args)]
 pub struct Args {
-    #[arg(long)]
-    model: PathBuf,
+    #[command(flatten)]
+    model: crate::ModelArg,
     #[command(flatten)]
     cache: crate::CacheArg,
     /// UTF-8 text file to score.
@@ -32,7 +31,7 @@ pub fn nll(logits: &[f32], target: u32) -> f64 {
 
 pub fn run(a: &Args) -> Result<()> {
     let text = std::fs::read_to_string(&a.text).with_context(|| format!("reading {}", a.text.display()))?;
-    let file = ModelFile::open(&a.model)?;
+    let file = a.model.open()?;
     let model = a.cache.apply(file.model()?)?;
     let tok = model.tokenizer();
     let ids = crate::tokens::encode(&tok, &text)?;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use kvm_core::tokenizer::Tokenizer;
-use kvm_runtime::file::ModelFile;
+use kvm_runtime::file::{ModelFile, Pages};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -24,7 +24,7 @@ pub struct Args {
 pub fn run(a: &Args) -> Result<()> {
     let ids = match (&a.model, &a.tokenizer) {
         (Some(m), _) => {
-            let file = ModelFile::open(m)?;
+            let file = ModelFile::open(m, Pages::Mapped)?;
             let model = file.model()?;
             crate::tokens::encode(&model.tokenizer(), &a.text)?
         }
