@@ -535,9 +535,11 @@ macro_rules! attention {
 fn table(tier: Tier) -> &'static Table {
     // Tile shapes: matvec takes several rows per tile so each activation load serves
     // them all, and since a tile's rows come from as many runs of the matrix, decode
-    // streams from memory at that many places (paper-120m f32 decode on an AVX-512 Xeon:
-    // 16 rows 1.09x as fast as 4 on two threads; AVX2's integer tile spills past 4 rows,
-    // its float one past 8); matmul also takes several tokens so each weight decode does.
+    // streams from memory at that many places (paper-120m decode on AVX-512 Xeons: f32
+    // 16 rows 1.09x as fast as 4 on two threads of one; on another, 8 rows against 16,
+    // f32 1.05x / about level and f16 1.10x / 1.04x on one / two threads; AVX2's integer
+    // tile spills past 4 rows, its float one past 8); matmul also takes several tokens so
+    // each weight decode does.
     static SCALAR: Table = Table {
         decode: decode::<scalar::Scalar, 1, 1>(),
         matmul: run::<scalar::Scalar, 1, 1, 1>,
@@ -567,7 +569,7 @@ fn table(tier: Tier) -> &'static Table {
     };
     #[cfg(target_arch = "x86_64")]
     static AVX512: Table = Table {
-        decode: decode::<x86_64::avx512::Avx512, 16, 16>(),
+        decode: decode::<x86_64::avx512::Avx512, 8, 16>(),
         matmul: run::<x86_64::avx512::Avx512, 4, 4, 4>,
         quantize_act: <x86_64::avx512::Avx512 as Kernels>::quantize_act,
         dequant_row: x86_64::avx512::Avx512::dequant_row,
