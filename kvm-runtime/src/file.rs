@@ -17,7 +17,8 @@ pub enum Pages {
     /// streams every weight each step; in 2 MiB pages that stream misses the TLB once
     /// per 2 MiB instead of once per 4 KiB (`paper-120m` on two threads: q4_0 1.07-1.15x
     /// decode, f32 1.04-1.08x, docs/perf.md). Linux with transparent huge pages on
-    /// (`always` or `madvise`); anywhere else it falls back to [`Pages::Mapped`].
+    /// (`always` or `madvise`); anywhere else, or without the memory for the copy, it
+    /// falls back to [`Pages::Mapped`].
     Huge,
 }
 
@@ -43,9 +44,12 @@ impl ModelFile {
     /// I/O errors, with the path.
     pub fn open(path: &Path, pages: Pages) -> Result<Self> {
         let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        // Where the copy cannot be made (no memory for it), the mapping still serves.
         #[cfg(target_os = "linux")]
         if pages == Pages::Huge && huge_pages_on() {
-            return Self::read_huge(file).with_context(|| format!("reading {}", path.display()));
+            if let Ok(f) = Self::read_huge(&file) {
+                return Ok(f);
+            }
         }
         // SAFETY: mapped read-only; kvm never writes the file, and a model file changed
         // under a running process is outside what kvm promises.
@@ -57,7 +61,7 @@ impl ModelFile {
     /// The file read into a fresh anonymous mapping, from its first 2 MiB boundary on,
     /// advised for huge pages before the first touch so the read faults them in.
     #[cfg(target_os = "linux")]
-    fn read_huge(mut file: File) -> Result<Self> {
+    fn read_huge(mut file: &File) -> Result<Self> {
         use std::io::Read;
         let len = usize::try_from(file.metadata()?.len())?;
         let span = len.div_ceil(HUGE_PAGE) * HUGE_PAGE;
