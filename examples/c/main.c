@@ -11,6 +11,10 @@
  * The library allocates nothing; the only heap memory here is this program's own copy
  * of the model file, the prompt's ids and the snapshot buffer.
  */
+#ifdef __linux__
+#define _DEFAULT_SOURCE /* madvise's MADV_HUGEPAGE under -std=c11 */
+#include <sys/mman.h>
+#endif
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +43,9 @@ static void check(kvm_status status, const char *what) {
 }
 
 /* Reads a whole file into a 64-byte aligned buffer (the kernels read aligned weights
- * fastest). Returns NULL on failure. */
+ * fastest). On Linux the buffer starts on a 2 MiB boundary and asks for transparent huge
+ * pages before the read faults it in, as `kvm` does: a decode step streams every weight,
+ * and 2 MiB pages spare it a TLB miss every 4 KiB. Returns NULL on failure. */
 static unsigned char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -51,8 +57,18 @@ static unsigned char *read_file(const char *path, size_t *len) {
         size = ftell(f);
     }
     if (size > 0 && fseek(f, 0, SEEK_SET) == 0) {
-        size_t cap = ((size_t)size + 63) / 64 * 64;
-        buf = aligned_alloc(64, cap);
+#ifdef __linux__
+        size_t align = (size_t)2 << 20;
+#else
+        size_t align = 64;
+#endif
+        size_t cap = ((size_t)size + align - 1) / align * align;
+        buf = aligned_alloc(align, cap);
+#ifdef __linux__
+        if (buf) {
+            (void)madvise(buf, cap, MADV_HUGEPAGE); /* a hint: without it, 4 KiB pages */
+        }
+#endif
         if (buf && fread(buf, 1, (size_t)size, f) != (size_t)size) {
             free(buf);
             buf = NULL;
