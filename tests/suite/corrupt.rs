@@ -301,3 +301,95 @@ fn snapshots_restore_exactly_and_forged_ones_are_refused() {
     }
     assert_eq!(s2.restore(&snap[1..]).unwrap_err(), Error::BadSnapshot);
 }
+
+/// Random state-machine settings written into a valid header (valid CRC, so only the
+/// config's own checks stand between them and the forward pass): loading, sessions,
+/// prefill and decode return errors or logits, never panic. Debug builds also trap any
+/// arithmetic overflow on the way.
+#[test]
+fn random_configs_with_valid_checksums_never_panic() {
+    use kvm_core::config::{flags, StateBudget};
+    let bases = [fixed_basic(), convert_to_bytes(&golden_dir("growable_power_law"), DType::F32)];
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    const EDGES: [u32; 12] = [0, 1, 2, 3, 4, 7, 8, 9, 16, 64, 1 << 20, u32::MAX];
+    let floats = [0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 30.0, 1e-30, 1e30, f64::NAN, f64::INFINITY, -f64::INFINITY];
+    let (mut accepted, mut decoded) = (0, 0);
+    for case in 0..2000 {
+        let blob = &bases[case % bases.len()];
+        let mut r = [0u64; 16];
+        r.iter_mut().for_each(|x| *x = next());
+        let small = |x: u64| EDGES[(x % EDGES.len() as u64) as usize];
+        let float = |x: u64| floats[(x % floats.len() as u64) as usize];
+        let edited = with_header(blob, |h| {
+            let c = &mut h.config;
+            // One to three of the thirteen settings change, so that many cases stay valid.
+            let edits = 1 + r[0] % 3;
+            let keep = !(0..edits).fold(0u64, |m, i| m | 1 << (1 + (r[0] >> (2 + 4 * i)) % 13));
+            let pick = |bit: u32, field: &mut u32, x: u64| {
+                if keep >> bit & 1 == 0 {
+                    *field = if x & 1 == 0 { small(x >> 1) } else { (x >> 1) as u32 % 40 };
+                }
+            };
+            pick(1, &mut c.chunk_len, r[1]);
+            pick(2, &mut c.window_chunks, r[2]);
+            pick(3, &mut c.max_state_chunks, r[3]);
+            pick(4, &mut c.state_round_down, r[4]);
+            pick(5, &mut c.sink_len, r[5]);
+            pick(6, &mut c.rope_dim, r[6]);
+            pick(7, &mut h.state_capacity, r[7]);
+            if keep >> 8 & 1 == 0 {
+                c.state_min_len = small(r[8]) as i32;
+            }
+            if keep >> 9 & 1 == 0 {
+                c.flags = r[9] as u32 & flags::ALL;
+            }
+            if keep >> 10 & 1 == 0 {
+                c.budget = match r[10] % 3 {
+                    0 => StateBudget::Fixed,
+                    1 => StateBudget::PowerLaw { factor: float(r[10] >> 2), exponent: float(r[11]) },
+                    _ => StateBudget::Saturation { n: float(r[10] >> 2) },
+                };
+            }
+            if keep >> 11 & 1 == 0 {
+                c.logit_softcap = float(r[12]) as f32;
+            }
+            if keep >> 12 & 1 == 0 {
+                c.residual_scale = float(r[13]) as f32;
+            }
+            if keep >> 13 & 1 == 0 {
+                c.rope_theta = float(r[14]);
+            }
+            // Half of the time the arena holds the new config's natural state (what an
+            // exporter writes); otherwise the capacity stays as picked.
+            if r[14] >> 63 == 0 {
+                h.state_capacity = h.config.natural_state_len().min(u32::MAX as usize) as u32;
+            }
+        });
+        let run = std::panic::catch_unwind(|| {
+            let Ok(model) = Model::from_bytes(&edited) else { return (false, false) };
+            if model.arena_len() > 8 << 20 {
+                return (true, false);
+            }
+            let mut arena = Arena::new(model.arena_len());
+            let Ok(mut session) = Session::new(model, arena.bytes()) else { return (true, false) };
+            let tokens: Vec<u32> = (0..1 + r[15] % 40).map(|i| ((r[15] >> 8) + i * 37) as u32 % 97).collect();
+            let mut ok = session.prefill(&tokens).is_ok();
+            for i in 0..(r[15] >> 20) % 30 {
+                ok &= session.decode(((r[15] >> 32) + i * 13) as u32 % 96).is_ok();
+            }
+            (true, ok)
+        });
+        let (a, d) =
+            run.unwrap_or_else(|_| panic!("case {case} panicked: {:?}", Header::parse(&edited).map(|h| h.config)));
+        accepted += a as usize;
+        decoded += d as usize;
+    }
+    // The generator must reach the forward pass, not only the refusals.
+    assert!(decoded >= 400 && accepted > decoded, "accepted {accepted}, decoded {decoded}");
+}
