@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs sessions of the core under Miri (kvm-core/tests/miri.rs): the small golden model in
+# Runs sessions of the core under Miri (tests/miri.rs): the small golden model in
 # every weight dtype and attention cache, and a prompt long enough to fold. Not part of
 # CI: it takes about an hour on one core (two tests; pass a name to run one).
 set -euo pipefail
@@ -17,4 +17,4 @@ done
 # The prefetch helpers turn addresses into pointers they never dereference.
 KVM_MIRI_MODELS="$models" \
 MIRIFLAGS="-Zmiri-disable-isolation -Zmiri-permissive-provenance" \
-    cargo +nightly miri test -p kvm-core --features libm/force-soft-floats --test miri -- --ignored "$@"
+    cargo +nightly miri test --features libm/force-soft-floats --test miri -- --ignored "$@"

@@ -6,6 +6,7 @@
 
 use kvm_core::cache::CacheDtype;
 use kvm_core::{Model, Session};
+use kvm_runtime::arena::Arena;
 
 /// A model file written by `scripts/miri.sh`.
 fn model_file(name: &str) -> Vec<u8> {
@@ -18,11 +19,8 @@ fn model_file(name: &str) -> Vec<u8> {
 fn run(blob: &[u8], cache: CacheDtype, prompt_len: u32) {
     let model = Model::from_bytes_trusted(blob).unwrap().with_cache(cache).unwrap();
     let vocab = model.config().vocab_len;
-    let mut buf = vec![0u128; model.arena_len() / 16 + 4];
-    // SAFETY: u128 storage viewed as bytes; any bytes are valid u8.
-    let bytes = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), buf.len() * 16) };
-    let off = bytes.as_ptr().align_offset(64);
-    let mut session = Session::new(model, &mut bytes[off..off + model.arena_len()]).unwrap();
+    let mut arena = Arena::new(model.arena_len());
+    let mut session = Session::new(model, arena.bytes_mut()).unwrap();
     let prompt: Vec<u32> = (0..prompt_len).map(|i| i * 7 % vocab).collect();
     session.prefill(&prompt).unwrap();
     let mut snap = vec![0u8; session.snapshot_len()];
