@@ -48,7 +48,7 @@ impl Fixture {
     fn session(&self) -> TestSession {
         let mut arena = Arena::new(self.arena_len);
         let mut s = null_mut();
-        let bytes = arena.bytes();
+        let bytes = arena.bytes_mut();
         let code = unsafe { kvm_session_init(&*self.model, bytes.as_mut_ptr().cast(), bytes.len(), &mut s) };
         assert_eq!(code, KVM_OK);
         assert_eq!(s.cast::<u8>(), bytes.as_mut_ptr(), "the handle is the arena's address");
@@ -145,7 +145,7 @@ fn rust_greedy(blob: &[u8], prompt: &[u32], n: usize) -> Vec<u32> {
 fn rust_greedy_cached(blob: &[u8], cache: CacheDtype, prompt: &[u32], n: usize) -> Vec<u32> {
     let model = Model::from_bytes(blob).unwrap().with_cache(cache).unwrap();
     let mut arena = Arena::new(model.arena_len());
-    let mut session = Session::new(model, arena.bytes()).unwrap();
+    let mut session = Session::new(model, arena.bytes_mut()).unwrap();
     let mut sampler = Sampler::new(SamplerConfig::greedy(), 0);
     let mut scratch = vec![Candidate::EMPTY; model.config().vocab_len as usize];
     let mut logits = session.prefill(prompt).unwrap().to_vec();
@@ -280,7 +280,7 @@ fn model_info_and_unloaded_handles() {
     assert_eq!(unsafe { kvm_arena_size(null()) }, 0);
     let mut arena = Arena::new(f.arena_len);
     let mut h = null_mut();
-    let a = arena.bytes();
+    let a = arena.bytes_mut();
     assert_eq!(unsafe { kvm_session_init(&blank, a.as_mut_ptr().cast(), a.len(), &mut h) }, KVM_ERR_BAD_HANDLE);
     let mut n = 0;
     assert_eq!(unsafe { kvm_tokenize(&blank, c"a".as_ptr(), 1, null_mut(), 0, &mut n) }, KVM_ERR_BAD_HANDLE);
@@ -323,7 +323,7 @@ fn arenas_are_checked() {
     let f = Fixture::kjv();
     let m = &*f.model;
     let mut arena = Arena::new(f.arena_len + 128);
-    let a = arena.bytes();
+    let a = arena.bytes_mut();
     let p = a.as_mut_ptr();
     let mut s = null_mut();
     assert_eq!(unsafe { kvm_session_init(m, null_mut(), f.arena_len, &mut s) }, KVM_ERR_NULL_POINTER);
@@ -347,7 +347,7 @@ fn session_handles_are_checked() {
     let cfg = greedy();
     let id = [65u32];
     let mut buf = [0u8; 64];
-    for s in [null_mut(), Arena::new(4096).bytes().as_mut_ptr().cast::<kvm_session>()] {
+    for s in [null_mut(), Arena::new(4096).bytes_mut().as_mut_ptr().cast::<kvm_session>()] {
         let want = if s.is_null() { KVM_ERR_NULL_POINTER } else { KVM_ERR_BAD_HANDLE };
         unsafe {
             assert_eq!(kvm_session_reset(s), want);
@@ -369,7 +369,7 @@ fn session_handles_are_checked() {
     // A session copied to another address is refused: it points into its old arena.
     s.prefill(&[65, 66]);
     let mut moved = Arena::new(f.arena_len);
-    let m = moved.bytes();
+    let m = moved.bytes_mut();
     unsafe { std::ptr::copy_nonoverlapping(s.s.cast::<u8>(), m.as_mut_ptr(), f.arena_len) };
     assert_eq!(unsafe { kvm_decode_step(m.as_mut_ptr().cast(), &mut t) }, KVM_ERR_BAD_HANDLE);
     // The original is fine.

@@ -78,7 +78,7 @@ fn prefill_and_decode_allocate_nothing() {
         let blob = convert_to_bytes(&golden_dir(case), dtype);
         let model = Model::from_bytes(&blob).unwrap().with_cache(cache).unwrap();
         let mut arena = Arena::new(model.arena_len());
-        let mut session = Session::new(model, arena.bytes()).unwrap();
+        let mut session = Session::new(model, arena.bytes_mut()).unwrap();
         let prompt: Vec<u32> = (0..37).map(|i| (i * 7 % 96) as u32).collect();
         let before = allocations();
         session.prefill(&prompt).unwrap();
@@ -162,7 +162,7 @@ fn decode_on_a_pool_allocates_nothing_on_any_thread() {
     std::fs::remove_file(&path).ok();
     let model = Model::from_bytes(&blob).unwrap();
     let mut arena = Arena::new(model.arena_len());
-    let mut session = Session::new(model, arena.bytes()).unwrap();
+    let mut session = Session::new(model, arena.bytes_mut()).unwrap();
     let pool = Pool::new(2).unwrap();
     mark_pool_threads(&pool);
     let prompt: Vec<u32> = (0..100).map(|i| (i * 7 % 256) as u32).collect();

@@ -8,6 +8,10 @@ use kvm_core::quant::DType;
 use kvm_export::convert::{convert, Policy, TokenizerSource};
 use safetensors::SafeTensors;
 
+/// Sessions' arenas, as the runtime makes them.
+#[allow(unused_imports)] // as `dead_code` above
+pub use kvm_runtime::arena::Arena;
+
 /// Root of the repository (the package using this module is the root one or a member).
 pub fn repo() -> PathBuf {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -81,30 +85,6 @@ pub fn convert_with(dir: &Path, policy: &Policy) -> Vec<u8> {
     let bytes = std::fs::read(&out).unwrap();
     std::fs::remove_file(&out).ok();
     bytes
-}
-
-/// A 64-byte aligned heap buffer of `len` bytes (an arena for tests).
-pub struct Arena {
-    buf: Vec<u128>,
-    len: usize,
-    offset: usize,
-}
-
-impl Arena {
-    pub fn new(len: usize) -> Self {
-        let buf = vec![0u128; len / 16 + 8];
-        let offset = (64 - (buf.as_ptr() as usize % 64)) % 64;
-        Arena { buf, len, offset }
-    }
-    pub fn bytes(&mut self) -> &mut [u8] {
-        let all: &mut [u8] = bytemuck_bytes(&mut self.buf);
-        &mut all[self.offset..self.offset + self.len]
-    }
-}
-
-fn bytemuck_bytes(v: &mut [u128]) -> &mut [u8] {
-    // SAFETY: u128 has no padding and any byte pattern is a valid u8.
-    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, v.len() * 16) }
 }
 
 /// Max |a - b|.

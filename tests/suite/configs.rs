@@ -79,7 +79,7 @@ fn check(name: &str, cfg: Config) {
     let prompt = 41;
 
     let mut a1 = Arena::new(model.arena_len());
-    let mut one = Session::new(model, a1.bytes()).unwrap();
+    let mut one = Session::new(model, a1.bytes_mut()).unwrap();
     let mut stepwise = Vec::new();
     for (t, &id) in ids.iter().enumerate() {
         one.step(id, if t < prompt { Phase::Prefill } else { Phase::Decode }, true).unwrap();
@@ -88,7 +88,7 @@ fn check(name: &str, cfg: Config) {
     }
 
     let mut a2 = Arena::new(model.arena_len());
-    let mut batched = Session::new(model, a2.bytes()).unwrap();
+    let mut batched = Session::new(model, a2.bytes_mut()).unwrap();
     let mut out = vec![0f32; ids.len() * vocab];
     let mut batch = vec![0f32; batched.layout().acts_len(prompt).unwrap()];
     batched
@@ -105,7 +105,7 @@ fn check(name: &str, cfg: Config) {
 
     // Resume from the snapshot taken after the prompt: the same continuation, exactly.
     let mut a3 = Arena::new(model.arena_len());
-    let mut resumed = Session::new(model, a3.bytes()).unwrap();
+    let mut resumed = Session::new(model, a3.bytes_mut()).unwrap();
     resumed.restore(&snap).unwrap();
     for (t, &id) in ids.iter().enumerate().skip(prompt) {
         assert_eq!(resumed.decode(id).unwrap(), &out[t * vocab..(t + 1) * vocab], "{name}: resumed at {t}");

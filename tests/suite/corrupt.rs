@@ -170,11 +170,11 @@ fn the_cache_dtype_is_read_from_the_header_and_unknown_ones_are_refused() {
     assert!(half.arena_len() < f32m.arena_len());
     // An f32 session's snapshot does not restore into an f16 session (other layout).
     let (mut a1, mut a2) = (Arena::new(f32m.arena_len()), Arena::new(half.arena_len()));
-    let mut s1 = Session::new(f32m, a1.bytes()).unwrap();
+    let mut s1 = Session::new(f32m, a1.bytes_mut()).unwrap();
     s1.prefill(&[1, 2, 3]).unwrap();
     let mut snap = vec![0u8; s1.snapshot_len()];
     s1.snapshot(&mut snap).unwrap();
-    assert_eq!(Session::new(half, a2.bytes()).unwrap().restore(&snap).unwrap_err(), Error::BadSnapshot);
+    assert_eq!(Session::new(half, a2.bytes_mut()).unwrap().restore(&snap).unwrap_err(), Error::BadSnapshot);
     // A tag no build knows, with a valid header CRC.
     let mut bad = blob.clone();
     bad[92..96].copy_from_slice(&7u32.to_le_bytes());
@@ -223,12 +223,12 @@ fn sessions_refuse_bad_arenas_and_tokens() {
     let len = model.arena_len();
     for wrong in [0, len - 1, len + 1, len - 64] {
         let mut arena = Arena::new(wrong);
-        assert_eq!(Session::new(model, arena.bytes()).unwrap_err(), Error::ArenaSize { expected: len, got: wrong });
+        assert_eq!(Session::new(model, arena.bytes_mut()).unwrap_err(), Error::ArenaSize { expected: len, got: wrong });
     }
     let mut big = Arena::new(len + 4);
-    assert_eq!(Session::new(model, &mut big.bytes()[4..]).unwrap_err(), Error::ArenaMisaligned);
+    assert_eq!(Session::new(model, &mut big.bytes_mut()[4..]).unwrap_err(), Error::ArenaMisaligned);
     let mut arena = Arena::new(len);
-    let mut session = Session::new(model, arena.bytes()).unwrap();
+    let mut session = Session::new(model, arena.bytes_mut()).unwrap();
     assert_eq!(session.decode(96).unwrap_err(), Error::TokenOutOfRange { token: 96, vocab_len: 96 });
     assert_eq!(session.prefill(&[]).unwrap_err(), Error::InvalidArgument);
     assert_eq!(session.pos(), 0, "a refused token consumes nothing");
@@ -279,12 +279,12 @@ fn snapshots_restore_exactly_and_forged_ones_are_refused() {
     let blob = convert_to_bytes(&golden_dir("growable_power_law"), DType::F32);
     let model = Model::from_bytes(&blob).unwrap();
     let (mut a1, mut a2) = (Arena::new(model.arena_len()), Arena::new(model.arena_len()));
-    let mut s1 = Session::new(model, a1.bytes()).unwrap();
+    let mut s1 = Session::new(model, a1.bytes_mut()).unwrap();
     let ids: Vec<u32> = (0..150).map(|i| (i * 13 % 96) as u32).collect();
     s1.prefill(&ids[..70]).unwrap();
     let mut snap = vec![0u8; s1.snapshot_len()];
     s1.snapshot(&mut snap).unwrap();
-    let mut s2 = Session::new(model, a2.bytes()).unwrap();
+    let mut s2 = Session::new(model, a2.bytes_mut()).unwrap();
     s2.restore(&snap).unwrap();
     for &t in &ids[70..] {
         let l1 = s1.decode(t).unwrap().to_vec();
@@ -377,7 +377,7 @@ fn random_configs_with_valid_checksums_never_panic() {
                 return (true, false);
             }
             let mut arena = Arena::new(model.arena_len());
-            let Ok(mut session) = Session::new(model, arena.bytes()) else { return (true, false) };
+            let Ok(mut session) = Session::new(model, arena.bytes_mut()) else { return (true, false) };
             let tokens: Vec<u32> = (0..1 + r[15] % 40).map(|i| ((r[15] >> 8) + i * 37) as u32 % 97).collect();
             let mut ok = session.prefill(&tokens).is_ok();
             for i in 0..(r[15] >> 20) % 30 {

@@ -30,7 +30,7 @@ struct Run {
 }
 
 fn run<'m, 'a>(model: Model<'m>, arena: &'a mut Arena, ids: &[u32], prompt_len: usize) -> (Run, Session<'m, 'a>) {
-    let mut session = Session::new(model, arena.bytes()).unwrap();
+    let mut session = Session::new(model, arena.bytes_mut()).unwrap();
     let n_taps = model.config().n_layers as usize + 1;
     let mut run = Run { logits: vec![], taps: vec![vec![]; n_taps] };
     for (t, &id) in ids.iter().enumerate() {
@@ -100,7 +100,7 @@ fn check_case(name: &str) {
     // several batch sizes, then decode: same logits.
     for batch_len in [1, 5, p, ids.len()] {
         let mut arena = Arena::new(model.arena_len());
-        let mut session = Session::new(model, arena.bytes()).unwrap();
+        let mut session = Session::new(model, arena.bytes_mut()).unwrap();
         let mut got = vec![0f32; ids.len() * cfg.vocab_len as usize];
         for (chunk, out) in ids.chunks(batch_len.max(1)).zip(got.chunks_mut(batch_len.max(1) * cfg.vocab_len as usize))
         {

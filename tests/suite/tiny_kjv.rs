@@ -32,7 +32,7 @@ fn greedy_continuations_match_the_reference() {
             |k: &str| -> Vec<u32> { case[k].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect() };
         let (prompt, want) = (ids("prompt_ids"), ids("greedy_ids"));
         let mut arena = Arena::new(model.arena_len());
-        let mut session = Session::new(model, arena.bytes()).unwrap();
+        let mut session = Session::new(model, arena.bytes_mut()).unwrap();
         // Teacher-forced: after the prompt and each reference token, the argmax is the next one.
         let mut next = argmax(session.prefill(&prompt).unwrap());
         for (i, &w) in want.iter().enumerate() {
@@ -46,7 +46,7 @@ fn greedy_continuations_match_the_reference() {
 /// before it with the session's own state.
 fn nats_per_byte(model: Model<'_>, text: &[u8]) -> f64 {
     let mut arena = Arena::new(model.arena_len());
-    let mut session = Session::new(model, arena.bytes()).unwrap();
+    let mut session = Session::new(model, arena.bytes_mut()).unwrap();
     let mut nats = 0f64;
     for w in text.windows(2) {
         session.step(w[0] as u32, Phase::Prefill, true).unwrap();
@@ -127,8 +127,8 @@ fn repacked_matrices_decode_as_row_major_ones() {
         assert_eq!(a.matrix(Role::Wq, 0).dtype, x16);
         assert_eq!(b.matrix(Role::Wq, 0).dtype, dtype);
         let (mut arena_a, mut arena_b) = (Arena::new(a.arena_len()), Arena::new(b.arena_len()));
-        let mut sa = Session::new(a, arena_a.bytes()).unwrap();
-        let mut sb = Session::new(b, arena_b.bytes()).unwrap();
+        let mut sa = Session::new(a, arena_a.bytes_mut()).unwrap();
+        let mut sb = Session::new(b, arena_b.bytes_mut()).unwrap();
         assert_eq!(bits(sa.prefill(&prompt).unwrap()), bits(sb.prefill(&prompt).unwrap()), "{dtype:?} prefill");
         for (i, &c) in text[200..400].iter().enumerate() {
             assert_eq!(bits(sa.decode(c as u32).unwrap()), bits(sb.decode(c as u32).unwrap()), "{dtype:?} token {i}");
