@@ -19,7 +19,7 @@ use half::f16;
 use kvm_core::kernels::{self, act_scratch_len, matmul_scratch_len, tier, Matrix, Stored, Tier};
 use kvm_core::quant::{quantize_matrix, quantize_row, DType};
 
-const DTYPES: [DType; 7] = DType::ALL;
+const DTYPES: [DType; 8] = DType::ALL;
 
 /// Deterministic values in `[-1, 1)` (xorshift32).
 fn values(n: usize, seed: u32) -> Vec<f32> {

@@ -26,7 +26,7 @@ pub const VERSION_MAJOR: u16 = 1;
 /// The minor version this build writes (1 added the cache dtype, 2 the q4_0x16 dtype and
 /// the q8 cache, 3 the q8_0x16 dtype); newer minors are read (they only add fields in
 /// reserved space, or tags).
-pub const VERSION_MINOR: u16 = 3;
+pub const VERSION_MINOR: u16 = 4;
 /// Written as a little-endian u32; reads back differently on a byte-swapped file.
 pub const BYTE_ORDER_MARK: u32 = 0x0A0B_0C0D;
 /// Size of the fixed header.

@@ -314,7 +314,7 @@ impl Product<'_, '_> {
             return None;
         }
         let act = act.get_mut(..kernels::act_scratch_len(cols))?;
-        if products.iter().any(|p| p.w.dtype.block_len() > 1) {
+        if products.iter().any(|p| p.w.dtype.quantizes_act()) {
             kernels::quantize_act(xs, act);
         }
         Some(act)

@@ -25,6 +25,10 @@ pub enum DType {
     Q4_0x16 = 5,
     /// q8_0 blocks of [`X16`] rows interleaved ([`GroupQ8_0x16`]), as q4_0x16.
     Q8_0x16 = 6,
+    /// f32 without loss in 28 bits a weight ([`BlockF32P`], [`F32PHead`]): each weight's
+    /// exponent is stored as its distance below the row's largest, in 4 bits; the rare
+    /// weights further down (tiny or subnormal) are kept whole in the row's head.
+    F32P = 7,
 }
 
 /// Weights per quant block.
@@ -46,6 +50,46 @@ pub struct BlockQ8_0 {
 pub struct BlockQ4_0 {
     pub d: [u8; 2],
     pub qs: [u8; QK / 2],
+}
+
+/// `f32p`: 32 f32 weights, packed. Weight `i` is `m[i]` (little-endian: 23 mantissa bits,
+/// then the sign in bit 23) under the exponent `base - d`, where the nibble `d` is the low
+/// half of `e[i]` for `i < 16` and the high half of `e[i - 16]` for the rest, and `base`
+/// is the row's ([`F32PHead`]). `d = 15` is a zero exponent: a signed zero, or a weight
+/// kept in the head (whose `m` is then zero).
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+pub struct BlockF32P {
+    pub m: [[u8; 3]; QK],
+    pub e: [u8; QK / 2],
+}
+
+/// The head of an `f32p` row, before its blocks: the base exponent, how many of the
+/// [`f32p_slots`] spill slots that follow are used, then the slots, each a column and
+/// the f32 bits of the weight there (which its block holds as zero). All little-endian.
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+pub struct F32PHead {
+    pub base: [u8; 4],
+    pub count: [u8; 4],
+}
+
+/// One spilled weight of an `f32p` row: its column and its f32 bits.
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+pub struct F32PSpill {
+    pub col: [u8; 4],
+    pub bits: [u8; 4],
+}
+
+/// Nibble `d` of an `f32p` weight that has no exponent of its own.
+pub const F32P_ZERO: u8 = 15;
+
+/// Spill slots of an `f32p` row of `cols` weights: 4, plus one per 512 weights. A
+/// weight goes there when its exponent is more than 14 below the row's largest: about 1
+/// in 10,000 of normally distributed weights.
+pub const fn f32p_slots(cols: usize) -> usize {
+    4 + cols / 512
 }
 
 /// Rows per group of an interleaved dtype ([`DType::group_rows`]).
@@ -81,6 +125,9 @@ unsafe impl bytemuck::Pod for GroupQ8_0x16 {}
 
 const _: () = assert!(core::mem::size_of::<BlockQ8_0>() == 34);
 const _: () = assert!(core::mem::size_of::<BlockQ4_0>() == 18);
+const _: () = assert!(core::mem::size_of::<BlockF32P>() == 112);
+const _: () = assert!(core::mem::size_of::<F32PHead>() == 8);
+const _: () = assert!(core::mem::size_of::<F32PSpill>() == 8);
 const _: () = assert!(core::mem::size_of::<GroupQ4_0x16>() == X16 * 18);
 const _: () = assert!(core::mem::size_of::<GroupQ8_0x16>() == X16 * 34);
 
@@ -167,6 +214,7 @@ impl DType {
             4 => Some(DType::Q4_0),
             5 => Some(DType::Q4_0x16),
             6 => Some(DType::Q8_0x16),
+            7 => Some(DType::F32P),
             _ => None,
         }
     }
@@ -181,6 +229,7 @@ impl DType {
             DType::Q4_0 => "q4_0",
             DType::Q4_0x16 => "q4_0x16",
             DType::Q8_0x16 => "q8_0x16",
+            DType::F32P => "f32p",
         }
     }
 
@@ -190,8 +239,14 @@ impl DType {
     }
 
     /// Every dtype.
-    pub const ALL: [DType; 7] =
-        [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_0x16, DType::Q8_0x16];
+    pub const ALL: [DType; 8] =
+        [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_0x16, DType::Q8_0x16, DType::F32P];
+
+    /// Whether products with this dtype take q8-quantized activations (the integer
+    /// formats) rather than f32 ones.
+    pub const fn quantizes_act(self) -> bool {
+        matches!(self, DType::Q8_0 | DType::Q4_0 | DType::Q4_0x16 | DType::Q8_0x16)
+    }
 
     /// Rows stored together: [`X16`] for interleaved dtypes, else 1. A matrix's row count
     /// is a multiple of it.
@@ -236,7 +291,7 @@ impl DType {
     pub const fn block_len(self) -> usize {
         match self {
             DType::F32 | DType::F16 | DType::BF16 => 1,
-            DType::Q8_0 | DType::Q4_0 | DType::Q4_0x16 | DType::Q8_0x16 => QK,
+            DType::Q8_0 | DType::Q4_0 | DType::Q4_0x16 | DType::Q8_0x16 | DType::F32P => QK,
         }
     }
 
@@ -247,6 +302,16 @@ impl DType {
             DType::F16 | DType::BF16 => 2,
             DType::Q8_0 | DType::Q8_0x16 => core::mem::size_of::<BlockQ8_0>(),
             DType::Q4_0 | DType::Q4_0x16 => core::mem::size_of::<BlockQ4_0>(),
+            DType::F32P => core::mem::size_of::<BlockF32P>(),
+        }
+    }
+
+    /// Bytes at the start of a row before its blocks: an `f32p` row's head and spill
+    /// slots, else none.
+    pub const fn row_head_bytes(self, cols: usize) -> usize {
+        match self {
+            DType::F32P => core::mem::size_of::<F32PHead>() + f32p_slots(cols) * core::mem::size_of::<F32PSpill>(),
+            _ => 0,
         }
     }
 
@@ -256,7 +321,10 @@ impl DType {
         if !cols.is_multiple_of(self.block_len()) {
             return None;
         }
-        (cols / self.block_len()).checked_mul(self.block_bytes())
+        match (cols / self.block_len()).checked_mul(self.block_bytes()) {
+            Some(b) => b.checked_add(self.row_head_bytes(cols)),
+            None => None,
+        }
     }
 }
 
@@ -333,6 +401,113 @@ pub fn encode_row_bf16(src: &[f32], dst: &mut [u8]) {
     }
 }
 
+/// The f32 bits of an `f32p` weight: its bytes `m` and exponent nibble `d` (only the low 4
+/// bits count) under the row's `base` ([`BlockF32P`]). Every tier decodes exactly this.
+#[inline]
+pub fn f32p_bits(m: [u8; 3], d: u8, base: u32) -> u32 {
+    // Byte 2 twice: its low 7 bits are the mantissa's top, its top bit lands on the sign.
+    let v = u32::from_le_bytes([m[0], m[1], m[2], m[2]]);
+    v & 0x807F_FFFF | f32p_exponent(d, base)
+}
+
+/// The exponent field (bits 23..31) of an `f32p` weight with nibble `d` under `base`.
+#[inline]
+pub fn f32p_exponent(d: u8, base: u32) -> u32 {
+    let d = d & 15;
+    if d == F32P_ZERO {
+        0
+    } else {
+        base.wrapping_sub(u32::from(d)) << 23 & 0x7F80_0000
+    }
+}
+
+/// Nibble `i` of an `f32p` block's exponents.
+#[inline]
+pub fn f32p_nibble(e: &[u8; QK / 2], i: usize) -> u8 {
+    if i < QK / 2 {
+        e[i] & 15
+    } else {
+        e[i - QK / 2] >> 4
+    }
+}
+
+/// An `f32p` row of `cols` weights split into its base exponent, its used spill slots and
+/// its blocks. A count past the slots counts as all of them.
+///
+/// # Panics
+/// If `row` is not `DType::F32P.row_bytes(cols)` bytes (the kernels' callers check).
+pub fn f32p_row(row: &[u8], cols: usize) -> (u32, &[F32PSpill], &[BlockF32P]) {
+    let (head, blocks) = row.split_at(DType::F32P.row_head_bytes(cols));
+    let (h, slots) = head.split_at(core::mem::size_of::<F32PHead>());
+    let h: &F32PHead = bytemuck::from_bytes(h);
+    let slots: &[F32PSpill] = bytemuck::cast_slice(slots);
+    let used = (u32::from_le_bytes(h.count) as usize).min(slots.len());
+    (u32::from_le_bytes(h.base), &slots[..used], bytemuck::cast_slice(blocks))
+}
+
+/// The base exponent of an `f32p` row: the largest exponent of its normal weights (0 if
+/// it has none).
+fn f32p_base(src: &[f32]) -> u32 {
+    src.iter().map(|x| x.to_bits() >> 23 & 0xFF).filter(|e| (1..0xFF).contains(e)).max().unwrap_or(0)
+}
+
+/// An `f32p` weight's bytes and exponent nibble under `base`, or `None` if its block cannot
+/// hold it (a nonzero weight whose exponent is not normal or more than 14 below `base`).
+fn f32p_code(x: f32, base: u32) -> Option<([u8; 3], u8)> {
+    let bits = x.to_bits();
+    let sign_mantissa = (bits & 0x7F_FFFF | (bits >> 31) << 23).to_le_bytes();
+    let m = [sign_mantissa[0], sign_mantissa[1], sign_mantissa[2]];
+    if bits & 0x7FFF_FFFF == 0 {
+        return Some((m, F32P_ZERO));
+    }
+    let e = bits >> 23 & 0xFF;
+    let d = base.checked_sub(e).filter(|&d| d < u32::from(F32P_ZERO) && (1..0xFF).contains(&e))?;
+    Some((m, d as u8))
+}
+
+/// How many weights of the row `src` an `f32p` row keeps in its head; the row fits when
+/// that is at most [`f32p_slots`] (the exporter stores the tensor as f32 otherwise).
+pub fn f32p_spills(src: &[f32]) -> usize {
+    let base = f32p_base(src);
+    src.iter().filter(|&&x| f32p_code(x, base).is_none()).count()
+}
+
+/// Encodes one row of `src` (`src.len() % QK == 0`) as `f32p` into `dst`
+/// (`DType::F32P.row_bytes(src.len())` bytes): decoding it gives back every weight's bits.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] if the lengths do not match or the row has more weights to
+/// spill than [`f32p_slots`].
+pub fn encode_row_f32p(src: &[f32], dst: &mut [u8]) -> Result<()> {
+    if DType::F32P.row_bytes(src.len()) != Some(dst.len()) {
+        return Err(Error::InvalidArgument);
+    }
+    dst.fill(0);
+    let base = f32p_base(src);
+    let (head, blocks) = dst.split_at_mut(DType::F32P.row_head_bytes(src.len()));
+    let (h, slots) = head.split_at_mut(core::mem::size_of::<F32PHead>());
+    let slots: &mut [F32PSpill] = bytemuck::cast_slice_mut(slots);
+    let blocks: &mut [BlockF32P] = bytemuck::cast_slice_mut(blocks);
+    let mut used = 0;
+    for (c, &x) in src.iter().enumerate() {
+        let (b, i) = (&mut blocks[c / QK], c % QK);
+        let (m, d) = match f32p_code(x, base) {
+            Some(code) => code,
+            None => {
+                let slot = slots.get_mut(used).ok_or(Error::InvalidArgument)?;
+                *slot = F32PSpill { col: (c as u32).to_le_bytes(), bits: x.to_bits().to_le_bytes() };
+                used += 1;
+                ([0; 3], F32P_ZERO)
+            }
+        };
+        b.m[i] = m;
+        b.e[i % (QK / 2)] |= if i < QK / 2 { d } else { d << 4 };
+    }
+    let h: &mut F32PHead = bytemuck::from_bytes_mut(h);
+    *h = F32PHead { base: base.to_le_bytes(), count: (used as u32).to_le_bytes() };
+    Ok(())
+}
+
 /// Encodes a `[src.len() / cols, cols]` matrix as `dtype` into `dst` (the exporter's
 /// entry point; the kernels read back exactly these bytes).
 ///
@@ -397,6 +572,7 @@ pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
         DType::BF16 => encode_row_bf16(src, dst),
         DType::Q8_0 => quantize_row_q8_0(src, bytemuck::cast_slice_mut(dst)),
         DType::Q4_0 => quantize_row_q4_0(src, bytemuck::cast_slice_mut(dst)),
+        DType::F32P => encode_row_f32p(src, dst)?,
         DType::Q4_0x16 | DType::Q8_0x16 => return Err(Error::InvalidArgument),
     }
     Ok(())
@@ -430,6 +606,39 @@ mod tests {
                 assert!((a - b).abs() <= rel * a.abs(), "{dtype:?}: {a} -> {b}");
             }
         }
+    }
+
+    #[test]
+    fn f32p_keeps_every_bit() {
+        let mut x = values(512, 5);
+        // Zeros of both signs, the smallest normal, a subnormal, an infinity, a NaN with a
+        // payload, and a weight 2^-20 below the largest: all but the zeros spill.
+        let specials = [0.0, -0.0, f32::MIN_POSITIVE, -1e-40, f32::INFINITY, f32::from_bits(0x7FC0_1234), 3e-6];
+        for (i, v) in specials.into_iter().enumerate() {
+            x[17 * i + 1] = v;
+        }
+        assert_eq!(f32p_spills(&x), 5);
+        let y = round_trip(DType::F32P, &x);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<vec::Vec<_>>();
+        assert_eq!(bits(&y[..512]), bits(&x));
+        // 28 bits a weight, plus the head: 8 bytes and 4 + cols / 512 slots of 8.
+        assert_eq!(DType::F32P.row_bytes(512), Some(512 / 32 * 112 + 8 + 5 * 8));
+        assert_eq!(DType::F32P.row_bytes(1024), Some(1024 / 32 * 112 + 8 + 6 * 8));
+        assert_eq!(DType::F32P.row_bytes(48), None);
+    }
+
+    #[test]
+    fn f32p_refuses_rows_with_more_spills_than_slots() {
+        let mut x = values(64, 6);
+        for i in 0..5 {
+            x[3 * i] = 1e-30;
+        }
+        assert_eq!(f32p_spills(&x), 5);
+        let mut buf = [0u8; 512];
+        let len = DType::F32P.row_bytes(64).unwrap();
+        assert_eq!(quantize_row(DType::F32P, &x, &mut buf[..len]), Err(Error::InvalidArgument));
+        x[0] = 0.5;
+        assert_eq!(quantize_row(DType::F32P, &x, &mut buf[..len]), Ok(()));
     }
 
     #[test]

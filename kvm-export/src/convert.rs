@@ -51,7 +51,7 @@ impl Policy {
     /// dtype, except that under q4_0 the embedding stays q8_0 (a step reads one row of
     /// it, so that costs bytes on disk only; on tiny-kjv it takes a third off q4_0's loss
     /// in bits per byte); quantized formats fall back to f16 when `cols` is not a whole
-    /// number of blocks. The result is row-interleaved when asked for (`q4_0x16`,
+    /// number of blocks, f32p to f32. The result is row-interleaved when asked for (`q4_0x16`,
     /// `q8_0x16`, or [`Policy::repack`]) and `rows` is a whole number of groups, else
     /// plain; the embedding, read a row at a time, is interleaved only when its override
     /// names an interleaved dtype.
@@ -64,7 +64,8 @@ impl Policy {
         let asked = self.overrides.iter().find(|(r, _)| *r == role).map(|&(_, d)| d).unwrap_or(default);
         let d = asked.plain();
         if d.row_bytes(cols as usize).is_none() {
-            return DType::F16;
+            // Packed f32 falls back to plain f32, the quantized formats to f16.
+            return if d == DType::F32P { DType::F32 } else { DType::F16 };
         }
         let repack = self.repack && role != Role::TokEmbed;
         match d.interleaved() {

@@ -27,8 +27,9 @@ struct Cli {
 /// commands).
 #[derive(clap::Args)]
 struct Storage {
-    /// Storage type of weight matrices: f32, f16, bf16, q8_0, q4_0 (q8_0x16 and q4_0x16
-    /// force the interleaved forms).
+    /// Storage type of weight matrices: f32, f32p (the same f32 values packed without
+    /// loss into 28 bits each), f16, bf16, q8_0, q4_0 (q8_0x16 and q4_0x16 force the
+    /// interleaved forms).
     #[arg(long, default_value = "f32")]
     dtype: String,
     /// Keep q8_0 and q4_0 matrices row-major instead of interleaving 16 rows (q8_0x16,
@@ -85,7 +86,7 @@ enum Cmd {
 
 fn parse_dtype(s: &str) -> Result<DType> {
     DType::from_name(s)
-        .ok_or_else(|| anyhow!("unknown dtype `{s}` (expected f32, f16, bf16, q8_0, q4_0, q8_0x16 or q4_0x16)"))
+        .ok_or_else(|| anyhow!("unknown dtype `{s}` (expected f32, f32p, f16, bf16, q8_0, q4_0, q8_0x16 or q4_0x16)"))
 }
 
 fn parse_role(s: &str) -> Result<Role> {

@@ -12,7 +12,7 @@ use kvm_core::format::{
     self, crc32, crc32_update, Header, Role, TensorEntry, TokenizerKind, ENTRY_LEN, HEADER_LEN, TENSOR_ALIGN,
 };
 use kvm_core::kernels::{self, Matrix};
-use kvm_core::quant::DType;
+use kvm_core::quant::{self, DType};
 use kvm_core::state::Layout;
 
 /// What one tensor became.
@@ -68,6 +68,17 @@ pub fn encode(dtype: DType, cols: usize, src: &[f32]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// `dtype`, unless it is f32p and a row of `src` (`[rows, cols]`) has more weights than
+/// its spill slots hold; then f32, which holds the same values.
+fn packable(dtype: DType, cols: usize, src: &[f32]) -> DType {
+    let fits = |row: &[f32]| quant::f32p_spills(row) <= quant::f32p_slots(cols);
+    if dtype == DType::F32P && !src.chunks_exact(cols).all(fits) {
+        DType::F32
+    } else {
+        dtype
+    }
+}
+
 /// Writes `path`: `cfg`, the tokenizer section, and every tensor of the config in
 /// canonical order, each fetched from `source` (f32, `[rows, cols]` row-major) and
 /// stored as `dtype_for(role, rows, cols)`; sessions store attention rows as `cache`
@@ -111,7 +122,10 @@ pub fn write_model(
         if let Some(bad) = src.iter().position(|v| !v.is_finite()) {
             bail!("tensor {name}: value {} at index {bad} is not finite", src[bad]);
         }
-        let dtype = if role.is_matrix() { dtype_for(role, rows, cols) } else { DType::F32 };
+        let dtype = match role.is_matrix() {
+            true => packable(dtype_for(role, rows, cols), cols as usize, &src),
+            false => DType::F32,
+        };
         let data = encode(dtype, cols as usize, &src).with_context(|| format!("tensor {name}"))?;
         let (rmse, max_abs) = error_stats(dtype, rows as usize, cols as usize, &data, &src)?;
         let rms = (src.iter().map(|&x| x as f64 * x as f64).sum::<f64>() / src.len().max(1) as f64).sqrt();

@@ -412,6 +412,7 @@ pub(crate) trait Kernels {
     type Q4_0: Kernel<Act = u8>;
     type Q4_0x16: GroupKernel;
     type Q8_0x16: GroupKernel;
+    type F32P: Kernel<Act = f32>;
 
     /// Quantizes `x` (`[cols]`, `cols % QK == 0`) into `out` (`[act_scratch_len(cols)]`),
     /// producing exactly the bytes of [`scalar::quantize_act`], so that every tier's integer
@@ -439,6 +440,8 @@ pub(crate) struct F32;
 pub(crate) struct F16;
 /// [`DType::BF16`] as a type.
 pub(crate) struct BF16;
+/// [`DType::F32P`] as a type.
+pub(crate) struct F32P;
 
 impl FloatType for F32 {
     const DTYPE: DType = DType::F32;
@@ -448,6 +451,9 @@ impl FloatType for F16 {
 }
 impl FloatType for BF16 {
     const DTYPE: DType = DType::BF16;
+}
+impl FloatType for F32P {
+    const DTYPE: DType = DType::F32P;
 }
 
 /// The q8 cache's `i8` values as a type, for the tiers' row loaders.
@@ -639,7 +645,7 @@ unsafe fn run<K: Kernels, const RF: usize, const RQ: usize, const T: usize>(
     let (cols, ld) = (w.cols, w.rows);
     // SAFETY (both arms): the caller guarantees the tier.
     unsafe {
-        if w.dtype.block_len() == 1 {
+        if !w.dtype.quantizes_act() {
             walk::<K, RF, RQ, T>(w.dtype, data, rb, cols, Acts::Floats(xs), ys, ld);
         } else {
             quantized::<K>(cols, xs, ys, ld, act, |a, per, yg| {
@@ -662,7 +668,7 @@ unsafe fn prepared<K: Kernels, const RF: usize, const RQ: usize, const T: usize>
     let Some((data, rb)) = checked(w, x, y) else { return };
     // The input was made just before, on another core when a pool's part runs this: all
     // its lines at once, rather than one block's at a time as the walk reaches them.
-    let acts = if w.dtype.block_len() == 1 {
+    let acts = if !w.dtype.quantizes_act() {
         prefetch_lines(x, Access::Read);
         Acts::Floats(x)
     } else {
@@ -680,7 +686,7 @@ unsafe fn prepared<K: Kernels, const RF: usize, const RQ: usize, const T: usize>
 fn rows<K: Kernels, const RF: usize, const RQ: usize>(dtype: DType) -> usize {
     let groups = |side_by_side: bool| X16 * if side_by_side { STREAMS } else { 1 };
     match dtype {
-        DType::F32 | DType::F16 | DType::BF16 => RF,
+        DType::F32 | DType::F16 | DType::BF16 | DType::F32P => RF,
         DType::Q8_0 | DType::Q4_0 => RQ,
         DType::Q4_0x16 => groups(K::Q4_0x16::SIDE_BY_SIDE),
         DType::Q8_0x16 => groups(K::Q8_0x16::SIDE_BY_SIDE),
@@ -732,6 +738,7 @@ unsafe fn walk<K: Kernels, const RF: usize, const RQ: usize, const T: usize>(
             (DType::F32, Acts::Floats(x)) => tiles::<K::F32, RF, T>(w, rb, cols, x, cols, ys, ld),
             (DType::F16, Acts::Floats(x)) => tiles::<K::F16, RF, T>(w, rb, cols, x, cols, ys, ld),
             (DType::BF16, Acts::Floats(x)) => tiles::<K::BF16, RF, T>(w, rb, cols, x, cols, ys, ld),
+            (DType::F32P, Acts::Floats(x)) => tiles::<K::F32P, RF, T>(w, rb, cols, x, cols, ys, ld),
             (DType::Q8_0, Acts::Quantized(a, per)) => tiles::<K::Q8_0, RQ, T>(w, rb, cols, a, per, ys, ld),
             (DType::Q4_0, Acts::Quantized(a, per)) => tiles::<K::Q4_0, RQ, T>(w, rb, cols, a, per, ys, ld),
             (DType::Q4_0x16, Acts::Quantized(a, per)) => groups::<K::Q4_0x16, T>(w, rb, cols, a, per, ys, ld),
@@ -1007,7 +1014,7 @@ pub(crate) mod tests {
         let mut act = vec![0u8; act_scratch_len(w.cols)];
         let mut ys = Vec::new();
         for x in xs.chunks_exact(w.cols) {
-            if w.dtype.block_len() == QK {
+            if w.dtype.quantizes_act() {
                 scalar::quantize_act(x, &mut act);
             }
             for r in 0..w.rows {
@@ -1050,7 +1057,7 @@ pub(crate) mod tests {
 
     /// [`assert_bits`] for integer dtypes, [`assert_close`] for float ones.
     fn assert_matches(dtype: DType, got: &[f32], want: &[f32], mag: &[f32], what: &dyn core::fmt::Display) {
-        if dtype.block_len() == QK {
+        if dtype.quantizes_act() {
             assert_bits(got, want, what);
         } else {
             assert_close(got, want, mag, what);
@@ -1082,7 +1089,7 @@ pub(crate) mod tests {
                     // The same product on an input quantized beforehand: the same bits.
                     let mut prepared = vec![f32::NAN; rows];
                     let mut act = vec![0u8; act_scratch_len(cols)];
-                    if dtype.block_len() == QK {
+                    if dtype.quantizes_act() {
                         quantize_act(&x, &mut act);
                     }
                     matvec_prepared(&w, &x, &act, &mut prepared);
@@ -1112,6 +1119,42 @@ pub(crate) mod tests {
         }
     }
 
+    /// f32p rows with every spill slot used (weights far below the row's largest, a
+    /// subnormal) and zeros of both signs: products within [`BUDGET`] of the reference,
+    /// rows decoded to the source's bits.
+    fn f32p_spills_zeros_and_subnormals(t: Tier) {
+        use crate::quant::{f32p_slots, f32p_spills};
+        let (rows, cols) = (9, 96);
+        let mut src = Vec::new();
+        for r in 0..rows {
+            let mut row = values(cols, 40 + r as u32);
+            (row[3], row[50], row[95]) = (0.0, -0.0, -0.0);
+            row[10 + r] = -1e-41; // subnormal
+            let mut c = 20;
+            while f32p_spills(&row) < f32p_slots(cols) {
+                row[c] = 3e-9 * (c as f32 - 40.0);
+                c += 7;
+            }
+            src.extend(row);
+        }
+        let mut bytes = vec![0u8; DType::F32P.matrix_bytes(rows, cols).unwrap()];
+        quantize_matrix(DType::F32P, cols, &src, &mut bytes).unwrap();
+        let w = Matrix::new(DType::F32P, rows, cols, &bytes).unwrap();
+        for n in [1, 3] {
+            let xs = values(n * cols, 9);
+            let mut ys = vec![f32::NAN; n * rows];
+            matmul(&w, &xs, &mut ys, &mut []);
+            let what = format_args!("{t} f32p with spills x {n} tokens");
+            assert_close(&ys, &reference(&w, &xs), &magnitudes(&w, &xs), &what);
+        }
+        let mut out = vec![f32::NAN; cols];
+        for r in 0..rows {
+            dequant_row(&w, r, &mut out);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&out), bits(&src[r * cols..(r + 1) * cols]), "{t} f32p row {r}");
+        }
+    }
+
     fn supported_tiers() -> impl Iterator<Item = Tier> {
         Tier::ALL.into_iter().filter(|&t| tier::supported(t))
     }
@@ -1124,6 +1167,7 @@ pub(crate) mod tests {
             unsafe { force_tier(t) };
             assert_eq!(tier(), t);
             suite(t);
+            f32p_spills_zeros_and_subnormals(t);
         }
         #[cfg(feature = "std")]
         env_selects_tier();

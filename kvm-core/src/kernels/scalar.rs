@@ -11,9 +11,10 @@ use core::marker::PhantomData;
 use half::f16;
 
 use super::GroupKernel;
-use super::{FloatType, Kernel, Kernels, Stored, BF16, F16, F32};
+use super::{FloatType, Kernel, Kernels, Stored, BF16, F16, F32, F32P};
 use crate::quant::{
-    bf16_le, f16_le, BlockQ4_0, BlockQ8_0, DType, Group, GroupQ4_0x16, GroupQ8_0x16, RowGroup, QK, X16,
+    bf16_le, f16_le, f32p_bits, f32p_nibble, f32p_row, BlockQ4_0, BlockQ8_0, DType, F32PSpill, Group, GroupQ4_0x16,
+    GroupQ8_0x16, RowGroup, QK, X16,
 };
 
 /// Exact dot product of one encoded row with `x` (f32 products, summed in order). A row of
@@ -50,7 +51,32 @@ pub fn dot_row(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
                 })
                 .sum()
         }
+        DType::F32P => {
+            let (base, spills, blocks) = f32p_row(row, x.len());
+            let packed: f32 = blocks
+                .iter()
+                .zip(x.chunks_exact(QK))
+                .flat_map(|(b, xs)| {
+                    xs.iter()
+                        .enumerate()
+                        .map(move |(i, &v)| f32::from_bits(f32p_bits(b.m[i], f32p_nibble(&b.e, i), base)) * v)
+                })
+                .sum();
+            packed + f32p_spill_dot(spills, x)
+        }
     }
+}
+
+/// `sum w * x[col]` over an `f32p` row's spilled weights, in order (a column past `x`
+/// adds nothing). Every tier adds it to its sum of the row's blocks.
+#[inline]
+pub fn f32p_spill_dot(spills: &[F32PSpill], x: &[f32]) -> f32 {
+    spills
+        .iter()
+        .map(|s| {
+            x.get(u32::from_le_bytes(s.col) as usize).map_or(0.0, |&v| f32::from_bits(u32::from_le_bytes(s.bits)) * v)
+        })
+        .sum()
 }
 
 /// Below this block magnitude an activation block quantizes to zero: its reciprocal scale
@@ -273,6 +299,19 @@ pub fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
                 for (i, &q) in b.qs.iter().enumerate() {
                     o[i] = d * ((q & 15) as i32 - 8) as f32;
                     o[i + QK / 2] = d * ((q >> 4) as i32 - 8) as f32;
+                }
+            }
+        }
+        DType::F32P => {
+            let (base, spills, blocks) = f32p_row(row, out.len());
+            for (b, o) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+                for (i, o) in o.iter_mut().enumerate() {
+                    *o = f32::from_bits(f32p_bits(b.m[i], f32p_nibble(&b.e, i), base));
+                }
+            }
+            for s in spills {
+                if let Some(o) = out.get_mut(u32::from_le_bytes(s.col) as usize) {
+                    *o = f32::from_bits(u32::from_le_bytes(s.bits));
                 }
             }
         }
@@ -510,6 +549,7 @@ impl Kernels for Scalar {
     type Q4_0 = Q4_0;
     type Q4_0x16 = Q4_0x16;
     type Q8_0x16 = Q8_0x16;
+    type F32P = Float<F32P>;
 
     unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
         quantize_act(x, out)

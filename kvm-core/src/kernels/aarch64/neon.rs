@@ -18,7 +18,7 @@ use core::marker::PhantomData;
 use half::f16;
 
 use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32, I8};
-use crate::quant::{DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
+use crate::quant::{f32p_row, BlockF32P, DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
 
 /// The NEON tier.
 pub(crate) struct Neon;
@@ -33,6 +33,7 @@ impl Kernels for Neon {
     type Q4_0 = Quant<Q4, Mull>;
     type Q4_0x16 = Interleaved<Q4, Mull>;
     type Q8_0x16 = Interleaved<Q8, Mull>;
+    type F32P = Packed;
 
     unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
         // SAFETY: the caller guarantees NEON.
@@ -53,6 +54,7 @@ impl Kernels for NeonDot {
     type Q4_0 = Quant<Q4, SDot>;
     type Q4_0x16 = Interleaved<Q4, SDot>;
     type Q8_0x16 = Interleaved<Q8, SDot>;
+    type F32P = Packed;
 
     unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
         // SAFETY: the caller guarantees NEON.
@@ -164,6 +166,68 @@ impl<W: Widen8 + FloatType> Kernel for Float<W> {
                 // The `cols % lanes` tail (none for the usual widths: skip the call).
                 let tail = if body < cols { scalar::dot_row(W::DTYPE, &w[r][body * es..], &a[t][body..]) } else { 0.0 };
                 out[r][t] = vaddvq_f32(acc[r][t]) + tail;
+            }
+        }
+        out
+    }
+}
+
+/// `f32p` kernel: `R x T` accumulators of 4 lanes. A block's 32 weights rebuild 4 at a
+/// time: a table lookup spreads their 3 bytes into their lanes (the top byte twice, so the
+/// sign lands in bit 31), and each exponent nibble `d` becomes `(base - d) << 23` (zero
+/// for 15). The spilled weights of the head are added in scalar.
+pub(crate) struct Packed;
+
+impl Kernel for Packed {
+    type Act = f32;
+
+    #[target_feature(enable = "neon")]
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], cols: usize) -> [[f32; T]; R] {
+        const SPREAD: [u8; 16] = [0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10, 11, 11];
+        // SAFETY: 16 readable bytes.
+        let spread = unsafe { vld1q_u8(SPREAD.as_ptr()) };
+        let (keep, field, fifteen) = (vdupq_n_u32(0x807F_FFFF), vdupq_n_u32(0x7F80_0000), vdupq_n_u32(15));
+        let mut base = [vdupq_n_u32(0); R];
+        let mut rows = [(0u32, &[][..], &[][..]); R];
+        for r in 0..R {
+            rows[r] = f32p_row(w[r], cols);
+            base[r] = vdupq_n_u32(rows[r].0);
+        }
+        let mut acc = [[vdupq_n_f32(0.0); T]; R];
+        for b in 0..cols / QK {
+            for r in 0..R {
+                let p: *const u8 = (&rows[r].2[b] as *const BlockF32P).cast();
+                // SAFETY: the block's 112 bytes are readable: 16 at 96 and at 12 g.
+                let e = unsafe { vld1q_u8(p.add(96)) };
+                // Nibbles of weights 0..16 (low) and 16..32 (high), widened to 32 lanes.
+                let mut ds = [vdupq_n_u32(0); 8];
+                for (half, n) in [vandq_u8(e, vdupq_n_u8(15)), vshrq_n_u8::<4>(e)].into_iter().enumerate() {
+                    let (lo, hi) = (vmovl_u8(vget_low_u8(n)), vmovl_high_u8(n));
+                    ds[4 * half..4 * half + 4].copy_from_slice(&[
+                        vmovl_u16(vget_low_u16(lo)),
+                        vmovl_high_u16(lo),
+                        vmovl_u16(vget_low_u16(hi)),
+                        vmovl_high_u16(hi),
+                    ]);
+                }
+                for (g, d) in ds.into_iter().enumerate() {
+                    // SAFETY: as above.
+                    let m = vreinterpretq_u32_u8(vqtbl1q_u8(unsafe { vld1q_u8(p.add(12 * g)) }, spread));
+                    let e = vandq_u32(vshlq_n_u32::<23>(vsubq_u32(base[r], d)), field);
+                    let e = vbicq_u32(e, vceqq_u32(d, fifteen));
+                    let wv = vreinterpretq_f32_u32(vorrq_u32(vandq_u32(m, keep), e));
+                    for t in 0..T {
+                        // SAFETY: `a[t]` holds `cols` floats, whole blocks.
+                        let x = unsafe { vld1q_f32(a[t].as_ptr().add(b * QK + 4 * g)) };
+                        acc[r][t] = vfmaq_f32(acc[r][t], wv, x);
+                    }
+                }
+            }
+        }
+        let mut out = [[0.0; T]; R];
+        for r in 0..R {
+            for t in 0..T {
+                out[r][t] = vaddvq_f32(acc[r][t]) + scalar::f32p_spill_dot(rows[r].1, a[t]);
             }
         }
         out
@@ -757,6 +821,7 @@ unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
             DType::Q8_0 | DType::Q8_0x16 => blocks_row::<Q8>(row, out),
             // An interleaved row comes in its plain form (as `scalar::dequant_row`).
             DType::Q4_0 | DType::Q4_0x16 => blocks_row::<Q4>(row, out),
+            DType::F32P => scalar::dequant_row(dtype, row, out),
         }
     }
 }

@@ -15,7 +15,7 @@ use half::f16;
 
 use super::prefetch_ahead;
 use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32, I8};
-use crate::quant::{DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
+use crate::quant::{f32p_row, BlockF32P, DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
 
 /// The AVX2 tier.
 pub(crate) struct Avx2;
@@ -28,6 +28,7 @@ impl Kernels for Avx2 {
     type Q4_0 = Quant<Q4>;
     type Q4_0x16 = Interleaved<Q4>;
     type Q8_0x16 = Interleaved<Q8>;
+    type F32P = Packed;
 
     unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
         // SAFETY: the caller guarantees AVX2/FMA/F16C.
@@ -93,6 +94,76 @@ pub(super) fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// `f32p` kernel: `R x T` accumulators of 8 lanes. A block's 32 weights rebuild as four
+/// vectors: a permute and a byte shuffle spread 8 weights' 3 bytes into their lanes (the
+/// top byte twice, so the sign lands in bit 31), and each exponent nibble `d` becomes
+/// `(base - d) << 23` (zero for 15). The spilled weights of the head are added in scalar.
+pub(crate) struct Packed;
+
+impl Kernel for Packed {
+    type Act = f32;
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], cols: usize) -> [[f32; T]; R] {
+        // Each 128-bit lane gets 4 weights' 12 bytes; dword `j` takes weight `j`'s 3 and
+        // its byte 2 again.
+        let spread = _mm256_setr_epi32(0, 1, 2, 0, 3, 4, 5, 0);
+        let bytes = _mm256_broadcastsi128_si256(_mm_setr_epi8(0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10, 11, 11));
+        let keep = _mm256_set1_epi32(0x807F_FFFF_u32 as i32);
+        let (field, fifteen) = (_mm256_set1_epi32(0x7F80_0000), _mm256_set1_epi32(15));
+        let mut base = [_mm256_setzero_si256(); R];
+        let mut spills = [&[][..]; R];
+        let mut blocks = [core::ptr::null::<u8>(); R];
+        let mut nb = cols / QK;
+        for r in 0..R {
+            let (e, s, b) = f32p_row(w[r], cols);
+            (base[r], spills[r], blocks[r], nb) =
+                (_mm256_set1_epi32((e << 23) as i32), s, b.as_ptr().cast(), nb.min(b.len()));
+        }
+        let ahead = super::packed_ahead::<R>();
+        let mut acc = [[_mm256_setzero_ps(); T]; R];
+        for b in 0..nb {
+            for r in 0..R {
+                // SAFETY: every row has `nb` blocks.
+                let p = unsafe { blocks[r].add(b * size_of::<BlockF32P>()) };
+                // Every line of the block, as the AVX-512 kernel.
+                super::prefetch(p, ahead);
+                super::prefetch(p, ahead + 64);
+                // SAFETY: the block's 112 bytes are readable: 8 at 96 and 104, 32 at
+                // 0, 24, 48 and 72.
+                let nib = unsafe { [96, 104].map(|o| _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(o).cast()))) };
+                // Weights 0..8 and 8..16 are the low nibbles, 16..24 and 24..32 the high.
+                let ds = [
+                    _mm256_and_si256(nib[0], fifteen),
+                    _mm256_and_si256(nib[1], fifteen),
+                    _mm256_srli_epi32::<4>(nib[0]),
+                    _mm256_srli_epi32::<4>(nib[1]),
+                ];
+                for (g, d) in ds.into_iter().enumerate() {
+                    // SAFETY: as above.
+                    let raw = unsafe { _mm256_loadu_si256(p.add(24 * g).cast()) };
+                    let m = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(raw, spread), bytes);
+                    let e = _mm256_and_si256(_mm256_sub_epi32(base[r], _mm256_slli_epi32::<23>(d)), field);
+                    let e = _mm256_andnot_si256(_mm256_cmpeq_epi32(d, fifteen), e);
+                    let wv = _mm256_castsi256_ps(_mm256_or_si256(_mm256_and_si256(m, keep), e));
+                    for t in 0..T {
+                        // SAFETY: `a[t]` holds `cols` floats, whole blocks.
+                        let x = unsafe { _mm256_loadu_ps(a[t].as_ptr().add(b * QK + 8 * g)) };
+                        acc[r][t] = _mm256_fmadd_ps(wv, x, acc[r][t]);
+                    }
+                }
+            }
+        }
+        let mut out = [[0.0; T]; R];
+        for r in 0..R {
+            for t in 0..T {
+                out[r][t] = hsum(acc[r][t]) + scalar::f32p_spill_dot(spills[r], a[t]);
+            }
+        }
+        out
+    }
 }
 
 /// Float kernel: `R x T` accumulators of 8 lanes, the `cols % 8` tail in scalar.
@@ -847,6 +918,7 @@ pub(super) unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
             DType::BF16 => widen_row::<BF16>(row, out),
             DType::Q8_0 | DType::Q8_0x16 => blocks_row::<Q8>(row, out),
             DType::Q4_0 | DType::Q4_0x16 => blocks_row::<Q4>(row, out),
+            DType::F32P => scalar::dequant_row(dtype, row, out),
         }
     }
 }

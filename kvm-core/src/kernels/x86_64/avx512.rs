@@ -11,9 +11,9 @@ use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
 use super::avx2::{self, quant_tile, Blocks32, GroupSums, Q4, Q8};
-use super::{prefetch, prefetch_ahead, tile_ahead};
+use super::{packed_ahead, prefetch, prefetch_ahead, tile_ahead};
 use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32, I8};
-use crate::quant::{DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
+use crate::quant::{f32p_row, BlockF32P, DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
 
 /// The AVX-512 tier.
 pub(crate) struct Avx512;
@@ -26,6 +26,7 @@ impl Kernels for Avx512 {
     type Q4_0 = Quant<Q4>;
     type Q4_0x16 = Interleaved<Q4>;
     type Q8_0x16 = Interleaved<Q8>;
+    type F32P = Packed;
 
     unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
         // SAFETY: this tier includes the AVX2 one.
@@ -122,6 +123,75 @@ impl<W: Widen16 + FloatType> Kernel for Float<W> {
                 // The `cols % lanes` tail (none for the usual widths: skip the call).
                 let tail = if body < cols { scalar::dot_row(W::DTYPE, &w[r][body * es..], &a[t][body..]) } else { 0.0 };
                 out[r][t] = _mm512_reduce_add_ps(acc[r][t]) + tail;
+            }
+        }
+        out
+    }
+}
+
+/// `f32p` kernel: `R x T` accumulators of 16 lanes. Each block's 32 weights rebuild as two
+/// vectors: a permute and a byte shuffle spread 16 weights' 3 bytes into their lanes (the
+/// top byte twice, so the sign lands in bit 31), and a lookup of their exponent nibbles in
+/// the row's 16-entry table of exponent fields fills bits 23..31. The spilled weights of
+/// the head are added in scalar.
+pub(crate) struct Packed;
+
+impl Kernel for Packed {
+    type Act = f32;
+
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], cols: usize) -> [[f32; T]; R] {
+        // Dword `j` of each 128-bit lane: weight `4 * lane + j`'s 3 bytes, gathered by
+        // the permute into the lane's first 12 bytes, then byte 2 repeated.
+        let spread = _mm512_setr_epi32(0, 1, 2, 0, 3, 4, 5, 0, 6, 7, 8, 0, 9, 10, 11, 0);
+        let bytes = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10, 11, 11));
+        let keep = _mm512_set1_epi32(0x807F_FFFF_u32 as i32);
+        let steps = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0);
+        let mut table = [_mm512_setzero_si512(); R];
+        let mut spills = [&[][..]; R];
+        let mut blocks = [core::ptr::null::<u8>(); R];
+        let mut nb = cols / QK;
+        for r in 0..R {
+            let (base, s, b) = f32p_row(w[r], cols);
+            (spills[r], blocks[r], nb) = (s, b.as_ptr().cast(), nb.min(b.len()));
+            // Entry `d`: `(base - d) << 23` in the exponent bits; entry 15: zero.
+            let e = _mm512_sub_epi32(_mm512_set1_epi32((base << 23) as i32), _mm512_slli_epi32::<23>(steps));
+            table[r] = _mm512_maskz_and_epi32(0x7FFF, e, _mm512_set1_epi32(0x7F80_0000));
+        }
+        let ahead = packed_ahead::<R>();
+        let mut acc = [[_mm512_setzero_ps(); T]; R];
+        for b in 0..nb {
+            let mut x = [[_mm512_setzero_ps(); 2]; T];
+            for t in 0..T {
+                // SAFETY: `a[t]` holds `cols` floats, whole blocks.
+                x[t] = unsafe { [0, 16].map(|h| _mm512_loadu_ps(a[t].as_ptr().add(b * QK + h))) };
+            }
+            for r in 0..R {
+                // SAFETY: every row has `nb` blocks.
+                let p = unsafe { blocks[r].add(b * size_of::<BlockF32P>()) };
+                // A block spans at most 3 lines and starts at most 112 bytes after the
+                // last one's start: 2 prefetches 64 bytes apart reach every line.
+                prefetch(p, ahead);
+                prefetch(p, ahead + 64);
+                // SAFETY: the block's 112 bytes are readable: 16 at 96, 64 at 0 and at 48.
+                let nib = _mm512_cvtepu8_epi32(unsafe { _mm_loadu_si128(p.add(96).cast()) });
+                for (h, d) in [nib, _mm512_srli_epi32::<4>(nib)].into_iter().enumerate() {
+                    // SAFETY: as above.
+                    let raw = unsafe { _mm512_loadu_si512(p.add(48 * h).cast()) };
+                    let m = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(spread, raw), bytes);
+                    let e = _mm512_permutexvar_epi32(d, table[r]);
+                    // (m & keep) | e
+                    let wv = _mm512_castsi512_ps(_mm512_ternarylogic_epi32::<0xEA>(m, keep, e));
+                    for t in 0..T {
+                        acc[r][t] = _mm512_fmadd_ps(wv, x[t][h], acc[r][t]);
+                    }
+                }
+            }
+        }
+        let mut out = [[0.0; T]; R];
+        for r in 0..R {
+            for t in 0..T {
+                out[r][t] = _mm512_reduce_add_ps(acc[r][t]) + scalar::f32p_spill_dot(spills[r], a[t]);
             }
         }
         out
