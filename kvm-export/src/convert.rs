@@ -187,6 +187,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn policy_packs_f32_where_the_columns_are_whole_blocks() {
+        let p = Policy::uniform(DType::F32P);
+        assert_eq!(p.dtype_for(Role::Wq, 768, 768), DType::F32P);
+        assert_eq!(p.dtype_for(Role::TokEmbed, 50304, 768), DType::F32P);
+        assert_eq!(p.dtype_for(Role::Wq, 768, 100), DType::F32);
+    }
+
+    #[test]
     fn policy_keeps_q4_0_edges_at_q8_0_and_interleaves_whole_row_groups() {
         let q4 = Policy::uniform(DType::Q4_0);
         assert_eq!(q4.dtype_for(Role::Wq, 768, 768), DType::Q4_0x16);

@@ -246,6 +246,18 @@ mod tests {
     }
 
     #[test]
+    fn f32p_falls_back_to_f32_when_a_row_spills_past_its_slots() {
+        let mut src: Vec<f32> = (0..128).map(|i| (i as f32 - 60.5) / 64.0).collect();
+        assert_eq!(packable(DType::F32P, 64, &src), DType::F32P);
+        // Row 1 gets a fifth weight 2^-20 below its largest: one more than 4 slots hold.
+        for i in 0..5 {
+            src[64 + 7 * i] = 1e-7;
+        }
+        assert_eq!(packable(DType::F32P, 64, &src), DType::F32);
+        assert_eq!(packable(DType::Q8_0, 64, &src), DType::Q8_0);
+    }
+
+    #[test]
     fn peak_rss_is_reported_on_linux() {
         if cfg!(target_os = "linux") {
             assert!(peak_rss_bytes().unwrap() > 1 << 20);
