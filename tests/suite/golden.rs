@@ -84,6 +84,14 @@ fn check_case(name: &str) {
     let expected: Vec<&[f32]> = rows(&g["logits_prefill"]).into_iter().chain(rows(&g["logits_decode"])).collect();
     check_logits(&split.logits, &expected, TOL, &format!("{name}: prefill/decode"));
 
+    // The same weights packed without loss (f32p, where the widths allow): the same logits.
+    let packed = convert_to_bytes(&dir, DType::F32P);
+    let f32p = Model::from_bytes(&packed).unwrap();
+    assert!(f32p.tensors().any(|e| e.dtype == DType::F32P), "{name}: no f32p tensor");
+    let mut arena = Arena::new(f32p.arena_len());
+    let (split, _) = run(f32p, &mut arena, &ids, p);
+    check_logits(&split.logits, &expected, TOL, &format!("{name}: f32p"));
+
     // The compact caches: smaller arenas, logits close to the reference's (f16 keys and
     // values move each score by ~1e-3 of its size, q8 ones by ~1e-2; see the bars).
     let mut arena_len = model.arena_len();
