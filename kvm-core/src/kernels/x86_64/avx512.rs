@@ -129,22 +129,120 @@ impl<W: Widen16 + FloatType> Kernel for Float<W> {
     }
 }
 
-/// `f32p` kernel: `R x T` accumulators of 16 lanes. Each block's 32 weights rebuild as two
-/// vectors: a permute and a byte shuffle spread 16 weights' 3 bytes into their lanes (the
-/// top byte twice, so the sign lands in bit 31), and a lookup of their exponent nibbles in
-/// the row's 16-entry table of exponent fields fills bits 23..31. The spilled weights of
-/// the head are added in scalar.
+/// `f32p` kernel: [`packed`] with VBMI's one-instruction byte spread where the CPU has
+/// it, else with a permute and a shuffle. (Paper-120m f32p decode, one thread: 1.035x as
+/// fast with VBMI, median of five interleaved rounds.)
 pub(crate) struct Packed;
 
 impl Kernel for Packed {
     type Act = f32;
 
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[inline]
     unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], cols: usize) -> [[f32; T]; R] {
-        // Dword `j` of each 128-bit lane: weight `4 * lane + j`'s 3 bytes, gathered by
-        // the permute into the lane's first 12 bytes, then byte 2 repeated.
-        let spread = _mm512_setr_epi32(0, 1, 2, 0, 3, 4, 5, 0, 6, 7, 8, 0, 9, 10, 11, 0);
-        let bytes = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10, 11, 11));
+        // SAFETY (both arms): the caller guarantees the tier; `has_vbmi` the rest.
+        unsafe {
+            if has_vbmi() {
+                packed_vbmi::<R, T>(w, a, cols)
+            } else {
+                packed_shuffle::<R, T>(w, a, cols)
+            }
+        }
+    }
+}
+
+/// Whether the CPU has AVX-512 VBMI (Ice Lake, Sapphire Rapids and Zen 4 do; Cascade Lake,
+/// which has VNNI, does not): from the target features, else with `std` from the CPU.
+#[inline]
+fn has_vbmi() -> bool {
+    #[cfg(feature = "std")]
+    let detected = std::is_x86_feature_detected!("avx512vbmi");
+    #[cfg(not(feature = "std"))]
+    let detected = false;
+    cfg!(target_feature = "avx512vbmi") || detected
+}
+
+/// How 16 f32p weights' 3 bytes each (48 of a 64-byte load) spread into 16 dwords, the
+/// byte at 2 also at 3 so that its top bit lands on the sign.
+pub(crate) trait Spread {
+    /// # Safety
+    /// The tier's features (and the implementation's) are enabled in the (inlining)
+    /// caller.
+    unsafe fn spread(raw: __m512i) -> __m512i;
+}
+
+/// A permute gathers each 128-bit lane's 4 weights into its first 12 bytes, then a
+/// shuffle spreads them (AVX-512 F/BW).
+pub(crate) struct Shuffle;
+
+impl Spread for Shuffle {
+    #[inline(always)]
+    unsafe fn spread(raw: __m512i) -> __m512i {
+        // SAFETY: forwarded.
+        unsafe {
+            let gather = _mm512_setr_epi32(0, 1, 2, 0, 3, 4, 5, 0, 6, 7, 8, 0, 9, 10, 11, 0);
+            let bytes = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10, 11, 11));
+            _mm512_shuffle_epi8(_mm512_permutexvar_epi32(gather, raw), bytes)
+        }
+    }
+}
+
+/// One `vpermb` (AVX-512 VBMI).
+pub(crate) struct Vbmi;
+
+impl Spread for Vbmi {
+    #[inline(always)]
+    unsafe fn spread(raw: __m512i) -> __m512i {
+        // Byte 4j + k of the result is byte 3j + min(k, 2) of `raw`.
+        const INDEX: [u8; 64] = {
+            let mut ix = [0u8; 64];
+            let mut i = 0;
+            while i < 64 {
+                let k = if i % 4 == 3 { 2 } else { i % 4 };
+                ix[i] = (3 * (i / 4) + k) as u8;
+                i += 1;
+            }
+            ix
+        };
+        // SAFETY: 64 readable bytes; the rest forwarded.
+        unsafe { _mm512_permutexvar_epi8(_mm512_loadu_si512(INDEX.as_ptr().cast()), raw) }
+    }
+}
+
+/// [`packed`] with [`Shuffle`].
+///
+/// # Safety
+/// As [`Kernel::tile`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn packed_shuffle<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], cols: usize) -> [[f32; T]; R] {
+    // SAFETY: forwarded, with the features enabled here.
+    unsafe { packed::<Shuffle, R, T>(w, a, cols) }
+}
+
+/// [`packed`] with [`Vbmi`].
+///
+/// # Safety
+/// As [`Kernel::tile`], and the CPU has VBMI.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")]
+unsafe fn packed_vbmi<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], cols: usize) -> [[f32; T]; R] {
+    // SAFETY: forwarded, with the features enabled here.
+    unsafe { packed::<Vbmi, R, T>(w, a, cols) }
+}
+
+/// The `f32p` tile with byte spread `S`: `R x T` accumulators of 16 lanes. Each block's 32
+/// weights rebuild as two vectors: their bytes spread into their lanes, and a lookup of
+/// their exponent nibbles in the row's 16-entry table of exponent fields fills bits
+/// 23..31. The spilled weights of the head are added in scalar.
+///
+/// # Safety
+/// As [`Kernel::tile`]; the tier's and `S`'s features are enabled in the (inlining) caller.
+#[inline(always)]
+unsafe fn packed<S: Spread, const R: usize, const T: usize>(
+    w: [&[u8]; R],
+    a: [&[f32]; T],
+    cols: usize,
+) -> [[f32; T]; R] {
+    // SAFETY: the caller enables the features; the loads stay inside the rows and `a`.
+    unsafe {
         let keep = _mm512_set1_epi32(0x807F_FFFF_u32 as i32);
         let steps = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0);
         let mut table = [_mm512_setzero_si512(); R];
@@ -163,22 +261,20 @@ impl Kernel for Packed {
         for b in 0..nb {
             let mut x = [[_mm512_setzero_ps(); 2]; T];
             for t in 0..T {
-                // SAFETY: `a[t]` holds `cols` floats, whole blocks.
-                x[t] = unsafe { [0, 16].map(|h| _mm512_loadu_ps(a[t].as_ptr().add(b * QK + h))) };
+                // `a[t]` holds `cols` floats, whole blocks.
+                x[t] = [0, 16].map(|h| _mm512_loadu_ps(a[t].as_ptr().add(b * QK + h)));
             }
             for r in 0..R {
-                // SAFETY: every row has `nb` blocks.
-                let p = unsafe { blocks[r].add(b * size_of::<BlockF32P>()) };
+                // Every row has `nb` blocks.
+                let p = blocks[r].add(b * size_of::<BlockF32P>());
                 // A block spans at most 3 lines and starts at most 112 bytes after the
                 // last one's start: 2 prefetches 64 bytes apart reach every line.
                 prefetch(p, ahead);
                 prefetch(p, ahead + 64);
-                // SAFETY: the block's 112 bytes are readable: 16 at 96, 64 at 0 and at 48.
-                let nib = _mm512_cvtepu8_epi32(unsafe { _mm_loadu_si128(p.add(96).cast()) });
+                // The block's 112 bytes are readable: 16 at 96, 64 at 0 and at 48.
+                let nib = _mm512_cvtepu8_epi32(_mm_loadu_si128(p.add(96).cast()));
                 for (h, d) in [nib, _mm512_srli_epi32::<4>(nib)].into_iter().enumerate() {
-                    // SAFETY: as above.
-                    let raw = unsafe { _mm512_loadu_si512(p.add(48 * h).cast()) };
-                    let m = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(spread, raw), bytes);
+                    let m = S::spread(_mm512_loadu_si512(p.add(48 * h).cast()));
                     let e = _mm512_permutexvar_epi32(d, table[r]);
                     // (m & keep) | e
                     let wv = _mm512_castsi512_ps(_mm512_ternarylogic_epi32::<0xEA>(m, keep, e));
@@ -751,4 +847,37 @@ fn dot_rows<T: StoredType<Float: Widen16>, const R: usize>(rows: &[T], x: &[f32]
         *o = scalar::dot_tail(avx2::fold8(half), &rows[r * d + body..(r + 1) * d], &x[body..]);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::vec;
+
+    use super::*;
+    use crate::kernels::tests::values;
+    use crate::kernels::tier::{supported, Tier};
+    use crate::quant::quantize_matrix;
+
+    /// Both byte spreads give the same bits (the rest of the kernel is shared).
+    #[test]
+    fn vbmi_and_shuffle_spreads_agree() {
+        if !supported(Tier::Avx512) || !std::is_x86_feature_detected!("avx512vbmi") {
+            return;
+        }
+        let (rows, cols) = (8, 224);
+        let mut src = values(rows * cols, 3);
+        src[5] = 1e-30; // a spill
+        let mut bytes = vec![0u8; DType::F32P.matrix_bytes(rows, cols).unwrap()];
+        quantize_matrix(DType::F32P, cols, &src, &mut bytes).unwrap();
+        let w: [&[u8]; 8] = core::array::from_fn(|r| &bytes[r * bytes.len() / rows..][..bytes.len() / rows]);
+        let (x0, x1) = (values(cols, 4), values(cols, 5));
+        // SAFETY: both tiers' features were checked above.
+        let (a, b) = unsafe { (packed_shuffle::<8, 2>(w, [&x0, &x1], cols), packed_vbmi::<8, 2>(w, [&x0, &x1], cols)) };
+        for (ra, rb) in a.iter().zip(&b) {
+            for (u, v) in ra.iter().zip(rb) {
+                assert_eq!(u.to_bits(), v.to_bits());
+            }
+        }
+    }
 }
