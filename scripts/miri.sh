@@ -9,7 +9,7 @@ rustup toolchain install nightly --profile minimal --component miri,rust-src
 models=$(mktemp -d)
 trap 'rm -rf "$models"' EXIT
 cargo build --release -p kvm-export --quiet
-for dtype in f32 f16 q8_0 q4_0; do
+for dtype in f32 f32p f16 q8_0 q4_0; do
     target/release/kvm-export convert tests/data/golden/fixed_basic \
         -o "$models/fixed_basic-$dtype.kvm" --dtype "$dtype" -q
 done

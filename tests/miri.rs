@@ -34,9 +34,13 @@ fn run(blob: &[u8], cache: CacheDtype, prompt_len: u32) {
 #[test]
 #[ignore = "run under Miri by scripts/miri.sh"]
 fn every_dtype_and_cache() {
-    for (dtype, cache) in
-        [("f32", CacheDtype::F32), ("f16", CacheDtype::F32), ("q8_0", CacheDtype::F16), ("q4_0", CacheDtype::Q8)]
-    {
+    for (dtype, cache) in [
+        ("f32", CacheDtype::F32),
+        ("f32p", CacheDtype::F32),
+        ("f16", CacheDtype::F32),
+        ("q8_0", CacheDtype::F16),
+        ("q4_0", CacheDtype::Q8),
+    ] {
         run(&model_file(&format!("fixed_basic-{dtype}")), cache, 2);
     }
 }
