@@ -1,6 +1,7 @@
 //! The AVX2 tier: AVX2 + FMA + F16C (x86_64 since Haswell and Zen 1).
 //!
-//! Float weights widen 8 at a time to f32 lanes and meet the activation in an FMA.
+//! Float weights widen 8 at a time to f32 lanes and meet the activation in an FMA; f32p
+//! weights rebuild 8 at a time from their bytes and exponent nibbles ([`Packed`]).
 //! Integer weights use ggml's sign trick: `maddubs` multiplies unsigned by signed bytes, so
 //! `w * a` is computed as `|w| * (a * sign(w))`. A weight of -128 stays exact (its
 //! magnitude is read unsigned) and the activation quantizer never emits -128, so the

@@ -5,7 +5,9 @@
 //! steps are the ones every tier shares) with exact block sums from VNNI: `vpdpbusd` does
 //! `maddubs` + `madd` in one instruction, two blocks at a time; having no 16-bit
 //! saturation, it takes every format's weights biased to unsigned. Activation quantization
-//! and row decoding are the AVX2 ones.
+//! and row decoding are the AVX2 ones. f32p weights rebuild 16 at a time ([`Packed`]): a
+//! byte spread (one `vpermb` where the CPU has VBMI), a lookup of their exponent nibbles
+//! in a 16-entry table per row, one ternary-logic merge.
 
 use core::arch::x86_64::*;
 use core::marker::PhantomData;
