@@ -432,17 +432,18 @@ pub fn f32p_nibble(e: &[u8; QK / 2], i: usize) -> u8 {
 }
 
 /// An `f32p` row of `cols` weights split into its base exponent, its used spill slots and
-/// its blocks. A count past the slots counts as all of them.
-///
-/// # Panics
-/// If `row` is not `DType::F32P.row_bytes(cols)` bytes (the kernels' callers check).
+/// its whole blocks. A count past the slots counts as all of them; a row shorter than its
+/// head has nothing (callers pass `DType::F32P.row_bytes(cols)` bytes).
 pub fn f32p_row(row: &[u8], cols: usize) -> (u32, &[F32PSpill], &[BlockF32P]) {
-    let (head, blocks) = row.split_at(DType::F32P.row_head_bytes(cols));
+    let Some((head, blocks)) = row.split_at_checked(DType::F32P.row_head_bytes(cols)) else {
+        return (0, &[], &[]);
+    };
     let (h, slots) = head.split_at(core::mem::size_of::<F32PHead>());
     let h: &F32PHead = bytemuck::from_bytes(h);
     let slots: &[F32PSpill] = bytemuck::cast_slice(slots);
     let used = (u32::from_le_bytes(h.count) as usize).min(slots.len());
-    (u32::from_le_bytes(h.base), &slots[..used], bytemuck::cast_slice(blocks))
+    let whole = blocks.len() - blocks.len() % core::mem::size_of::<BlockF32P>();
+    (u32::from_le_bytes(h.base), &slots[..used], bytemuck::cast_slice(&blocks[..whole]))
 }
 
 /// The base exponent of an `f32p` row: the largest exponent of its normal weights (0 if
@@ -639,6 +640,11 @@ mod tests {
         assert_eq!(quantize_row(DType::F32P, &x, &mut buf[..len]), Err(Error::InvalidArgument));
         x[0] = 0.5;
         assert_eq!(quantize_row(DType::F32P, &x, &mut buf[..len]), Ok(()));
+        // A row cut short has only its whole parts; a count past the slots means all.
+        assert_eq!(f32p_row(&buf[..10], 64).2.len(), 0);
+        assert_eq!(f32p_row(&buf[..len - 1], 64).2.len(), 1);
+        buf[4] = 200;
+        assert_eq!(f32p_row(&buf[..len], 64).1.len(), f32p_slots(64));
     }
 
     #[test]
