@@ -64,6 +64,18 @@ pub struct BlockF32P {
     pub e: [u8; QK / 2],
 }
 
+impl BlockF32P {
+    /// Weight `i` (`< 32`) under the row's `base`. Every tier decodes exactly this.
+    #[inline]
+    pub fn weight(&self, i: usize, base: u32) -> f32 {
+        let d = if i < QK / 2 { self.e[i] & 15 } else { self.e[i - QK / 2] >> 4 };
+        let exponent = if d == F32P_ZERO { 0 } else { base.wrapping_sub(u32::from(d)) << 23 & 0x7F80_0000 };
+        // Byte 2 twice: its low 7 bits are the mantissa's top, its top bit lands on the sign.
+        let m = self.m[i];
+        f32::from_bits(u32::from_le_bytes([m[0], m[1], m[2], m[2]]) & 0x807F_FFFF | exponent)
+    }
+}
+
 /// The head of an `f32p` row, before its blocks: the base exponent, how many of the
 /// [`f32p_slots`] spill slots that follow are used, then the slots, each a column and
 /// the f32 bits of the weight there (which its block holds as zero). All little-endian.
@@ -398,36 +410,6 @@ pub fn encode_row_bf16(src: &[f32], dst: &mut [u8]) {
     debug_assert_eq!(dst.len(), 2 * src.len());
     for (o, &x) in dst.chunks_exact_mut(2).zip(src) {
         o.copy_from_slice(&bf16::from_f32(x).to_bits().to_le_bytes());
-    }
-}
-
-/// The f32 bits of an `f32p` weight: its bytes `m` and exponent nibble `d` (only the low 4
-/// bits count) under the row's `base` ([`BlockF32P`]). Every tier decodes exactly this.
-#[inline]
-pub fn f32p_bits(m: [u8; 3], d: u8, base: u32) -> u32 {
-    // Byte 2 twice: its low 7 bits are the mantissa's top, its top bit lands on the sign.
-    let v = u32::from_le_bytes([m[0], m[1], m[2], m[2]]);
-    v & 0x807F_FFFF | f32p_exponent(d, base)
-}
-
-/// The exponent field (bits 23..31) of an `f32p` weight with nibble `d` under `base`.
-#[inline]
-pub fn f32p_exponent(d: u8, base: u32) -> u32 {
-    let d = d & 15;
-    if d == F32P_ZERO {
-        0
-    } else {
-        base.wrapping_sub(u32::from(d)) << 23 & 0x7F80_0000
-    }
-}
-
-/// Nibble `i` of an `f32p` block's exponents.
-#[inline]
-pub fn f32p_nibble(e: &[u8; QK / 2], i: usize) -> u8 {
-    if i < QK / 2 {
-        e[i] & 15
-    } else {
-        e[i - QK / 2] >> 4
     }
 }
 

@@ -13,8 +13,8 @@ use half::f16;
 use super::GroupKernel;
 use super::{FloatType, Kernel, Kernels, Stored, BF16, F16, F32, F32P};
 use crate::quant::{
-    bf16_le, f16_le, f32p_bits, f32p_nibble, f32p_row, BlockQ4_0, BlockQ8_0, DType, F32PSpill, Group, GroupQ4_0x16,
-    GroupQ8_0x16, RowGroup, QK, X16,
+    bf16_le, f16_le, f32p_row, BlockQ4_0, BlockQ8_0, DType, F32PSpill, Group, GroupQ4_0x16, GroupQ8_0x16, RowGroup, QK,
+    X16,
 };
 
 /// Exact dot product of one encoded row with `x` (f32 products, summed in order). A row of
@@ -56,11 +56,7 @@ pub fn dot_row(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
             let packed: f32 = blocks
                 .iter()
                 .zip(x.chunks_exact(QK))
-                .flat_map(|(b, xs)| {
-                    xs.iter()
-                        .enumerate()
-                        .map(move |(i, &v)| f32::from_bits(f32p_bits(b.m[i], f32p_nibble(&b.e, i), base)) * v)
-                })
+                .flat_map(|(b, xs)| xs.iter().enumerate().map(move |(i, &v)| b.weight(i, base) * v))
                 .sum();
             packed + f32p_spill_dot(spills, x)
         }
@@ -306,7 +302,7 @@ pub fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
             let (base, spills, blocks) = f32p_row(row, out.len());
             for (b, o) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
                 for (i, o) in o.iter_mut().enumerate() {
-                    *o = f32::from_bits(f32p_bits(b.m[i], f32p_nibble(&b.e, i), base));
+                    *o = b.weight(i, base);
                 }
             }
             for s in spills {

@@ -4,8 +4,8 @@
 //! Float weights widen 8 at a time to two f32x4 and meet the activation in FMAs; f16
 //! widens with `fcvtl`, written as inline assembly because the f16 vector intrinsics need a
 //! newer compiler than the crate's MSRV; f32p weights rebuild 4 at a time from their bytes
-//! (a table lookup) and exponent nibbles ([`Packed`]). Integer formats take `i8 x i8` products of a whole
-//! block: `smull` + `smlal2` pairs (at most 2 * 128 * 127, which fits i16) widened into
+//! (a table lookup) and exponent nibbles ([`Packed`]). Integer formats take `i8 x i8`
+//! products of a whole block: `smull` + `smlal2` pairs (at most 2 * 128 * 127, which fits i16) widened into
 //! i32 lanes, or four `sdot`-accumulated byte quads per lane. q4_0x16 and q8_0x16 groups
 //! hold 4 rows of 4 bytes in a vector, so the activation quad they meet is one lane: `sdot`
 //! by element, or that quad broadcast for the widening multiplies ([`Interleaved`]). The two
@@ -189,15 +189,18 @@ impl Kernel for Packed {
         let spread = unsafe { vld1q_u8(SPREAD.as_ptr()) };
         let (keep, field, fifteen) = (vdupq_n_u32(0x807F_FFFF), vdupq_n_u32(0x7F80_0000), vdupq_n_u32(15));
         let mut base = [vdupq_n_u32(0); R];
-        let mut rows = [(0u32, &[][..], &[][..]); R];
+        let mut spills = [&[][..]; R];
+        let mut blocks = [core::ptr::null::<u8>(); R];
+        let mut nb = cols / QK;
         for r in 0..R {
-            rows[r] = f32p_row(w[r], cols);
-            base[r] = vdupq_n_u32(rows[r].0);
+            let (e, s, b) = f32p_row(w[r], cols);
+            (base[r], spills[r], blocks[r], nb) = (vdupq_n_u32(e), s, b.as_ptr().cast(), nb.min(b.len()));
         }
         let mut acc = [[vdupq_n_f32(0.0); T]; R];
-        for b in 0..cols / QK {
+        for b in 0..nb {
             for r in 0..R {
-                let p: *const u8 = (&rows[r].2[b] as *const BlockF32P).cast();
+                // SAFETY: every row has `nb` blocks.
+                let p = unsafe { blocks[r].add(b * size_of::<BlockF32P>()) };
                 // SAFETY: the block's 112 bytes are readable: 16 at 96 and at 12 g.
                 let e = unsafe { vld1q_u8(p.add(96)) };
                 // Nibbles of weights 0..16 (low) and 16..32 (high), widened to 32 lanes.
@@ -228,7 +231,7 @@ impl Kernel for Packed {
         let mut out = [[0.0; T]; R];
         for r in 0..R {
             for t in 0..T {
-                out[r][t] = vaddvq_f32(acc[r][t]) + scalar::f32p_spill_dot(rows[r].1, a[t]);
+                out[r][t] = vaddvq_f32(acc[r][t]) + scalar::f32p_spill_dot(spills[r], a[t]);
             }
         }
         out
