@@ -123,15 +123,12 @@ impl Kernel for Packed {
             (base[r], spills[r], blocks[r], nb) =
                 (_mm256_set1_epi32((e << 23) as i32), s, b.as_ptr().cast(), nb.min(b.len()));
         }
-        let ahead = super::packed_ahead::<R>();
         let mut acc = [[_mm256_setzero_ps(); T]; R];
         for b in 0..nb {
             for r in 0..R {
                 // SAFETY: every row has `nb` blocks.
                 let p = unsafe { blocks[r].add(b * size_of::<BlockF32P>()) };
-                // Every line of the block, as the AVX-512 kernel.
-                super::prefetch(p, ahead);
-                super::prefetch(p, ahead + 64);
+                super::prefetch_packed::<R>(p);
                 // SAFETY: the block's 112 bytes are readable: 8 at 96 and 104, 32 at
                 // 0, 24, 48 and 72.
                 let nib = unsafe { [96, 104].map(|o| _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(o).cast()))) };

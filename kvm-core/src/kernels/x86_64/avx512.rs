@@ -13,7 +13,7 @@ use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
 use super::avx2::{self, quant_tile, Blocks32, GroupSums, Q4, Q8};
-use super::{packed_ahead, prefetch, prefetch_ahead, tile_ahead};
+use super::{prefetch, prefetch_ahead, prefetch_packed, tile_ahead};
 use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32, I8};
 use crate::quant::{f32p_row, BlockF32P, DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
 
@@ -258,7 +258,6 @@ unsafe fn packed<S: Spread, const R: usize, const T: usize>(
             let e = _mm512_sub_epi32(_mm512_set1_epi32((base << 23) as i32), _mm512_slli_epi32::<23>(steps));
             table[r] = _mm512_maskz_and_epi32(0x7FFF, e, _mm512_set1_epi32(0x7F80_0000));
         }
-        let ahead = packed_ahead::<R>();
         let mut acc = [[_mm512_setzero_ps(); T]; R];
         for b in 0..nb {
             let mut x = [[_mm512_setzero_ps(); 2]; T];
@@ -269,10 +268,7 @@ unsafe fn packed<S: Spread, const R: usize, const T: usize>(
             for r in 0..R {
                 // Every row has `nb` blocks.
                 let p = blocks[r].add(b * size_of::<BlockF32P>());
-                // A block spans at most 3 lines and starts at most 112 bytes after the
-                // last one's start: 2 prefetches 64 bytes apart reach every line.
-                prefetch(p, ahead);
-                prefetch(p, ahead + 64);
+                prefetch_packed::<R>(p);
                 // The block's 112 bytes are readable: 16 at 96, 64 at 0 and at 48.
                 let nib = _mm512_cvtepu8_epi32(_mm_loadu_si128(p.add(96).cast()));
                 for (h, d) in [nib, _mm512_srli_epi32::<4>(nib)].into_iter().enumerate() {
