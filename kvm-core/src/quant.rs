@@ -254,6 +254,12 @@ impl DType {
     pub const ALL: [DType; 8] =
         [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_0x16, DType::Q8_0x16, DType::F32P];
 
+    /// Whether this dtype stores every finite f32 exactly (f32; f32p, whose rows spill
+    /// what its nibbles cannot hold, or are not stored as f32p at all).
+    pub const fn exact(self) -> bool {
+        matches!(self, DType::F32 | DType::F32P)
+    }
+
     /// Whether products with this dtype take q8-quantized activations (the integer
     /// formats) rather than f32 ones.
     pub const fn quantizes_act(self) -> bool {
@@ -431,28 +437,36 @@ pub fn f32p_row(row: &[u8], cols: usize) -> (u32, &[F32PSpill], &[BlockF32P]) {
 /// The base exponent of an `f32p` row: the largest exponent of its normal weights (0 if
 /// it has none).
 fn f32p_base(src: &[f32]) -> u32 {
-    src.iter().map(|x| x.to_bits() >> 23 & 0xFF).filter(|e| (1..0xFF).contains(e)).max().unwrap_or(0)
+    // Branch-free, so that it vectorizes.
+    src.iter().map(|x| x.to_bits() >> 23 & 0xFF).map(|e| if e == 0xFF { 0 } else { e }).fold(0, u32::max)
 }
 
-/// An `f32p` weight's bytes and exponent nibble under `base`, or `None` if its block cannot
-/// hold it (a nonzero weight whose exponent is not normal or more than 14 below `base`).
-fn f32p_code(x: f32, base: u32) -> Option<([u8; 3], u8)> {
-    let bits = x.to_bits();
-    let sign_mantissa = (bits & 0x7F_FFFF | (bits >> 31) << 23).to_le_bytes();
-    let m = [sign_mantissa[0], sign_mantissa[1], sign_mantissa[2]];
+/// An `f32p` weight's exponent nibble under `base`, or `None` if its block cannot hold it
+/// (a nonzero weight whose exponent is not normal or more than 14 below `base`).
+#[inline]
+fn f32p_nibble(bits: u32, base: u32) -> Option<u8> {
     if bits & 0x7FFF_FFFF == 0 {
-        return Some((m, F32P_ZERO));
+        Some(F32P_ZERO)
+    } else if f32p_holds(bits, base) {
+        Some(base.wrapping_sub(bits >> 23 & 0xFF) as u8)
+    } else {
+        None
     }
+}
+
+/// Whether a nonzero weight's exponent is normal and at most 14 below `base` (branch-free).
+#[inline]
+fn f32p_holds(bits: u32, base: u32) -> bool {
     let e = bits >> 23 & 0xFF;
-    let d = base.checked_sub(e).filter(|&d| d < u32::from(F32P_ZERO) && (1..0xFF).contains(&e))?;
-    Some((m, d as u8))
+    (base.wrapping_sub(e) < u32::from(F32P_ZERO)) & (e != 0) & (e != 0xFF)
 }
 
 /// How many weights of the row `src` an `f32p` row keeps in its head; the row fits when
 /// that is at most [`f32p_slots`] (the exporter stores the tensor as f32 otherwise).
 pub fn f32p_spills(src: &[f32]) -> usize {
     let base = f32p_base(src);
-    src.iter().filter(|&&x| f32p_code(x, base).is_none()).count()
+    let spills = |bits: u32| usize::from((bits & 0x7FFF_FFFF != 0) & !f32p_holds(bits, base));
+    src.iter().map(|x| spills(x.to_bits())).sum()
 }
 
 /// Encodes one row of `src` (`src.len() % QK == 0`) as `f32p` into `dst`
@@ -465,26 +479,34 @@ pub fn encode_row_f32p(src: &[f32], dst: &mut [u8]) -> Result<()> {
     if DType::F32P.row_bytes(src.len()) != Some(dst.len()) {
         return Err(Error::InvalidArgument);
     }
-    dst.fill(0);
     let base = f32p_base(src);
     let (head, blocks) = dst.split_at_mut(DType::F32P.row_head_bytes(src.len()));
     let (h, slots) = head.split_at_mut(core::mem::size_of::<F32PHead>());
     let slots: &mut [F32PSpill] = bytemuck::cast_slice_mut(slots);
+    slots.fill(F32PSpill { col: [0; 4], bits: [0; 4] });
     let blocks: &mut [BlockF32P] = bytemuck::cast_slice_mut(blocks);
     let mut used = 0;
-    for (c, &x) in src.iter().enumerate() {
-        let (b, i) = (&mut blocks[c / QK], c % QK);
-        let (m, d) = match f32p_code(x, base) {
-            Some(code) => code,
-            None => {
-                let slot = slots.get_mut(used).ok_or(Error::InvalidArgument)?;
-                *slot = F32PSpill { col: (c as u32).to_le_bytes(), bits: x.to_bits().to_le_bytes() };
-                used += 1;
-                ([0; 3], F32P_ZERO)
-            }
-        };
-        b.m[i] = m;
-        b.e[i % (QK / 2)] |= if i < QK / 2 { d } else { d << 4 };
+    for (bi, (xs, b)) in src.chunks_exact(QK).zip(blocks).enumerate() {
+        let mut nibbles = [0u8; QK];
+        for (i, &x) in xs.iter().enumerate() {
+            let bits = x.to_bits();
+            let (m, d) = match f32p_nibble(bits, base) {
+                Some(d) => (bits & 0x7F_FFFF | (bits >> 31) << 23, d),
+                None => {
+                    let col = (bi * QK + i) as u32;
+                    *slots.get_mut(used).ok_or(Error::InvalidArgument)? =
+                        F32PSpill { col: col.to_le_bytes(), bits: bits.to_le_bytes() };
+                    used += 1;
+                    (0, F32P_ZERO)
+                }
+            };
+            let m = m.to_le_bytes();
+            b.m[i] = [m[0], m[1], m[2]];
+            nibbles[i] = d;
+        }
+        for i in 0..QK / 2 {
+            b.e[i] = nibbles[i] | nibbles[i + QK / 2] << 4;
+        }
     }
     let h: &mut F32PHead = bytemuck::from_bytes_mut(h);
     *h = F32PHead { base: base.to_le_bytes(), count: (used as u32).to_le_bytes() };

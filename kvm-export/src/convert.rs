@@ -51,7 +51,8 @@ impl Policy {
     /// dtype, except that under q4_0 the embedding stays q8_0 (a step reads one row of
     /// it, so that costs bytes on disk only; on tiny-kjv it takes a third off q4_0's loss
     /// in bits per byte); quantized formats fall back to f16 when `cols` is not a whole
-    /// number of blocks, f32p to f32. The result is row-interleaved when asked for (`q4_0x16`,
+    /// number of blocks, f32p to f32 (also where it would not make the rows smaller: 64
+    /// columns or fewer). The result is row-interleaved when asked for (`q4_0x16`,
     /// `q8_0x16`, or [`Policy::repack`]) and `rows` is a whole number of groups, else
     /// plain; the embedding, read a row at a time, is interleaved only when its override
     /// names an interleaved dtype.
@@ -63,9 +64,12 @@ impl Policy {
         };
         let asked = self.overrides.iter().find(|(r, _)| *r == role).map(|&(_, d)| d).unwrap_or(default);
         let d = asked.plain();
-        if d.row_bytes(cols as usize).is_none() {
-            // Packed f32 falls back to plain f32, the quantized formats to f16.
-            return if d == DType::F32P { DType::F32 } else { DType::F16 };
+        let bytes = |d: DType| d.row_bytes(cols as usize);
+        if d == DType::F32P && !matches!((bytes(d), bytes(DType::F32)), (Some(p), Some(f)) if p < f) {
+            return DType::F32;
+        }
+        if bytes(d).is_none() {
+            return DType::F16;
         }
         let repack = self.repack && role != Role::TokEmbed;
         match d.interleaved() {
@@ -187,11 +191,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn policy_packs_f32_where_the_columns_are_whole_blocks() {
+    fn policy_packs_f32_where_the_columns_are_whole_blocks_and_rows_shrink() {
         let p = Policy::uniform(DType::F32P);
         assert_eq!(p.dtype_for(Role::Wq, 768, 768), DType::F32P);
         assert_eq!(p.dtype_for(Role::TokEmbed, 50304, 768), DType::F32P);
         assert_eq!(p.dtype_for(Role::Wq, 768, 100), DType::F32);
+        // A row of 64: 264 bytes packed (two blocks and a head of 40) against 256.
+        assert_eq!(p.dtype_for(Role::Wq, 64, 64), DType::F32);
+        assert_eq!(p.dtype_for(Role::Wq, 64, 96), DType::F32P);
     }
 
     #[test]
