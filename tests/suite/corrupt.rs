@@ -393,3 +393,31 @@ fn random_configs_with_valid_checksums_never_panic() {
     // The generator must reach the forward pass, not only the refusals.
     assert!(decoded >= 400 && accepted > decoded, "accepted {accepted}, decoded {decoded}");
 }
+
+#[test]
+fn packing_at_load_checks_every_tensor_and_leaves_quantized_models_alone() {
+    use kvm_runtime::file::{ModelFile, Pages};
+    static UNIQUE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let pack = |bytes: &[u8]| {
+        let n = UNIQUE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("kvm-test-{}-pack-{n}.kvm", std::process::id()));
+        std::fs::write(&path, bytes).unwrap();
+        let file = ModelFile::open(&path, Pages::Mapped).unwrap();
+        std::fs::remove_file(&path).ok();
+        file.pack_f32().map(|packed| packed.map(|p| p.bytes().len()))
+    };
+    let blob = fixed_basic();
+    assert!(pack(&blob).unwrap().is_some_and(|len| len < blob.len()));
+    for (i, t) in Model::from_bytes(&blob).unwrap().tensors().enumerate().step_by(3) {
+        let mut bad = blob.clone();
+        bad[t.offset as usize + t.len as usize / 2] ^= 0x10;
+        let err = format!("{:#}", pack(&bad).unwrap_err());
+        assert!(err.contains(&format!("checksum mismatch in Tensor {{ index: {i} }}")), "tensor {i}: {err}");
+    }
+    let mut bad = blob.clone();
+    bad[200] ^= 0x10;
+    assert!(pack(&bad).is_err(), "a damaged header packed");
+    assert!(pack(&blob[..blob.len() / 2]).is_err(), "a truncated file packed");
+    let q8 = convert_to_bytes(&golden_dir("fixed_basic"), DType::Q8_0);
+    assert_eq!(pack(&q8).unwrap(), None, "a quantized model packed");
+}

@@ -7,6 +7,7 @@ use kvm_core::model::{Logits, Serial, Tap};
 use kvm_core::quant::DType;
 use kvm_core::state::Phase;
 use kvm_core::{Model, Session};
+use kvm_runtime::file::{ModelFile, Pages};
 
 const TOL: f32 = 1e-3;
 /// Logit error bar of sessions storing attention rows in f16. The cases here move by 5e-4
@@ -91,6 +92,14 @@ fn check_case(name: &str) {
     let mut arena = Arena::new(f32p.arena_len());
     let (split, _) = run(f32p, &mut arena, &ids, p);
     check_logits(&split.logits, &expected, TOL, &format!("{name}: f32p"));
+    // And packed as `kvm` loads the f32 file: the same bytes.
+    let path = std::env::temp_dir().join(format!("kvm-test-{}-{name}-f32.kvm", std::process::id()));
+    std::fs::write(&path, &blob).unwrap();
+    let file = ModelFile::open(&path, Pages::Huge).unwrap();
+    std::fs::remove_file(&path).ok();
+    let loaded = file.pack_f32().unwrap().expect("an f32 model with f32p-sized matrices packs");
+    assert!(loaded.packed() && !file.packed());
+    assert!(loaded.bytes() == &packed[..], "{name}: packed at load differs from kvm-export's f32p");
 
     // The compact caches: smaller arenas, logits close to the reference's (f16 keys and
     // values move each score by ~1e-3 of its size, q8 ones by ~1e-2; see the bars).

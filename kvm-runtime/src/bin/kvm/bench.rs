@@ -84,6 +84,7 @@ pub fn run(a: &Args) -> Result<()> {
         Pages::Huge => "huge",
         Pages::Mapped => "mapped",
     });
+    report["packed_at_load"] = json!(file.packed());
     if a.checkpoints.is_empty() {
         speed(a, &model, &pool, &mut report)?;
     } else {
@@ -520,7 +521,11 @@ fn print_report(r: &Value) {
         f("params") / 1e6,
         mib("file_bytes")
     );
-    println!("model pages    {}", s("model_pages"));
+    println!(
+        "model pages    {}{}",
+        s("model_pages"),
+        if r["packed_at_load"] == true { ", f32 packed at load" } else { "" }
+    );
     println!("threads        {}, {} kernels", r["threads"], s("kernel_tier"));
     println!(
         "bytes/token    {:.1} MiB weights + {:.1} MiB attention state",

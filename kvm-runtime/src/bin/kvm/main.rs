@@ -45,7 +45,7 @@ enum Cmd {
     Bench(bench::Args),
 }
 
-/// `--model PATH [--mmap]`, for every command that runs the model.
+/// `--model PATH [--mmap] [--no-pack]`, for every command that runs the model.
 #[derive(Debug, clap::Args)]
 pub struct ModelArg {
     /// The model file.
@@ -55,11 +55,23 @@ pub struct ModelArg {
     /// with other processes, but decode streams the weights through 4 KiB pages (slower).
     #[arg(long)]
     mmap: bool,
+    /// Keep an f32 model's weights as stored. Without `--mmap` or this, an all-f32 model
+    /// is packed losslessly into f32p as it loads: the same values in 28 bits a weight,
+    /// so decode reads 11% fewer bytes.
+    #[arg(long)]
+    no_pack: bool,
 }
 
 impl ModelArg {
-    /// The model file, read into huge pages unless `--mmap`.
+    /// The model file, read into huge pages unless `--mmap`, and then packed unless
+    /// `--no-pack` ([`ModelFile::pack_f32`]).
     pub fn open(&self) -> anyhow::Result<ModelFile> {
+        if !self.mmap && !self.no_pack {
+            // Packed from the page cache, so only the packed copy stays in memory.
+            if let Some(packed) = ModelFile::open(&self.model, Pages::Mapped)?.pack_f32()? {
+                return Ok(packed);
+            }
+        }
         ModelFile::open(&self.model, if self.mmap { Pages::Mapped } else { Pages::Huge })
     }
 
