@@ -42,6 +42,18 @@ if [ "$got" != "$want" ]; then
 fi
 echo "C example (valgrind clean) = kvm generate: $want"
 
+step "kvm packs an f32 model as it loads: the same bits per byte as stored"
+cargo build --release -p kvm-export --quiet
+target/release/kvm-export convert models/tiny-kjv -o target/tiny-kjv-f32.kvm --dtype f32 >/dev/null
+text=models/tiny-kjv/reference/dev_unseen_12k.txt
+bpb() { target/release/kvm perplexity --model target/tiny-kjv-f32.kvm "$@" --text "$text" --json | sed 's/.*"bits_per_byte":\([0-9.]*\).*/\1/'; }
+packed=$(bpb)
+stored=$(bpb --no-pack)
+bench=$(target/release/kvm bench --model target/tiny-kjv-f32.kvm --gen 4 --prompt-len 4 --bw-mib 0 --json)
+[[ $bench == *'"packed_at_load":true'* ]] || { echo "kvm bench did not pack the f32 model: $bench" >&2; exit 1; }
+awk -v a="$packed" -v b="$stored" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-6) }'
+echo "bits per byte: packed $packed, as stored $stored"
+
 step "firmware in QEMU: Rust on Cortex-M4F (an386) and Cortex-M33 (an505), C on an386, all equal to the host (q8_0x16, f32/f16/q8 attention caches; row-major q8_0; q4_0x16)"
 bash scripts/mcu-check.sh
 bash scripts/mcu-check.sh --dtype q8_0 --cache f16

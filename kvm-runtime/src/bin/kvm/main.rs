@@ -67,8 +67,10 @@ impl ModelArg {
     /// `--no-pack` ([`ModelFile::pack_f32`]).
     pub fn open(&self) -> anyhow::Result<ModelFile> {
         if !self.mmap && !self.no_pack {
-            // Packed from the page cache, so only the packed copy stays in memory.
-            if let Some(packed) = ModelFile::open(&self.model, Pages::Mapped)?.pack_f32()? {
+            // Packed from the page cache, so only the packed copy stays in memory. Where
+            // it cannot be (no memory for it, or a damaged file), the file loads as
+            // stored, and loading reports what is wrong with it.
+            if let Ok(Some(packed)) = ModelFile::open(&self.model, Pages::Mapped)?.pack_f32() {
                 return Ok(packed);
             }
         }
