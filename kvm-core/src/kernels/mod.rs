@@ -1140,7 +1140,8 @@ pub(crate) mod tests {
         let mut bytes = vec![0u8; DType::F32P.matrix_bytes(rows, cols).unwrap()];
         quantize_matrix(DType::F32P, cols, &src, &mut bytes).unwrap();
         let w = Matrix::new(DType::F32P, rows, cols, &bytes).unwrap();
-        for n in [1, 3] {
+        // One token, one tile, and tiles then single tokens.
+        for n in [1, 3, 9] {
             let xs = values(n * cols, 9);
             let mut ys = vec![f32::NAN; n * rows];
             matmul(&w, &xs, &mut ys, &mut []);
