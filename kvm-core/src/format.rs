@@ -16,6 +16,7 @@
 
 use crate::cache::CacheDtype;
 use crate::config::{Config, StateBudget};
+pub use crate::crc::{crc32, crc32_update};
 use crate::error::{Error, Result, Section};
 use crate::quant::DType;
 
@@ -212,62 +213,6 @@ impl Role {
             _ => return None,
         })
     }
-}
-
-/// IEEE CRC-32 (the zlib/PNG one), table-driven, usable in `const` contexts' callers.
-pub fn crc32(data: &[u8]) -> u32 {
-    crc32_update(0, data)
-}
-
-/// Continues a CRC-32 over more data (`crc32_update(crc32(a), b) == crc32(a ++ b)`).
-pub fn crc32_update(crc: u32, data: &[u8]) -> u32 {
-    let mut c = !crc;
-    let mut chunks = data.chunks_exact(8);
-    for ch in &mut chunks {
-        let lo = c ^ u32::from_le_bytes([ch[0], ch[1], ch[2], ch[3]]);
-        let hi = u32::from_le_bytes([ch[4], ch[5], ch[6], ch[7]]);
-        c = CRC_TABLES[7][(lo & 0xff) as usize]
-            ^ CRC_TABLES[6][((lo >> 8) & 0xff) as usize]
-            ^ CRC_TABLES[5][((lo >> 16) & 0xff) as usize]
-            ^ CRC_TABLES[4][(lo >> 24) as usize]
-            ^ CRC_TABLES[3][(hi & 0xff) as usize]
-            ^ CRC_TABLES[2][((hi >> 8) & 0xff) as usize]
-            ^ CRC_TABLES[1][((hi >> 16) & 0xff) as usize]
-            ^ CRC_TABLES[0][(hi >> 24) as usize];
-    }
-    for &b in chunks.remainder() {
-        c = CRC_TABLES[0][((c ^ b as u32) & 0xff) as usize] ^ (c >> 8);
-    }
-    !c
-}
-
-/// Slicing-by-8 tables for CRC-32 (polynomial 0xEDB88320).
-static CRC_TABLES: [[u32; 256]; 8] = crc_tables();
-
-const fn crc_tables() -> [[u32; 256]; 8] {
-    let mut t = [[0u32; 256]; 8];
-    let mut i = 0;
-    while i < 256 {
-        let mut c = i as u32;
-        let mut k = 0;
-        while k < 8 {
-            c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
-            k += 1;
-        }
-        t[0][i] = c;
-        i += 1;
-    }
-    let mut s = 1;
-    while s < 8 {
-        let mut i = 0;
-        while i < 256 {
-            let prev = t[s - 1][i];
-            t[s][i] = (prev >> 8) ^ t[0][(prev & 0xff) as usize];
-            i += 1;
-        }
-        s += 1;
-    }
-    t
 }
 
 /// Bounds-checked little-endian reader over a byte slice.

@@ -2,7 +2,7 @@
 //!
 //! ## Layout
 //!
-//! Modules follow the data: [`format`] (the file) -> [`quant`] (weight blocks) ->
+//! Modules follow the data: [`format`] (the file, its sections checked by [`crc`]) -> [`quant`] (weight blocks) ->
 //! [`kernels`] (matrix x vector) -> [`config`] + [`model`] (weights view, forward) ->
 //! [`state`] (arena layout, window, means state; rows stored as [`cache`] says) -> [`tokenizer`] -> [`sampler`].
 #![no_std]
@@ -13,6 +13,7 @@ extern crate std;
 
 pub mod cache;
 pub mod config;
+pub mod crc;
 pub mod error;
 pub mod format;
 pub mod kernels;
