@@ -254,8 +254,9 @@ impl DType {
     pub const ALL: [DType; 8] =
         [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_0x16, DType::Q8_0x16, DType::F32P];
 
-    /// Whether this dtype stores every finite f32 exactly (f32; f32p, whose rows spill
-    /// what its nibbles cannot hold, or are not stored as f32p at all).
+    /// Whether this dtype keeps every finite f32 it is given exactly: f32, and f32p (a row
+    /// keeps the weights its nibbles cannot hold whole, in its spill slots; a matrix with
+    /// more of them than slots is not stored as f32p).
     pub const fn exact(self) -> bool {
         matches!(self, DType::F32 | DType::F32P)
     }
