@@ -2,9 +2,10 @@
 //!
 //! ## Layout
 //!
-//! Modules follow the data: [`format`] (the file, its sections checked by [`crc`]) -> [`quant`] (weight blocks) ->
-//! [`kernels`] (matrix x vector) -> [`config`] + [`model`] (weights view, forward) ->
-//! [`state`] (arena layout, window, means state; rows stored as [`cache`] says) -> [`tokenizer`] -> [`sampler`].
+//! Modules follow the data: [`format`] (the file, its sections checked by [`crc`]) ->
+//! [`quant`] (weight blocks) -> [`kernels`] (matrix x vector) -> [`config`] + [`model`]
+//! (weights view, forward) -> [`state`] (arena layout, window, means state; rows stored as
+//! [`cache`] says) -> [`tokenizer`] -> [`sampler`].
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -5,12 +5,12 @@
 //! widens with `fcvtl`, written as inline assembly because the f16 vector intrinsics need a
 //! newer compiler than the crate's MSRV; f32p weights rebuild 4 at a time from their bytes
 //! (a table lookup) and exponent nibbles ([`Packed`]). Integer formats take `i8 x i8`
-//! products of a whole block: `smull` + `smlal2` pairs (at most 2 * 128 * 127, which fits i16) widened into
-//! i32 lanes, or four `sdot`-accumulated byte quads per lane. q4_0x16 and q8_0x16 groups
-//! hold 4 rows of 4 bytes in a vector, so the activation quad they meet is one lane: `sdot`
-//! by element, or that quad broadcast for the widening multiplies ([`Interleaved`]). The two
-//! tiers share everything but that one step, and give the scalar tier's bits (see
-//! [`Quant`]).
+//! products of a whole block: `smull` + `smlal2` pairs (at most 2 * 128 * 127, which fits
+//! i16) widened into i32 lanes, or four `sdot`-accumulated byte quads per lane. q4_0x16 and
+//! q8_0x16 groups hold 4 rows of 4 bytes in a vector, so the activation quad they meet is
+//! one lane: `sdot` by element, or that quad broadcast for the widening multiplies
+//! ([`Interleaved`]). The two tiers share everything but that one step, and give the scalar
+//! tier's bits (see [`Quant`]).
 
 use core::arch::aarch64::*;
 use core::arch::asm;
