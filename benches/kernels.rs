@@ -16,8 +16,9 @@ use std::time::Duration;
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use half::f16;
-use kvm_core::kernels::{self, act_scratch_len, matmul_scratch_len, tier, Matrix, Stored, Tier};
+use kvm_core::kernels::{self, act_scratch_len, matmul_scratch_len, tier, Stored, Tier};
 use kvm_core::quant::{quantize_matrix, quantize_row, DType};
+use kvm_core::tensor::Matrix;
 
 const DTYPES: [DType; 8] = DType::ALL;
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use kvm_core::cache::CacheDtype;
-use kvm_core::model::Exec;
+use kvm_core::exec::Exec;
 use kvm_core::quant::DType;
 use kvm_core::state::Phase;
 use kvm_core::tokenizer::{StreamDecoder, Tokenizer};

@@ -2,10 +2,17 @@
 //!
 //! ## Layout
 //!
-//! Modules follow the data: [`format`] (the file, its sections checked by [`crc`]) ->
-//! [`quant`] (weight blocks) -> [`kernels`] (matrix x vector) -> [`config`] + [`model`]
-//! (weights view, forward) -> [`state`] (arena layout, window, means state; rows stored as
-//! [`cache`] says) -> [`tokenizer`] -> [`sampler`].
+//! Data flows one way; each module imports only modules listed before it, and
+//! `docs/architecture.md` maps each file to the step of the spec it owns:
+//!
+//! - [`error`], [`crc`], [`config`] (hyper-parameters), [`quant`] (weight blocks);
+//! - [`tensor`] (the [`tensor::Vector`] and [`tensor::Matrix`] views) -> [`math`] (norms,
+//!   RoPE) and [`kernels`] (matrix x vector in tiers) -> [`cache`] (how attention rows are
+//!   stored) -> [`exec`] (how splittable work runs);
+//! - [`format`] (the file) -> [`tokenizer`] -> [`state`] (the arena layout, the step plan,
+//!   the means state, the window and attention reads) -> [`model`] (the validated weights)
+//!   -> [`forward`] (the forward pass) -> [`session`] (the [`Session`] handle);
+//! - [`sampler`] (logits to tokens) stands beside them.
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -16,16 +23,20 @@ pub mod cache;
 pub mod config;
 pub mod crc;
 pub mod error;
+pub mod exec;
 pub mod format;
+pub mod forward;
 pub mod kernels;
 pub mod math;
 pub mod model;
 pub mod quant;
 pub mod sampler;
+pub mod session;
 pub mod state;
+pub mod tensor;
 pub mod tokenizer;
 
 pub use config::Config;
 pub use error::Error;
 pub use model::Model;
-pub use state::Session;
+pub use session::Session;

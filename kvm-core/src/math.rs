@@ -1,7 +1,7 @@
 //! Small dense helpers of the forward pass: LayerNorm, activations, dot products, RoPE.
 
-use crate::model::Vector;
 use crate::quant::round_bf16;
+use crate::tensor::Vector;
 
 /// LayerNorm epsilon of every norm in the model.
 pub const LN_EPS: f32 = 1e-5;
@@ -31,11 +31,8 @@ pub fn ln_stats(x: &[f32]) -> (f32, f32) {
     (mean, 1.0 / libm::sqrtf(var + LN_EPS))
 }
 
-/// Independent partial sums of [`dot`] and [`sum_by`]: the compiler keeps them in one
-/// vector register on every SIMD target (a single running sum would serialise on its
-/// latency). [`sum_by`] stays out of line: inlined at every layer norm and softmax, its
-/// unrolled lanes (and those of the maximum, now `kernels::scalar::max`) added 10 KB to
-/// the Cortex-M4F firmware's `.text`.
+/// Independent partial sums of [`dot`] and [`sum_by`]: eight fill one vector register on
+/// every SIMD target, where a single running sum would serialise on its latency.
 const LANES: usize = 8;
 
 /// `sum x_i` in eight partial sums.
@@ -43,7 +40,8 @@ pub fn sum(x: &[f32]) -> f32 {
     sum_by(x, |v| v)
 }
 
-/// `sum f(x_i)` in [`LANES`] partial sums.
+/// `sum f(x_i)` in [`LANES`] partial sums; out of line, since its unrolled lanes inlined
+/// at every norm and softmax would cost the firmware's flash 10 KB.
 #[inline(never)]
 fn sum_by(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     let chunks = x.chunks_exact(LANES);

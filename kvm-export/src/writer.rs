@@ -11,9 +11,10 @@ use kvm_core::config::Config;
 use kvm_core::format::{
     self, crc32, crc32_update, Header, Role, TensorEntry, TokenizerKind, ENTRY_LEN, HEADER_LEN, TENSOR_ALIGN,
 };
-use kvm_core::kernels::{self, Matrix};
+use kvm_core::kernels;
 use kvm_core::quant::{self, DType};
 use kvm_core::state::Layout;
+use kvm_core::tensor::Matrix;
 
 /// What one tensor became.
 #[derive(Debug, Clone)]

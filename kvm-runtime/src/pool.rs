@@ -25,8 +25,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use kvm_core::kernels::{self, Matrix};
-use kvm_core::model::{Exec, HeadFn, PieceFn, Product, Serial};
+use kvm_core::exec::{Exec, HeadFn, PieceFn, Product, Serial};
+use kvm_core::kernels;
+use kvm_core::tensor::Matrix;
 
 /// Weights per worker below which splitting a product costs more than it saves.
 const MIN_WEIGHTS_PER_THREAD: usize = 64 * 1024;
@@ -40,8 +41,7 @@ const SPIN: Duration = Duration::from_micros(100);
 const SPINS_PER_CLOCK: u32 = 64;
 
 /// Bytes of the upcoming matrices a waiting worker loads into its L2 per hint: half of a
-/// 2 MiB L2. (Paper-120m q4_0 decode, two threads, AVX-512 Xeon: 1 MiB ran 1.06x as fast
-/// as no hints, 2 MiB and 4 MiB no faster than 1 MiB; into L1 instead, 1.04x.)
+/// 2 MiB L2, so the hint does not evict what the caller is reading.
 const UPCOMING_BYTES: usize = 1 << 20;
 
 /// Most matrices one hint names.
@@ -563,17 +563,14 @@ struct Slice<'w, 'y> {
     y: Disjoint<'y, f32>,
 }
 
-/// Most parts [`shrinking`] cuts a job into: the smallest is a 64th of the job, 340 KB of
-/// paper-120m's q4_0 output head, which the caller may wait out at the end. (64 rather
-/// than 16, two threads: q8_0 1.06x, 5 of 6 rounds; q4_0 1.01x, 5 of 8; f32 level.)
+/// Most parts [`shrinking`] cuts a job into: the smallest is a 64th of the job (340 KB of
+/// paper-120m's q4_0 output head), short enough for the caller to wait out at the end.
 const MAX_SHRINKING: usize = 64;
 
 /// Cuts `total` rows into parts for `threads` threads that shrink as the job goes on
 /// (guided self-scheduling): each part takes `1 / (2 * threads)` of the rows left, but at
 /// least `1 / MAX_SHRINKING` of all of them and `least` rows (each claim moves a cache
-/// line between cores: paper-120m q4_0, two threads, parts of at least
-/// [`MIN_WEIGHTS_PER_THREAD`] weights ran 1.03x as fast as sixteenths of a 768 x 768
-/// product, about 1 us each). Threads claim parts in order, so whichever
+/// line between cores, so a part must outweigh it). Threads claim parts in order, so whichever
 /// thread runs slower claims fewer of them, and the last parts are small: the threads
 /// finish within one small part of each other instead of one waiting out the other's
 /// half. Returns the boundaries (`bounds[p]..bounds[p + 1]` is part `p`) and the count.

@@ -2,7 +2,7 @@
 //! matrix product over the whole batch (weights read once per batch) and split across
 //! the pool's threads, the state updated token by token exactly as decode does.
 
-use kvm_core::model::Logits;
+use kvm_core::forward::Logits;
 use kvm_core::state::Phase;
 use kvm_core::{Error, Session};
 

@@ -4,8 +4,9 @@
 //! token as in one batch, with a snapshot resuming exactly.
 
 use kvm_core::config::{flags, Config, StateBudget};
+use kvm_core::exec::Serial;
 use kvm_core::format::TokenizerKind;
-use kvm_core::model::{Logits, Serial};
+use kvm_core::forward::Logits;
 use kvm_core::quant::DType;
 use kvm_core::state::Phase;
 use kvm_core::{Model, Session};

@@ -3,7 +3,8 @@
 
 use crate::common::*;
 use kvm_core::cache::CacheDtype;
-use kvm_core::model::{Logits, Serial, Tap};
+use kvm_core::exec::Serial;
+use kvm_core::forward::{Logits, Tap};
 use kvm_core::quant::DType;
 use kvm_core::state::Phase;
 use kvm_core::{Model, Session};

@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use kvm_core::config::Config;
+use kvm_core::exec::{Exec, HeadFn, PieceFn, Product};
 use kvm_core::format::Role;
-use kvm_core::kernels::{self, Matrix};
-use kvm_core::model::{Exec, HeadFn, PieceFn, Product};
+use kvm_core::kernels;
 use kvm_core::state::{bswa_begin, Phase};
+use kvm_core::tensor::Matrix;
 use kvm_core::{Model, Session};
 use kvm_export::synth::Rng;
 use kvm_runtime::arena::Arena;

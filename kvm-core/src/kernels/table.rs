@@ -1,0 +1,155 @@
+//! The dispatch table (tract's kernel table): each tier's entry points, with the tile
+//! shapes it runs at, picked once per call from the active [`Tier`].
+
+#[cfg(target_arch = "aarch64")]
+use super::aarch64;
+use super::walk::{prepared, rows, run};
+#[cfg(target_arch = "x86_64")]
+use super::x86_64;
+use super::{scalar, Kernels, Tier};
+use crate::quant::DType;
+use crate::tensor::Matrix;
+use half::f16;
+
+/// A multi-query [`super::dots_many`] kernel: `rows`, `xs`, `d`, `out`.
+pub(super) type DotsMany<T> = unsafe fn(&[T], &[f32], usize, &mut [f32]);
+
+/// A tier's attention entries for rows stored as `T`.
+pub(super) struct Attention<T: 'static> {
+    pub(super) dots: unsafe fn(&[T], &[f32], &mut [f32]),
+    pub(super) weighted_sum: unsafe fn(&[f32], &[T], &mut [f32]),
+    /// The multi-query [`super::dots_many`] kernel (`rows`, `xs`, `d`, `out`; `d > 0`, at least
+    /// one row), where the tier has one.
+    pub(super) dots_many: Option<DotsMany<T>>,
+}
+
+/// A tier's entry points, picked once per call by [`table`] (tract's kernel table).
+pub(super) struct Table {
+    pub(super) decode: Decode,
+    pub(super) matmul: unsafe fn(&Matrix<'_>, &[f32], &mut [f32], &mut [u8]),
+    pub(super) quantize_act: unsafe fn(&[f32], &mut [u8]),
+    pub(super) dequant_row: unsafe fn(DType, &[u8], &mut [f32]),
+    pub(super) max: unsafe fn(&[f32]) -> f32,
+    pub(super) find: unsafe fn(&[f32], f32) -> Option<usize>,
+    pub(super) exp_sub: unsafe fn(&mut [f32], f32),
+    pub(super) narrow_f16: unsafe fn(&[f32], &mut [f16]),
+    pub(super) f32: Attention<f32>,
+    pub(super) f16: Attention<f16>,
+    pub(super) i8: Attention<i8>,
+}
+
+/// A tier's one-token products, with tiles of `RF` rows for float weights and `RQ` for
+/// integer ones ([`decode`]).
+pub(super) struct Decode {
+    pub(super) matvec: unsafe fn(&Matrix<'_>, &[f32], &mut [f32], &mut [u8]),
+    pub(super) matvec_prepared: unsafe fn(&Matrix<'_>, &[f32], &[u8], &mut [f32]),
+    pub(super) rows: fn(DType) -> usize,
+}
+
+/// The [`Decode`] entries of tier `K` with `RF`-row float tiles and `RQ`-row integer ones.
+const fn decode<K: Kernels, const RF: usize, const RQ: usize>() -> Decode {
+    Decode { matvec: run::<K, RF, RQ, 1>, matvec_prepared: prepared::<K, RF, RQ, 1>, rows: rows::<K, RF, RQ> }
+}
+
+/// The [`Attention`] entries of a SIMD tier's module for `T`: its generic `dots`,
+/// `weighted_sum` and (if it has one) `dots_many`.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+macro_rules! attention {
+    ($($m:ident)::+, $t:ty, many) => {
+        Attention {
+            dots: $($m::)+dots::<$t>,
+            weighted_sum: $($m::)+weighted_sum::<$t>,
+            dots_many: Some($($m::)+dots_many::<$t>),
+        }
+    };
+    ($($m:ident)::+, $t:ty) => {
+        Attention { dots: $($m::)+dots::<$t>, weighted_sum: $($m::)+weighted_sum::<$t>, dots_many: None }
+    };
+}
+
+/// The table of `tier`; a tier of another architecture gets the scalar one.
+pub(super) fn table(tier: Tier) -> &'static Table {
+    // Tile shapes (rows for float, rows for integer weights; tokens for matmul): each
+    // activation load serves a tile's rows, which stream from as many runs of the matrix;
+    // AVX2's tiles stop where its 16 registers would spill (docs/perf.md, "Kernels").
+    static SCALAR: Table = Table {
+        decode: decode::<scalar::Scalar, 1, 1>(),
+        matmul: run::<scalar::Scalar, 1, 1, 1>,
+        quantize_act: <scalar::Scalar as Kernels>::quantize_act,
+        dequant_row: scalar::Scalar::dequant_row,
+        max: scalar::max,
+        find: scalar::find,
+        exp_sub: scalar::exp_sub,
+        narrow_f16: scalar::narrow_f16,
+        f32: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
+        f16: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
+        i8: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
+    };
+    #[cfg(target_arch = "x86_64")]
+    static AVX2: Table = Table {
+        decode: decode::<x86_64::avx2::Avx2, 8, 4>(),
+        matmul: run::<x86_64::avx2::Avx2, 2, 2, 4>,
+        quantize_act: <x86_64::avx2::Avx2 as Kernels>::quantize_act,
+        dequant_row: x86_64::avx2::Avx2::dequant_row,
+        max: x86_64::avx2::max,
+        find: x86_64::avx2::find,
+        exp_sub: x86_64::avx2::exp_sub,
+        narrow_f16: x86_64::avx2::narrow_f16,
+        f32: attention!(x86_64::avx2, f32, many),
+        f16: attention!(x86_64::avx2, f16, many),
+        i8: attention!(x86_64::avx2, i8, many),
+    };
+    #[cfg(target_arch = "x86_64")]
+    static AVX512: Table = Table {
+        decode: decode::<x86_64::avx512::Avx512, 8, 16>(),
+        matmul: run::<x86_64::avx512::Avx512, 4, 4, 4>,
+        quantize_act: <x86_64::avx512::Avx512 as Kernels>::quantize_act,
+        dequant_row: x86_64::avx512::Avx512::dequant_row,
+        max: x86_64::avx512::max,
+        find: x86_64::avx512::find,
+        exp_sub: x86_64::avx512::exp_sub,
+        narrow_f16: x86_64::avx2::narrow_f16,
+        f32: attention!(x86_64::avx512, f32, many),
+        f16: attention!(x86_64::avx512, f16, many),
+        i8: attention!(x86_64::avx512, i8, many),
+    };
+    #[cfg(target_arch = "aarch64")]
+    static NEON: Table = Table {
+        decode: decode::<aarch64::neon::Neon, 4, 4>(),
+        matmul: run::<aarch64::neon::Neon, 4, 4, 4>,
+        quantize_act: <aarch64::neon::Neon as Kernels>::quantize_act,
+        dequant_row: aarch64::neon::Neon::dequant_row,
+        max: aarch64::neon::max,
+        find: aarch64::neon::find,
+        exp_sub: aarch64::neon::exp_sub,
+        narrow_f16: aarch64::neon::narrow_f16,
+        f32: attention!(aarch64::neon, f32),
+        f16: attention!(aarch64::neon, f16),
+        i8: attention!(aarch64::neon, i8),
+    };
+    #[cfg(target_arch = "aarch64")]
+    static NEON_DOT: Table = Table {
+        decode: decode::<aarch64::neon::NeonDot, 4, 4>(),
+        matmul: run::<aarch64::neon::NeonDot, 4, 4, 4>,
+        quantize_act: <aarch64::neon::NeonDot as Kernels>::quantize_act,
+        dequant_row: aarch64::neon::NeonDot::dequant_row,
+        max: aarch64::neon::max,
+        find: aarch64::neon::find,
+        exp_sub: aarch64::neon::exp_sub,
+        narrow_f16: aarch64::neon::narrow_f16,
+        f32: attention!(aarch64::neon, f32),
+        f16: attention!(aarch64::neon, f16),
+        i8: attention!(aarch64::neon, i8),
+    };
+    match tier {
+        #[cfg(target_arch = "x86_64")]
+        Tier::Avx2 => &AVX2,
+        #[cfg(target_arch = "x86_64")]
+        Tier::Avx512 => &AVX512,
+        #[cfg(target_arch = "aarch64")]
+        Tier::Neon => &NEON,
+        #[cfg(target_arch = "aarch64")]
+        Tier::NeonDot => &NEON_DOT,
+        _ => &SCALAR,
+    }
+}

@@ -1,0 +1,358 @@
+//! The [`Session`]: a model and all of its decode state in the caller's arena (laid out
+//! by [`crate::state::Layout`]), fed token by token or in batches; counters, snapshots,
+//! and [`LayerView`] for inspection.
+
+use crate::cache::Rows;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::exec::{Exec, Serial};
+use crate::forward::{forward, Logits, Tap};
+use crate::model::Model;
+use crate::state::arena::{ring_index, COUNTERS};
+use crate::state::{bswa_begin, Acts, Counters, Layout, Phase, ARENA_ALIGN};
+
+/// Marks a live arena (`"KVMS"`).
+const STAMP: u32 = 0x534D_564B;
+
+/// A decoding session: the model's weights (borrowed) and all of its state, in the
+/// caller's arena. Decoding allocates nothing.
+#[derive(Debug)]
+pub struct Session<'m, 'a> {
+    model: Model<'m>,
+    layout: Layout,
+    /// `[layout.arena_len() / 4]`, see the module docs.
+    arena: &'a mut [f32],
+}
+
+/// Indices of the counters block.
+mod counter {
+    pub const STAMP: usize = 0;
+    pub const POS: usize = 1;
+    pub const SLOTS: usize = 2;
+    pub const COVERAGE: usize = 3;
+    pub const STATE_LEN: usize = 4;
+    pub const ARENA_LEN: usize = 5;
+}
+
+impl<'m, 'a> Session<'m, 'a> {
+    /// Creates a session of `model` at its default state capacity inside `arena`, which
+    /// must be exactly [`Model::arena_len`] bytes and [`ARENA_ALIGN`]-aligned.
+    ///
+    /// # Errors
+    /// [`Error::ArenaSize`], [`Error::ArenaMisaligned`].
+    pub fn new(model: Model<'m>, arena: &'a mut [u8]) -> Result<Self> {
+        let state_len = model.header().state_capacity as usize;
+        Self::with_state_len(model, arena, state_len)
+    }
+
+    /// As [`Session::new`] with at most `state_len` state slots (growable models follow
+    /// the reference exactly until the state reaches `state_len`, then keep merging
+    /// without growing); `arena` must be [`Model::arena_len_for`]`(state_len)` bytes.
+    ///
+    /// # Errors
+    /// [`Error::BadConfig`] for a capacity out of range, [`Error::ArenaSize`],
+    /// [`Error::ArenaMisaligned`].
+    pub fn with_state_len(model: Model<'m>, arena: &'a mut [u8], state_len: usize) -> Result<Self> {
+        let layout = Layout::new(model.config(), state_len, model.cache())?;
+        if arena.len() != layout.arena_len() {
+            return Err(Error::ArenaSize { expected: layout.arena_len(), got: arena.len() });
+        }
+        let arena: &mut [f32] = bytemuck::try_cast_slice_mut(arena).map_err(|_| Error::ArenaMisaligned)?;
+        if !(arena.as_ptr() as usize).is_multiple_of(ARENA_ALIGN) {
+            return Err(Error::ArenaMisaligned);
+        }
+        let mut session = Session { model, layout, arena };
+        session.reset();
+        Ok(session)
+    }
+
+    /// Forgets every token: the session is as new.
+    pub fn reset(&mut self) {
+        let state = self.layout.state_floats();
+        self.arena[..state].fill(0.0);
+        let c: &mut [u32] = bytemuck::cast_slice_mut(&mut self.arena[..COUNTERS]);
+        c[counter::STAMP] = STAMP;
+        c[counter::STATE_LEN] = self.layout.state_len as u32;
+        c[counter::ARENA_LEN] = self.layout.arena_len() as u32;
+    }
+
+    /// The model this session decodes.
+    #[inline]
+    pub fn model(&self) -> &Model<'m> {
+        &self.model
+    }
+
+    /// The arena layout.
+    #[inline]
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    fn counters(&self) -> Counters {
+        let c: &[u32] = bytemuck::cast_slice(&self.arena[..COUNTERS]);
+        Counters::new(c[counter::POS] as usize, c[counter::SLOTS] as usize, c[counter::COVERAGE] as usize)
+    }
+
+    /// Tokens seen so far.
+    #[inline]
+    pub fn pos(&self) -> usize {
+        self.counters().pos
+    }
+
+    /// Live state slots (the same in every layer and head).
+    #[inline]
+    pub fn state_slots(&self) -> usize {
+        self.counters().slots
+    }
+
+    /// Feeds one token. `phase` matters only for models that gate their initial state
+    /// (see [`Phase`]); with `want_logits` the token's logits are left in
+    /// [`Session::logits`].
+    ///
+    /// # Errors
+    /// [`Error::TokenOutOfRange`]; [`Error::InvalidArgument`] once the position counter
+    /// would overflow (after 2^32 - 1 tokens).
+    pub fn step(&mut self, token: u32, phase: Phase, want_logits: bool) -> Result<()> {
+        self.step_tapped(token, phase, want_logits, &mut |_, _| {})
+    }
+
+    /// [`Session::step`], calling `tap` at every [`Tap`] point.
+    ///
+    /// # Errors
+    /// As [`Session::step`].
+    pub fn step_tapped(
+        &mut self,
+        token: u32,
+        phase: Phase,
+        want_logits: bool,
+        tap: &mut dyn FnMut(Tap, &[f32]),
+    ) -> Result<()> {
+        let logits = if want_logits { Logits::Last } else { Logits::None };
+        self.run(&[token], phase, None, logits, &Serial, tap)
+    }
+
+    /// Feeds `tokens` as one batch: every matrix product runs over all of them at once,
+    /// so each weight is read once per batch instead of once per token, while the state
+    /// is updated token by token exactly as [`Session::step`] would. `batch` is scratch
+    /// of at least [`Layout::acts_len`]`(tokens.len())` f32s; `exec` runs the products
+    /// (the std runtime passes a thread pool).
+    ///
+    /// # Errors
+    /// [`Error::BufferTooSmall`] for a short `batch` or `Logits::All` buffer;
+    /// [`Error::InvalidArgument`] for no tokens; as [`Session::step`]. Nothing is
+    /// consumed on error.
+    pub fn step_batch(
+        &mut self,
+        tokens: &[u32],
+        phase: Phase,
+        batch: &mut [f32],
+        exec: &dyn Exec,
+        logits: Logits<'_>,
+    ) -> Result<()> {
+        self.run(tokens, phase, Some(batch), logits, exec, &mut |_, _| {})
+    }
+
+    fn run(
+        &mut self,
+        tokens: &[u32],
+        phase: Phase,
+        batch: Option<&mut [f32]>,
+        logits: Logits<'_>,
+        exec: &dyn Exec,
+        tap: &mut dyn FnMut(Tap, &[f32]),
+    ) -> Result<()> {
+        let vocab_len = self.model.config().vocab_len;
+        if tokens.is_empty() {
+            return Err(Error::InvalidArgument);
+        }
+        if let Some(&token) = tokens.iter().find(|&&t| t >= vocab_len) {
+            return Err(Error::TokenOutOfRange { token, vocab_len });
+        }
+        if let Logits::All(out) = &logits {
+            let needed = tokens.len() * vocab_len as usize;
+            if out.len() < needed {
+                return Err(Error::BufferTooSmall { needed });
+            }
+        }
+        let at = self.counters();
+        if at.pos.checked_add(tokens.len()).is_none_or(|end| end > u32::MAX as usize) {
+            return Err(Error::InvalidArgument);
+        }
+        let lay = self.layout;
+        let arena = lay.split(self.arena);
+        let mut s = arena.scratch;
+        let mut acts = match batch {
+            None => Acts::carve(arena.acts, &lay, tokens.len().min(1)),
+            Some(buf) => {
+                let needed = lay.acts_len(tokens.len()).unwrap_or(usize::MAX);
+                if buf.len() < needed {
+                    return Err(Error::BufferTooSmall { needed });
+                }
+                Acts::carve(buf, &lay, tokens.len())
+            }
+        };
+        if acts.n != tokens.len() {
+            return Err(Error::BufferTooSmall { needed: lay.acts_len(tokens.len()).unwrap_or(usize::MAX) });
+        }
+        let next = forward(&self.model, &lay, arena.layers, &mut s, &mut acts, at, tokens, phase, logits, exec, tap);
+        let c: &mut [u32] = bytemuck::cast_slice_mut(arena.counters);
+        c[counter::POS] = next.pos as u32;
+        c[counter::SLOTS] = next.slots as u32;
+        c[counter::COVERAGE] = next.coverage as u32;
+        Ok(())
+    }
+
+    /// The logits of the last step run with `want_logits`, `[vocab_len]`.
+    pub fn logits(&self) -> &[f32] {
+        let start = self.layout.state_floats();
+        &self.arena[start..start + self.model.config().vocab_len as usize]
+    }
+
+    /// Feeds one generated token and returns its logits.
+    ///
+    /// # Errors
+    /// As [`Session::step`].
+    pub fn decode(&mut self, token: u32) -> Result<&[f32]> {
+        self.step(token, Phase::Decode, true)?;
+        Ok(self.logits())
+    }
+
+    /// [`Session::decode`] with the matrix products run by `exec` (a thread pool).
+    ///
+    /// # Errors
+    /// As [`Session::step`].
+    pub fn decode_with(&mut self, token: u32, exec: &dyn Exec) -> Result<&[f32]> {
+        self.run(&[token], Phase::Decode, None, Logits::Last, exec, &mut |_, _| {})?;
+        Ok(self.logits())
+    }
+
+    /// Feeds a prompt and returns the logits after its last token.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty prompt; as [`Session::step`] (tokens
+    /// before the bad one have been consumed).
+    pub fn prefill(&mut self, tokens: &[u32]) -> Result<&[f32]> {
+        let (last, head) = tokens.split_last().ok_or(Error::InvalidArgument)?;
+        for &t in head {
+            self.step(t, Phase::Prefill, false)?;
+        }
+        self.step(*last, Phase::Prefill, true)?;
+        Ok(self.logits())
+    }
+
+    /// Bytes [`Session::snapshot`] writes.
+    #[inline]
+    pub fn snapshot_len(&self) -> usize {
+        self.layout.snapshot_len()
+    }
+
+    /// Copies the session's whole state (constant size) into `out`.
+    ///
+    /// # Errors
+    /// [`Error::BufferTooSmall`] if `out` is shorter than [`Session::snapshot_len`].
+    pub fn snapshot(&self, out: &mut [u8]) -> Result<usize> {
+        let n = self.snapshot_len();
+        let out = out.get_mut(..n).ok_or(Error::BufferTooSmall { needed: n })?;
+        out.copy_from_slice(bytemuck::cast_slice(&self.arena[..n / 4]));
+        Ok(n)
+    }
+
+    /// Restores a [`Session::snapshot`] of a session of the same model and layout;
+    /// decoding then continues bit-exactly as it would have from the snapshot.
+    ///
+    /// # Errors
+    /// [`Error::BadSnapshot`] if `snap` has the wrong length or layout stamp.
+    pub fn restore(&mut self, snap: &[u8]) -> Result<()> {
+        let n = self.snapshot_len();
+        if snap.len() != n || snap.len() < COUNTERS * 4 {
+            return Err(Error::BadSnapshot);
+        }
+        let word = |i: usize| u32::from_le_bytes([snap[i * 4], snap[i * 4 + 1], snap[i * 4 + 2], snap[i * 4 + 3]]);
+        let (pos, slots, coverage) = (word(counter::POS), word(counter::SLOTS), word(counter::COVERAGE));
+        // Counters a session could have reached; anything else could index past the state.
+        let chunk = self.model.config().chunk_len;
+        if word(counter::STAMP) != STAMP
+            || word(counter::STATE_LEN) as usize != self.layout.state_len
+            || word(counter::ARENA_LEN) as usize != self.layout.arena_len() as u32 as usize
+            || slots as usize > self.layout.state_len
+            || slots > pos
+            || coverage > pos
+            || slots < pos.min(chunk)
+        {
+            return Err(Error::BadSnapshot);
+        }
+        let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut self.arena[..n / 4]);
+        dst.copy_from_slice(snap);
+        Ok(())
+    }
+
+    /// A read-only view of layer `l`'s state, for inspection and tests.
+    pub fn layer_view(&self, l: usize) -> Option<LayerView<'_>> {
+        let cfg = self.model.config();
+        if l >= cfg.n_layers as usize {
+            return None;
+        }
+        let at = self.counters();
+        let parts = self.layout.layer_parts(self.arena, l);
+        let (sk, sv, r, wk, wv) = (parts.sk, parts.sv, parts.r, parts.wk, parts.wv);
+        Some(LayerView {
+            cfg: *cfg,
+            state_len: self.layout.state_len,
+            slots: at.slots,
+            pos: at.pos,
+            coverage: at.coverage,
+            window_begin: bswa_begin(cfg, at.pos),
+            sk,
+            sv,
+            r,
+            wk,
+            wv,
+        })
+    }
+}
+
+/// Read-only view of one layer's state (see [`Session::layer_view`]).
+#[derive(Debug)]
+pub struct LayerView<'s> {
+    cfg: Config,
+    state_len: usize,
+    /// Live slots.
+    pub slots: usize,
+    /// Tokens seen.
+    pub pos: usize,
+    /// The state covers `[0, coverage)`.
+    pub coverage: usize,
+    /// The window holds `[window_begin, pos)`.
+    pub window_begin: usize,
+    sk: &'s [f32],
+    sv: &'s [f32],
+    r: &'s [f32],
+    wk: Rows<'s>,
+    wv: Rows<'s>,
+}
+
+impl LayerView<'_> {
+    /// Key sum of head `h`, slot `s` (`[d_qk]`).
+    pub fn state_key(&self, h: usize, s: usize) -> &[f32] {
+        let dk = self.cfg.d_qk as usize;
+        &self.sk[(h * self.state_len + s) * dk..][..dk]
+    }
+    /// Value sum of head `h`, slot `s` (`[d_v]`).
+    pub fn state_value(&self, h: usize, s: usize) -> &[f32] {
+        let dv = self.cfg.d_v as usize;
+        &self.sv[(h * self.state_len + s) * dv..][..dv]
+    }
+    /// Read radius (or fold count) of head `h`, slot `s`.
+    pub fn state_radius(&self, h: usize, s: usize) -> f32 {
+        self.r[h * self.state_len + s]
+    }
+    /// Key of window token `j` (absolute position, in `[window_begin, pos)`) of head `h`
+    /// into `out` (`[d_qk]`), as stored (f16 caches widen).
+    pub fn window_key(&self, h: usize, j: usize, out: &mut [f32]) {
+        self.wk.get(ring_index(&self.cfg, h, j), out);
+    }
+    /// Value of window token `j` of head `h` into `out` (`[d_v]`).
+    pub fn window_value(&self, h: usize, j: usize, out: &mut [f32]) {
+        self.wv.get(ring_index(&self.cfg, h, j), out);
+    }
+}

@@ -1,0 +1,403 @@
+//! The arena's layout: how one caller-provided buffer holds a session's whole state and
+//! the scratch of a step, and the views carved from it.
+//!
+//! The arena is one `[f32]` carved, in a fixed order, into:
+//!
+//! ```text
+//! counters   [16]                       pos, slots, coverage, layout stamp
+//! per layer  sk [n_heads, state_len, d_qk]    key sums
+//!            sv [n_heads, state_len, d_v]     value sums
+//!            r  [n_heads, state_len]          read radius (vlens) or fold count
+//!            nk [n_heads, state_len, d_qk]    LN_s_k(sk), refreshed when sk changes  (*)
+//!            nv [n_heads, state_len, d_v]     the value a read sees, likewise         (*)
+//!            wk [n_heads, window_len, d_qk]   window keys (post LN_k, post RoPE), a ring (*)
+//!            wv [n_heads, window_len, d_v]    window values, a ring                   (*)
+//!            wm [n_heads, window_len]         window merge gates, a ring
+//!            prev_q, prev_k [n_heads * d_qk], prev_v [n_heads * d_v], prev_m [d_model]
+//!                                             token-shift carries
+//! scratch    activations of one step, fold scratch, kernel scratch, logits
+//! ```
+//!
+//! (*) stored as the layout's [`CacheDtype`] (f32; f16 in half the words; q8: the i8 values,
+//! then one f32 scale per row); the rest is f32.
+//!
+//! Everything before `scratch` is the session's state: [`crate::Session::snapshot`] copies
+//! it and nothing else. Every region starts on a 64-byte boundary.
+
+use crate::cache::{CacheDtype, Rows, RowsMut};
+use crate::config::Config;
+use crate::error::{ConfigField, Error, Result};
+use crate::kernels;
+
+/// Required alignment of the arena's first byte.
+pub const ARENA_ALIGN: usize = 64;
+
+/// f32s per alignment unit.
+const UNIT: usize = ARENA_ALIGN / 4;
+/// f32s of the counters block.
+pub(crate) const COUNTERS: usize = UNIT;
+
+#[inline]
+const fn pad(n: usize) -> usize {
+    n.div_ceil(UNIT) * UNIT
+}
+
+/// Sizes of one session's arena for a config and a state capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// State slots the arena holds.
+    pub state_len: usize,
+    /// How the rows attention reads are stored.
+    pub cache: CacheDtype,
+    /// f32s of one layer's state.
+    layer_len: usize,
+    /// f32s of the per-step scratch.
+    scratch_len: usize,
+    n_layers: usize,
+    /// Elements of each part of a layer's state ([`Layout::LAYER_CACHED`] ones of `cache`).
+    layer_sizes: [usize; LAYER_PARTS],
+    /// Row width of each part (1 for the ones not stored as `cache`).
+    part_widths: [usize; LAYER_PARTS],
+    step_sizes: [usize; STEP_PARTS],
+    /// Widths of the per-token activation rows.
+    row_widths: [usize; ROW_PARTS],
+    /// The widest input a matrix kernel sees.
+    widest_input: usize,
+}
+
+const LAYER_PARTS: usize = 12;
+const STEP_PARTS: usize = 7;
+const ROW_PARTS: usize = 13;
+
+impl Layout {
+    /// The parts of a layer's state stored as the cache dtype: nk, nv, wk, wv.
+    const LAYER_CACHED: [bool; LAYER_PARTS] =
+        [false, false, false, true, true, true, true, false, false, false, false, false];
+
+    /// The layout of a session of `cfg` holding at most `state_len` slots, its attention
+    /// rows stored as `cache`.
+    ///
+    /// # Errors
+    /// [`Error::BadConfig`] (`StateCapacity`) if `state_len` is below `chunk_len` (the
+    /// first chunk always enters the state whole) or above the model's
+    /// [`Config::natural_state_len`]; [`Error::BadConfig`] if the arena size overflows.
+    pub fn new(cfg: &Config, state_len: usize, cache: CacheDtype) -> Result<Layout> {
+        let too_big = Error::BadConfig(ConfigField::StateCapacity);
+        if state_len < cfg.chunk_len as usize || state_len > cfg.natural_state_len() {
+            return Err(too_big);
+        }
+        let h = cfg.n_heads as usize;
+        let (dk, dv, d) = (cfg.d_qk as usize, cfg.d_v as usize, cfg.d_model as usize);
+        let (s, w, c) = (state_len, cfg.window_len(), cfg.chunk_len as usize);
+        let mul = |a: usize, b: usize| a.checked_mul(b).ok_or(too_big);
+        let layer_sizes = [
+            mul(mul(h, s)?, dk)?,
+            mul(mul(h, s)?, dv)?,
+            mul(h, s)?,
+            mul(mul(h, s)?, dk)?,
+            mul(mul(h, s)?, dv)?,
+            mul(mul(h, w)?, dk)?,
+            mul(mul(h, w)?, dv)?,
+            mul(h, w)?,
+            cfg.q_dim(),
+            cfg.q_dim(),
+            cfg.v_dim(),
+            d,
+        ];
+        let step_sizes = [
+            cfg.vocab_len as usize,                    // logits of the last token
+            mul(h, s.checked_add(w).ok_or(too_big)?)?, // attention scores, per head
+            mul(c, dk)?,                               // prepared overflow keys
+            c,                                         // novelty scores
+            c,                                         // appended flags (u32)
+            mul(s, dk)?,                               // merged key deltas
+            mul(s, dv)?,                               // merged value deltas
+        ];
+        let row_widths = [
+            d,                         // x: residual stream
+            d,                         // a: block input / output
+            cfg.q_dim(),               // q
+            cfg.q_dim(),               // k
+            cfg.v_dim(),               // v
+            cfg.v_dim(),               // v_first
+            cfg.d_vgate as usize,      // value-gate LoRA hidden
+            cfg.v_dim(),               // value gate
+            h,                         // merge gates
+            cfg.v_dim(),               // attention output
+            cfg.d_ff as usize,         // MLP hidden
+            cfg.rope_dim as usize / 2, // RoPE cos
+            cfg.rope_dim as usize / 2, // RoPE sin
+        ];
+        let widest_input = d.max(cfg.d_vgate as usize).max(cfg.v_dim()).max(cfg.d_ff as usize);
+        let sum = |sizes: &[usize]| sizes.iter().try_fold(0usize, |acc, &n| acc.checked_add(pad(n)));
+        // Row widths of the cached parts (nk, nv, wk, wv).
+        let part_widths = [1, 1, 1, dk, dv, dk, dv, 1, 1, 1, 1, 1];
+        let layer_words =
+            core::array::from_fn::<_, LAYER_PARTS, _>(|i| Self::part_words(cache, &part_widths, i, layer_sizes[i]));
+        let layer_len = sum(&layer_words).ok_or(too_big)?;
+        let step_len = sum(&step_sizes).ok_or(too_big)?;
+        let n_layers = cfg.n_layers as usize;
+        let mut lay = Layout {
+            state_len,
+            cache,
+            layer_len,
+            scratch_len: 0,
+            n_layers,
+            layer_sizes,
+            part_widths,
+            step_sizes,
+            row_widths,
+            widest_input,
+        };
+        lay.scratch_len = step_len.checked_add(lay.acts_len(1).ok_or(too_big)?).ok_or(too_big)?;
+        let total = mul(layer_len, n_layers)?.checked_add(lay.scratch_len + COUNTERS).ok_or(too_big)?;
+        mul(total, 4)?;
+        Ok(lay)
+    }
+
+    /// f32 words of part `i` of a layer's state, `n` elements in rows of `width[i]`.
+    #[inline]
+    fn part_words(cache: CacheDtype, width: &[usize; LAYER_PARTS], i: usize, n: usize) -> usize {
+        if Self::LAYER_CACHED[i] {
+            cache.words(n, width[i])
+        } else {
+            n
+        }
+    }
+
+    /// f32s of the activations of `n` tokens processed together (the `batch` of
+    /// [`Session::step_batch`]).
+    pub fn acts_len(&self, n: usize) -> Option<usize> {
+        let rows = self.row_widths.iter().try_fold(0usize, |acc, &w| acc.checked_add(pad(w.checked_mul(n)?)))?;
+        rows.checked_add(pad(kernels::matmul_scratch_len(self.widest_input, n).div_ceil(4)))
+    }
+
+    /// f32s of the persistent part (counters + every layer's state).
+    #[inline]
+    pub(crate) fn state_floats(&self) -> usize {
+        COUNTERS + self.layer_len * self.n_layers
+    }
+
+    /// Exact arena bytes.
+    #[inline]
+    pub fn arena_len(&self) -> usize {
+        (self.state_floats() + self.scratch_len) * 4
+    }
+
+    /// Layer `l`'s state within the layers region (`[n_layers * layer_len]`).
+    pub(crate) fn carve_layer<'s>(&self, layers: &'s mut [f32], l: usize) -> LayerState<'s> {
+        LayerState::carve(&mut layers[l * self.layer_len..(l + 1) * self.layer_len], self)
+    }
+
+    /// Cuts the whole arena (`[arena_len / 4]`) for one forward pass.
+    pub(crate) fn split<'s>(&self, arena: &'s mut [f32]) -> ArenaParts<'s> {
+        let (counters, rest) = arena.split_at_mut(COUNTERS);
+        let (layers, scratch) = rest.split_at_mut(self.state_floats() - COUNTERS);
+        let step_len = self.step_sizes.iter().map(|&n| pad(n)).sum();
+        let (step, acts) = scratch.split_at_mut(step_len);
+        ArenaParts { counters, layers, scratch: Scratch::carve(step, self), acts }
+    }
+
+    /// Read-only views of layer `l`'s state sums, radii and window rings in `arena`
+    /// (`l < n_layers`).
+    pub(crate) fn layer_parts<'s>(&self, arena: &'s [f32], l: usize) -> LayerParts<'s> {
+        let (z, widths, cache) = (&self.layer_sizes, &self.part_widths, self.cache);
+        let mut off = COUNTERS + l * self.layer_len;
+        let mut next = |i: usize| {
+            let words = Layout::part_words(cache, widths, i, z[i]);
+            let s = &arena[off..off + words];
+            off += pad(words);
+            s
+        };
+        let (sk, sv, r) = (next(0), next(1), next(2));
+        let (_nk, _nv) = (next(3), next(4));
+        let wk = Rows::from_words(next(5), z[5], widths[5], cache);
+        let wv = Rows::from_words(next(6), z[6], widths[6], cache);
+        LayerParts { sk, sv, r, wk, wv }
+    }
+
+    /// Bytes of a [`Session::snapshot`].
+    #[inline]
+    pub fn snapshot_len(&self) -> usize {
+        self.state_floats() * 4
+    }
+}
+
+/// The arena of [`Layout::split`].
+pub(crate) struct ArenaParts<'s> {
+    /// `[COUNTERS]`, the words the session keeps its counters in.
+    pub counters: &'s mut [f32],
+    /// `[n_layers * layer_len]`, every layer's state ([`Layout::carve_layer`]).
+    pub layers: &'s mut [f32],
+    pub scratch: Scratch<'s>,
+    /// The rest: one token's activations ([`Acts::carve`] with `n = 1`).
+    pub acts: &'s mut [f32],
+}
+
+/// Layer state for inspection ([`Layout::layer_parts`]).
+pub(crate) struct LayerParts<'s> {
+    /// `[n_heads, state_len, d_qk]`
+    pub sk: &'s [f32],
+    /// `[n_heads, state_len, d_v]`
+    pub sv: &'s [f32],
+    /// `[n_heads, state_len]`
+    pub r: &'s [f32],
+    /// `[n_heads, window_len, d_qk]`
+    pub wk: Rows<'s>,
+    /// `[n_heads, window_len, d_v]`
+    pub wv: Rows<'s>,
+}
+
+/// Splits `n` f32s (padded) off the front of `buf`.
+#[inline]
+fn take<'s>(buf: &mut &'s mut [f32], n: usize) -> &'s mut [f32] {
+    let b = core::mem::take(buf);
+    let (head, tail) = b.split_at_mut(pad(n));
+    *buf = tail;
+    &mut head[..n]
+}
+
+/// One layer's state, carved from the arena.
+pub(crate) struct LayerState<'s> {
+    pub sk: &'s mut [f32],
+    pub sv: &'s mut [f32],
+    pub r: &'s mut [f32],
+    pub nk: RowsMut<'s>,
+    pub nv: RowsMut<'s>,
+    pub wk: RowsMut<'s>,
+    pub wv: RowsMut<'s>,
+    pub wm: &'s mut [f32],
+    pub prev_q: &'s mut [f32],
+    pub prev_k: &'s mut [f32],
+    pub prev_v: &'s mut [f32],
+    pub prev_m: &'s mut [f32],
+}
+
+impl<'s> LayerState<'s> {
+    fn carve(mut buf: &'s mut [f32], lay: &Layout) -> Self {
+        let z = &lay.layer_sizes;
+        let rows = |buf: &mut &'s mut [f32], i: usize| {
+            let (d, words) = (lay.part_widths[i], Layout::part_words(lay.cache, &lay.part_widths, i, z[i]));
+            RowsMut::from_words(take(buf, words), z[i], d, lay.cache)
+        };
+        LayerState {
+            sk: take(&mut buf, z[0]),
+            sv: take(&mut buf, z[1]),
+            r: take(&mut buf, z[2]),
+            nk: rows(&mut buf, 3),
+            nv: rows(&mut buf, 4),
+            wk: rows(&mut buf, 5),
+            wv: rows(&mut buf, 6),
+            wm: take(&mut buf, z[7]),
+            prev_q: take(&mut buf, z[8]),
+            prev_k: take(&mut buf, z[9]),
+            prev_v: take(&mut buf, z[10]),
+            prev_m: take(&mut buf, z[11]),
+        }
+    }
+}
+
+/// Scratch of one step that does not grow with the number of tokens.
+pub(crate) struct Scratch<'s> {
+    /// `[vocab_len]`
+    pub logits: &'s mut [f32],
+    /// `[state_len + window_len]`
+    pub scores: &'s mut [f32],
+    pub fold: FoldScratch<'s>,
+}
+
+/// Scratch of one fold.
+pub(crate) struct FoldScratch<'s> {
+    /// `[chunk_len, d_qk]` prepared keys of the leaving chunk.
+    pub pk: &'s mut [f32],
+    /// `[chunk_len]` novelty scores.
+    pub novelty: &'s mut [f32],
+    /// `[chunk_len]` 1 where the token is appended, 0 where merged.
+    pub index: &'s mut [u32],
+    /// `[state_len, d_qk]` summed merged keys.
+    pub dsk: &'s mut [f32],
+    /// `[state_len, d_v]` summed merged values.
+    pub dsv: &'s mut [f32],
+}
+
+impl<'s> Scratch<'s> {
+    fn carve(mut buf: &'s mut [f32], lay: &Layout) -> Self {
+        let z = &lay.step_sizes;
+        Scratch {
+            logits: take(&mut buf, z[0]),
+            scores: take(&mut buf, z[1]),
+            fold: FoldScratch {
+                pk: take(&mut buf, z[2]),
+                novelty: take(&mut buf, z[3]),
+                index: bytemuck::cast_slice_mut(take(&mut buf, z[4])),
+                dsk: take(&mut buf, z[5]),
+                dsv: take(&mut buf, z[6]),
+            },
+        }
+    }
+}
+
+/// Activations of `n` tokens processed together, one row per token.
+pub(crate) struct Acts<'s> {
+    pub n: usize,
+    /// `[n, d_model]` residual stream.
+    pub x: &'s mut [f32],
+    /// `[n, d_model]` block input, then block output.
+    pub a: &'s mut [f32],
+    /// `[n, n_heads * d_qk]`
+    pub q: &'s mut [f32],
+    pub k: &'s mut [f32],
+    /// `[n, n_heads * d_v]`
+    pub v: &'s mut [f32],
+    pub v_first: &'s mut [f32],
+    /// `[n, d_vgate]`
+    pub vg_lo: &'s mut [f32],
+    /// `[n, n_heads * d_v]`
+    pub vg: &'s mut [f32],
+    /// `[n, n_heads]`
+    pub mg: &'s mut [f32],
+    /// `[n, n_heads * d_v]`
+    pub att: &'s mut [f32],
+    /// `[n, d_ff]`
+    pub ff: &'s mut [f32],
+    /// `[n, rope_dim / 2]` bf16-rounded RoPE tables of each token's position.
+    pub cos: &'s mut [f32],
+    pub sin: &'s mut [f32],
+    /// Kernel scratch (quantized activations).
+    pub act: &'s mut [u8],
+}
+
+impl<'s> Acts<'s> {
+    pub(crate) fn carve(mut buf: &'s mut [f32], lay: &Layout, n: usize) -> Self {
+        let z = lay.row_widths.map(|w| w * n);
+        Acts {
+            n,
+            x: take(&mut buf, z[0]),
+            a: take(&mut buf, z[1]),
+            q: take(&mut buf, z[2]),
+            k: take(&mut buf, z[3]),
+            v: take(&mut buf, z[4]),
+            v_first: take(&mut buf, z[5]),
+            vg_lo: take(&mut buf, z[6]),
+            vg: take(&mut buf, z[7]),
+            mg: take(&mut buf, z[8]),
+            att: take(&mut buf, z[9]),
+            ff: take(&mut buf, z[10]),
+            cos: take(&mut buf, z[11]),
+            sin: take(&mut buf, z[12]),
+            act: bytemuck::cast_slice_mut(take(&mut buf, kernels::matmul_scratch_len(lay.widest_input, n).div_ceil(4))),
+        }
+    }
+}
+
+/// Index of head `h`'s slot `s` in `[n_heads, state_len]` arrays.
+#[inline]
+pub(crate) fn slot_index(h: usize, state_len: usize, s: usize) -> usize {
+    h * state_len + s
+}
+
+/// Index of head `h`'s window entry for position `j` in `[n_heads, window_len]` rings.
+#[inline]
+pub(crate) fn ring_index(cfg: &Config, h: usize, j: usize) -> usize {
+    h * cfg.window_len() + j % cfg.window_len()
+}

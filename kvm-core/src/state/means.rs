@@ -1,0 +1,391 @@
+//! The compressed means state (spec §3): initial appends, folds of a chunk leaving the
+//! window (novelty, appends, winner-take-all merges), and what reads of a slot see.
+
+use crate::cache::Rows;
+use crate::config::{flags, Config};
+use crate::exec::Exec;
+use crate::kernels;
+use crate::math::{layer_norm_inplace, ln_stats, norm};
+use crate::quant::round_bf16;
+use crate::state::arena::{ring_index, slot_index, FoldScratch, LayerState};
+use crate::tensor::Vector;
+
+/// A head's view of one layer's state.
+pub(crate) struct HeadState<'l, 's> {
+    pub(super) st: &'l mut LayerState<'s>,
+    h: usize,
+    cfg: &'l Config,
+    /// Slots the arena holds.
+    state_len: usize,
+    /// `LN_s_k`'s weight and bias, `[d_qk]` each.
+    ln_sk: (Vector<'l>, Vector<'l>),
+}
+
+impl<'l, 's> HeadState<'l, 's> {
+    /// Head `h` of layer state `st`, a session of at most `state_len` slots.
+    #[inline]
+    pub(crate) fn new(
+        st: &'l mut LayerState<'s>,
+        h: usize,
+        cfg: &'l Config,
+        state_len: usize,
+        ln_sk: (Vector<'l>, Vector<'l>),
+    ) -> Self {
+        HeadState { st, h, cfg, state_len, ln_sk }
+    }
+}
+
+impl HeadState<'_, '_> {
+    #[inline]
+    pub(super) fn dk(&self) -> usize {
+        self.cfg.d_qk as usize
+    }
+    #[inline]
+    pub(super) fn dv(&self) -> usize {
+        self.cfg.d_v as usize
+    }
+    #[inline]
+    fn slot(&self, s: usize) -> usize {
+        slot_index(self.h, self.state_len, s)
+    }
+    #[inline]
+    pub(super) fn ring(&self, j: usize) -> usize {
+        ring_index(self.cfg, self.h, j)
+    }
+
+    /// Recomputes what reads of slots `[from, to)` see.
+    fn refresh(&mut self, from: usize, to: usize) {
+        for s in from..to {
+            self.refresh_slot(s, true);
+        }
+    }
+
+    /// Recomputes what reads of slot `s` see: the value (`bf16(sv / max(|sv|, 1e-12) * r)`
+    /// with vlens, else `sv / r`) and, with `key`, `nk = LN_s_k(sk)` (a slot whose key sum
+    /// did not change keeps its key).
+    fn refresh_slot(&mut self, s: usize, key: bool) {
+        let (dk, dv) = (self.dk(), self.dv());
+        let i = self.slot(s);
+        let st = &mut *self.st;
+        if key {
+            let (w, b) = self.ln_sk;
+            let sk = &st.sk[i * dk..(i + 1) * dk];
+            let (mean, inv) = ln_stats(sk);
+            st.nk.set(i, dk, |c| (sk[c] - mean) * inv * w.get(c) + b.get(c));
+        }
+        let sv = &st.sv[i * dv..(i + 1) * dv];
+        let r = st.r[i];
+        if self.cfg.has(flags::VLENS) {
+            let len = norm(sv).max(1e-12);
+            st.nv.set(i, dv, |c| round_bf16(sv[c] / len * r));
+        } else {
+            st.nv.set(i, dv, |c| sv[c] / r);
+        }
+    }
+
+    /// Copies the new token (`k` post-RoPE, `v`, gate `m`) into initial-state slot `s`;
+    /// the radius is the ungated `|v|` even when the copy is gated.
+    pub fn initial_append(&mut self, s: usize, k: &[f32], v: &[f32], m: f32, gated: bool, pk: &mut [f32]) {
+        pk.copy_from_slice(k);
+        prepare_key(self.cfg, self.ln_sk, pk);
+        let (i, dk, dv) = (self.slot(s), self.dk(), self.dv());
+        let vlens = self.cfg.has(flags::VLENS);
+        let st = &mut *self.st;
+        let sv = &mut st.sv[i * dv..(i + 1) * dv];
+        sv.copy_from_slice(v);
+        let gate = if gated { m } else { 1.0 };
+        store_slot(&mut st.sk[i * dk..(i + 1) * dk], sv, &mut st.r[i], pk, (gate, gate), vlens, false);
+        self.refresh(s, s + 1);
+    }
+
+    /// Folds window chunk `[b, b + chunk_len)` into the state: the `slots_after -
+    /// slots_before` most novel tokens (lowest best similarity to
+    /// the current slots) become new slots, the rest merge into their nearest non-sink slot
+    /// (spec §3 "Overflow update").
+    pub fn fold(
+        &mut self,
+        b: usize,
+        slots_before: usize,
+        slots_after: usize,
+        fs: &mut FoldScratch<'_>,
+        exec: &dyn Exec,
+    ) {
+        let (dk, dv) = (self.dk(), self.dv());
+        let c = self.cfg.chunk_len as usize;
+        let gate_keys = self.cfg.has(flags::MERGE_GATE_KEYS);
+        let gate_values = self.cfg.has(flags::MERGE_GATE_VALUES);
+        let gate_appends = self.cfg.has(flags::GATE_APPENDS);
+
+        // pk_j = LN_s_k(k_j, rope dims zeroed) of every leaving token: [chunk_len, d_qk],
+        // in pieces of SIM_PIECE tokens (threads may take them).
+        let (cfg, h, ln_sk, wk) = (self.cfg, self.h, self.ln_sk, self.st.wk.as_rows());
+        exec.pieces(&mut fs.pk[..c * dk], SIM_PIECE * dk, &|p, piece| {
+            for (j, pk) in piece.chunks_exact_mut(dk).enumerate() {
+                wk.get(ring_index(cfg, h, b + p * SIM_PIECE + j), pk);
+                prepare_key(cfg, ln_sk, pk);
+            }
+        });
+
+        // Novelty: a token's best similarity to the current slots; the n_append lowest
+        // (ties: lower token first) are appended.
+        let n_append = slots_after - slots_before;
+        let appended = &mut fs.index[..c];
+        if n_append == 0 || n_append == c {
+            appended.fill((n_append == c) as u32);
+        } else {
+            // Similarities go to `dsk`, free until the merges sum into it.
+            let nk = self.st.nk.as_rows().rows(self.slot(0), self.slot(slots_before), dk);
+            let novelty = &mut fs.novelty[..c];
+            similarities(exec, dk, nk, &fs.pk[..c * dk], fs.dsk, |i, sims| {
+                novelty[i] = sims.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            });
+            mark_least_novel(&fs.novelty[..c], n_append, appended);
+        }
+
+        // Appends, in token order; gated copies when the model gates appends.
+        let mut s = slots_before;
+        for i in 0..c {
+            if fs.index[i] == 0 {
+                continue;
+            }
+            // The gated copies gk, gv when appends are gated: each kind gated only if the
+            // model gates it.
+            let ri = self.ring(b + i);
+            let m = self.st.wm[ri];
+            let gate = |kind_gated: bool| if gate_appends && kind_gated { m } else { 1.0 };
+            let gates = (gate(gate_keys), gate(gate_values));
+            let si = self.slot(s);
+            let vlens = self.cfg.has(flags::VLENS);
+            let st = &mut *self.st;
+            let sv = &mut st.sv[si * dv..(si + 1) * dv];
+            st.wv.as_rows().get(ri, sv);
+            store_slot(
+                &mut st.sk[si * dk..(si + 1) * dk],
+                sv,
+                &mut st.r[si],
+                &fs.pk[i * dk..(i + 1) * dk],
+                gates,
+                vlens,
+                true,
+            );
+            s += 1;
+        }
+        self.refresh(slots_before, slots_after);
+
+        // Merges: every other token joins argmax_{s >= sink} gk . LN_s_k(sk[s]) (ties:
+        // lowest slot), all decided against the post-append snapshot (similarities in
+        // `dsk`, still free), then summed in. A merged token's `index` becomes
+        // `MERGED | slot`; its `pk` row becomes the gated key `gk`.
+        const MERGED: u32 = 1 << 31;
+        let protected = (self.cfg.sink_len as usize).min(slots_after);
+        for i in 0..c {
+            if fs.index[i] == 0 && gate_keys {
+                let m = self.st.wm[self.ring(b + i)];
+                fs.pk[i * dk..(i + 1) * dk].iter_mut().for_each(|x| *x *= m);
+            }
+        }
+        let nk = self.st.nk.as_rows().rows(self.slot(protected), self.slot(slots_after), dk);
+        let index = &mut fs.index[..c];
+        similarities(exec, dk, nk, &fs.pk[..c * dk], fs.dsk, |i, sims| {
+            if index[i] != 0 {
+                return;
+            }
+            // With every slot a sink (a growable state's early fold whose sink_len is not
+            // yet exceeded; the reference asserts there) the last slot takes the token.
+            let mut best = protected.min(slots_after - 1);
+            let mut best_score = f32::NEG_INFINITY;
+            for (s, &score) in sims.iter().enumerate() {
+                if score > best_score {
+                    best_score = score;
+                    best = protected + s;
+                }
+            }
+            index[i] = MERGED | best as u32;
+        });
+        // The slots taking merges, a bit each in the novelty buffer (free now): only their
+        // sums change. (A state of more than 32 slots per chunk token, which the bits
+        // cannot hold, counts every slot as taking one.)
+        let bits: &mut [u32] = bytemuck::cast_slice_mut(&mut fs.novelty[..c]);
+        let every = slots_after > 32 * bits.len();
+        bits.fill(0);
+        let mut merges = false;
+        for &ix in fs.index[..c].iter().filter(|&&ix| ix & MERGED != 0) {
+            let s = (ix & !MERGED) as usize;
+            if !every {
+                bits[s / 32] |= 1 << (s % 32);
+            }
+            merges = true;
+        }
+        let touched = |s: usize| every || bits[s / 32] >> (s % 32) & 1 != 0;
+        for s in (0..slots_after).filter(|&s| touched(s)) {
+            fs.dsk[s * dk..(s + 1) * dk].fill(0.0);
+            fs.dsv[s * dv..(s + 1) * dv].fill(0.0);
+        }
+        for i in 0..c {
+            if fs.index[i] & MERGED == 0 {
+                continue;
+            }
+            let best = (fs.index[i] & !MERGED) as usize;
+            let ri = self.ring(b + i);
+            let vm = if gate_values { self.st.wm[ri] } else { 1.0 };
+            for (o, &g) in fs.dsk[best * dk..(best + 1) * dk].iter_mut().zip(&fs.pk[i * dk..(i + 1) * dk]) {
+                *o += g;
+            }
+            self.st.wv.as_rows().add_scaled(ri, vm, &mut fs.dsv[best * dv..(best + 1) * dv]);
+        }
+        if merges {
+            let vlens = self.cfg.has(flags::VLENS);
+            for s in 0..slots_after {
+                let hit = touched(s);
+                let si = self.slot(s);
+                let st = &mut *self.st;
+                if hit {
+                    for (o, &d) in st.sk[si * dk..(si + 1) * dk].iter_mut().zip(&fs.dsk[s * dk..(s + 1) * dk]) {
+                        *o += d;
+                    }
+                    for (o, &d) in st.sv[si * dv..(si + 1) * dv].iter_mut().zip(&fs.dsv[s * dv..(s + 1) * dv]) {
+                        *o += d;
+                    }
+                }
+                // The reference's broadcast quirk: every slot's count grows once per fold
+                // (so every slot's value changes, with or without merges).
+                if !vlens {
+                    st.r[si] += 1.0;
+                }
+                if hit || !vlens {
+                    self.refresh_slot(s, hit);
+                }
+            }
+        }
+    }
+
+    /// Prefetches what [`HeadState::initial_append`] to slot `initial` (if any) and
+    /// [`HeadState::push_window`] of token `t` will write, so their stores find the lines
+    /// in cache: those rows were last touched many steps ago.
+    pub fn prefetch_writes(&self, t: usize, initial: Option<usize>) {
+        let (dk, dv) = (self.dk(), self.dv());
+        let st = &*self.st;
+        if let Some(s) = initial {
+            let i = self.slot(s);
+            kernels::prefetch_lines(&st.sk[i * dk..(i + 1) * dk], kernels::Access::Write);
+            kernels::prefetch_lines(&st.sv[i * dv..(i + 1) * dv], kernels::Access::Write);
+            st.nk.prefetch_row(i, dk);
+            st.nv.prefetch_row(i, dv);
+        }
+        let ri = self.ring(t);
+        st.wk.prefetch_row(ri, dk);
+        st.wv.prefetch_row(ri, dv);
+    }
+}
+
+/// `pk <- LN_s_k(pk with dims [0, rope_dim) zeroed)` (spec §3 "State keys are prepared"):
+/// `pk` holds a key on entry.
+fn prepare_key(cfg: &Config, (w, b): (Vector<'_>, Vector<'_>), pk: &mut [f32]) {
+    pk[..cfg.rope_dim as usize].fill(0.0);
+    layer_norm_inplace(pk, w, b);
+}
+
+/// Sets `flags[i]` to 1 for the `n` tokens of least `novelty` (`0 < n < novelty.len()`;
+/// ties: lower token first; a total order, NaN included, so exactly `n` are marked) and
+/// to 0 for the others. A selection over token indices held in `flags` itself finds the
+/// `n`-th of them, then every token is compared with it: linear, where counting each
+/// token's lesser ones was quadratic in the chunk length.
+fn mark_least_novel(novelty: &[f32], n: usize, flags: &mut [u32]) {
+    let order = |a: &u32, b: &u32| novelty[*a as usize].total_cmp(&novelty[*b as usize]).then(a.cmp(b));
+    for (i, x) in (0u32..).zip(flags.iter_mut()) {
+        *x = i;
+    }
+    flags.select_nth_unstable_by(n - 1, order);
+    let cut = flags[n - 1];
+    for (i, flag) in (0u32..).zip(flags.iter_mut()) {
+        *flag = order(&i, &cut).is_le() as u32;
+    }
+}
+
+/// Tokens per piece of a fold's parallel work (key preparation, [`similarities`]).
+const SIM_PIECE: usize = 16;
+
+/// Hands `each(i, sims_i)`, in query order, the dot products ([`kernels::dots_many`]) of query
+/// `i` of `queries` (`[m, d]`) with every row of `keys` (`[s, d]`, `s` possibly 0),
+/// computed in blocks of queries that fit `scratch` (at least `s` floats), each block's
+/// pieces in parallel through `exec`.
+fn similarities(
+    exec: &dyn Exec,
+    d: usize,
+    keys: Rows<'_>,
+    queries: &[f32],
+    scratch: &mut [f32],
+    mut each: impl FnMut(usize, &[f32]),
+) {
+    let (s, m) = (keys.len() / d, queries.len() / d);
+    if s == 0 {
+        (0..m).for_each(|i| each(i, &[]));
+        return;
+    }
+    let block = (scratch.len() / s).clamp(1, m.max(1));
+    for q0 in (0..m).step_by(block) {
+        let out = &mut scratch[..block.min(m - q0) * s];
+        exec.pieces(out, SIM_PIECE * s, &|p, piece| {
+            let q = q0 + p * SIM_PIECE;
+            keys.dots_many(&queries[q * d..(q + piece.len() / s) * d], d, piece);
+        });
+        for (j, row) in out.chunks_exact(s).enumerate() {
+            each(q0 + j, row);
+        }
+    }
+}
+
+/// `sk = pk * key_gate`, `sv = v * value_gate` (`sv` holds `v` on entry), `r = |v|` or
+/// `|v * value_gate|` (vlens) or 1.
+fn store_slot(
+    sk: &mut [f32],
+    sv: &mut [f32],
+    r: &mut f32,
+    pk: &[f32],
+    (key_gate, value_gate): (f32, f32),
+    vlens: bool,
+    gated_radius: bool,
+) {
+    let ungated = if vlens && !gated_radius { norm(sv) } else { 0.0 };
+    for (o, &x) in sk.iter_mut().zip(pk) {
+        *o = x * key_gate;
+    }
+    for o in sv.iter_mut() {
+        *o *= value_gate;
+    }
+    *r = match (vlens, gated_radius) {
+        (false, _) => 1.0,
+        (true, true) => norm(sv),
+        (true, false) => ungated,
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sampler::Pcg32;
+
+    #[test]
+    fn the_least_novel_are_the_tokens_with_fewer_lesser_ones_than_appended() {
+        let mut rng = Pcg32::new(3);
+        for round in 0..400 {
+            let c = 2 + rng.next_u32() as usize % 300;
+            // Ties on a coarse grid, and NaN and infinities now and then.
+            let novelty: [f32; 301] = core::array::from_fn(|_| match rng.next_u32() % 50 {
+                0 => f32::NAN,
+                1 => f32::NEG_INFINITY,
+                2 => f32::INFINITY,
+                v => (v % 7) as f32 * 0.25 - 0.5,
+            });
+            let novelty = &novelty[..c];
+            let n = 1 + rng.next_u32() as usize % (c - 1);
+            let mut flags = [7u32; 301];
+            mark_least_novel(novelty, n, &mut flags[..c]);
+            for (i, &mine) in novelty.iter().enumerate() {
+                let below =
+                    novelty.iter().enumerate().filter(|&(j, x)| x.total_cmp(&mine).then(j.cmp(&i)).is_lt()).count();
+                assert_eq!(flags[i], (below < n) as u32, "round {round}, token {i} of {c}, {n} appended");
+            }
+        }
+    }
+}

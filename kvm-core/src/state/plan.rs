@@ -1,0 +1,157 @@
+//! What one token does to the means state (spec §3): the [`Counters`] every layer and
+//! head share, the [`Plan`] of a step derived from them (initial append, fold, target
+//! size, which window and state slots attention reads) and [`bswa_begin`].
+
+use crate::config::{flags, Config, StateBudget};
+
+/// Where the sequence is: the counters shared by every layer and head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counters {
+    /// Tokens seen.
+    pub pos: usize,
+    /// Live state slots.
+    pub slots: usize,
+    /// The state covers tokens `[0, coverage)`.
+    pub coverage: usize,
+}
+
+impl Counters {
+    #[inline]
+    pub(crate) fn new(pos: usize, slots: usize, coverage: usize) -> Counters {
+        Counters { pos, slots, coverage }
+    }
+}
+
+/// How a token enters the session: prompt tokens gate the initial state when the model
+/// says so (`kvm_apply_merge_gate_to_initial_state`); the reference's decode path never
+/// does, and kvm reproduces both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Phase {
+    Prefill,
+    Decode,
+}
+
+/// What the means state does during one step (the same for every layer and head).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    /// Absolute position of the new token.
+    pub t: usize,
+    /// `Some(slot)`: the token is copied straight into the initial state.
+    pub initial: Option<usize>,
+    /// Whether the initial copy is gated.
+    pub gate_initial: bool,
+    /// `Some(b)`: chunk `[b, b + chunk_len)` leaves the window and is folded first.
+    pub fold_begin: Option<usize>,
+    /// Slots before and after this step's update.
+    pub slots_before: usize,
+    pub slots_after: usize,
+    /// The token attends to window tokens `[window_begin, t]`.
+    pub window_begin: usize,
+    /// Whether the state is read (`n > window_len`).
+    pub read_state: bool,
+    pub coverage_after: usize,
+}
+
+/// The first window token a step with `n` tokens seen attends to (spec §3):
+/// `bswa_begin(n) = max(0, ceil(n / C) * C - W)`.
+#[inline]
+pub fn bswa_begin(cfg: &Config, n: usize) -> usize {
+    let c = cfg.chunk_len as usize;
+    (n.div_ceil(c) * c).saturating_sub(cfg.window_len())
+}
+
+impl Plan {
+    /// The step of the token at `at.pos` in a session of at most `state_len` slots.
+    fn new(cfg: &Config, state_len: usize, at: Counters, phase: Phase) -> Plan {
+        let c = cfg.chunk_len as usize;
+        let t = at.pos;
+        let n = t + 1;
+        let window_begin = bswa_begin(cfg, n);
+        let coverage_after = n.min(c).max(window_begin);
+        let mut plan = Plan {
+            t,
+            initial: None,
+            gate_initial: phase == Phase::Prefill && cfg.has(flags::GATE_INITIAL_STATE),
+            fold_begin: None,
+            slots_before: at.slots,
+            slots_after: at.slots,
+            window_begin,
+            read_state: n > cfg.window_len(),
+            coverage_after,
+        };
+        if t < c {
+            plan.initial = Some(at.slots);
+            plan.slots_after = at.slots + 1;
+        } else if coverage_after > at.coverage {
+            let b = at.coverage;
+            plan.fold_begin = Some(b);
+            let target = target_slots(cfg, state_len, b + cfg.window_len(), b + c, at.slots);
+            plan.slots_after = at.slots + (target - at.slots).min(c);
+        }
+        plan
+    }
+}
+
+impl Plan {
+    /// The counters after this step.
+    fn next(&self) -> Counters {
+        Counters { pos: self.t + 1, slots: self.slots_after, coverage: self.coverage_after }
+    }
+}
+
+/// Most tokens of one [`Segment`]: its plans live on the stack (a few hundred bytes on a
+/// 32-bit MCU), and eight queries per head already reuse each head's keys from cache.
+pub(crate) const SEGMENT_LEN: usize = 8;
+
+/// The plans of consecutive tokens within one chunk, each computed once: the state
+/// updates of the segment's tokens read them in order, then every head's attention. Folds
+/// happen only at a chunk's first token, so once a segment's tokens are in, the state
+/// each of them reads is final.
+pub(crate) struct Segment {
+    plans: [Plan; SEGMENT_LEN],
+    len: usize,
+}
+
+impl Segment {
+    /// The plans of the tokens from `at.pos` on: `n` of them (`n >= 1`) or fewer, up to
+    /// the chunk's end or [`SEGMENT_LEN`].
+    pub(crate) fn new(cfg: &Config, state_len: usize, at: Counters, phase: Phase, n: usize) -> Segment {
+        let c = cfg.chunk_len as usize;
+        let len = n.min(c - at.pos % c).clamp(1, SEGMENT_LEN);
+        let mut plans = [Plan::new(cfg, state_len, at, phase); SEGMENT_LEN];
+        for i in 1..len {
+            plans[i] = Plan::new(cfg, state_len, plans[i - 1].next(), phase);
+        }
+        Segment { plans, len }
+    }
+
+    /// `[len]`, in token order.
+    #[inline]
+    pub(crate) fn plans(&self) -> &[Plan] {
+        &self.plans[..self.len]
+    }
+
+    /// The counters after the segment's last token.
+    #[inline]
+    pub(crate) fn next(&self) -> Counters {
+        self.plans[self.len - 1].next()
+    }
+}
+
+/// The state size a fold grows to (spec §3 "Target size"), capped by the arena.
+fn target_slots(cfg: &Config, state_len: usize, ctx: usize, avail: usize, cur: usize) -> usize {
+    let round_down = |x: f64| -> i64 {
+        let x = if x > 0.0 { libm::floor(x) as i64 } else { 0 };
+        x / cfg.state_round_down as i64 * cfg.state_round_down as i64
+    };
+    let min_len = cfg.state_min_len as i64;
+    let want = match cfg.budget {
+        StateBudget::Fixed => min_len,
+        StateBudget::PowerLaw { factor, exponent } => round_down(factor * libm::pow(ctx as f64, exponent)).max(min_len),
+        StateBudget::Saturation { n } => round_down(n * ctx as f64 / (n + ctx as f64)).max(min_len),
+    };
+    let cap = avail.min(cfg.chunk_len as usize * cfg.max_state_chunks as usize).min(state_len);
+    let want = if want < 0 { 0 } else { (want as u64).min(cap as u64) as usize };
+    want.max(cur)
+}
