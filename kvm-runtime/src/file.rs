@@ -20,8 +20,7 @@ pub enum Pages {
     Mapped,
     /// Read once into anonymous memory advised for transparent huge pages. Decode
     /// streams every weight each step; in 2 MiB pages that stream misses the TLB once
-    /// per 2 MiB instead of once per 4 KiB (`paper-120m` on two threads: q4_0 1.07-1.15x
-    /// decode, f32 1.04-1.10x, docs/perf.md). Linux with transparent huge pages on
+    /// per 2 MiB instead of once per 4 KiB (docs/perf.md). Linux with transparent huge pages on
     /// (`always` or `madvise`); anywhere else, or without the memory for the copy, it
     /// falls back to [`Pages::Mapped`].
     Huge,

@@ -21,10 +21,7 @@ pub(crate) fn prefetch(p: *const u8, ahead: usize) {
 }
 
 /// Bytes a tile of `R` rows prefetches ahead in each of its runs: 32 KiB in flight in
-/// all, which L1 holds, however many runs and however long the rows. (Paper-120m f32
-/// decode on an AVX-512 Xeon, two threads, 16 runs: 2 KiB ahead in each ran 1.04x as fast
-/// as 4 KiB, and that 1.09x as fast as 4 rows ahead, 48-192 KiB, more than L1 holds; on
-/// a second Xeon 64 KiB in all ran 0.95x as fast as 32.)
+/// all, as much as L1 holds, however many runs and however long the rows.
 pub(crate) const fn tile_ahead<const R: usize>() -> usize {
     32 * 1024 / R
 }
@@ -34,11 +31,8 @@ pub(crate) const fn tile_ahead<const R: usize>() -> usize {
 /// L2: a block spans at most 3 lines and starts at most 112 bytes after the last one's
 /// start, so 2 prefetches 64 bytes apart reach every line of each.
 ///
-/// f32p's decode does more work per byte than f32's, so it keeps less in flight in L1
-/// (paper-120m f32p decode on the second Xeon, 8 runs: 512 B to 1.5 KiB ahead in each ran
-/// about level on one and two threads, 4 KiB 0.80-0.88x as fast) and has L2 hold the
-/// float kernels' distance ahead (one thread: 1.02x, 1.06x and 1.01x as fast as without
-/// in three runs of 8-10 interleaved rounds, 8 KiB ahead 1.03x; two threads: 1.03x).
+/// f32p's decode does more work per byte than f32's, so it keeps less in flight in L1 and
+/// has L2 hold the float kernels' distance ahead.
 #[inline(always)]
 pub(crate) fn prefetch_packed<const R: usize>(p: *const u8) {
     for line in [0, 64] {
