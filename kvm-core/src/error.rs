@@ -129,11 +129,9 @@ impl fmt::Display for Error {
             Error::BadEndianness => f.write_str("model was written with another byte order"),
             Error::Checksum { section } => write!(f, "checksum mismatch in {section:?}"),
             Error::OutOfBounds => f.write_str("a section or tensor lies outside the blob"),
-            Error::ExtraBytes { file_len, blob_len } => write!(
-                f,
-                "model blob is {blob_len} bytes but its header says {file_len}: {} bytes too many",
-                blob_len.saturating_sub(file_len)
-            ),
+            Error::ExtraBytes { file_len, blob_len } => {
+                write!(f, "model blob is {blob_len} bytes, longer than the {file_len} its header states")
+            }
             Error::Misaligned => f.write_str("tensor data is not 64-byte aligned"),
             Error::BadTensor { role, layer } => {
                 write!(f, "bad tensor entry (role {role}, layer {layer})")
