@@ -52,7 +52,7 @@ fn decode(c: &mut Criterion) {
                 // Past the window, so every step reads a full state and a steady window.
                 let n = cfg.window_len() + cfg.chunk_len as usize;
                 let prompt: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(7919) % cfg.vocab_len).collect();
-                prefill(&mut session, &prompt, Phase::Prefill, &Pool::new(1).unwrap(), false).unwrap();
+                prefill(&mut session, &prompt, Phase::Prefill, &Pool::new(1).unwrap()).unwrap();
                 let mut next = argmax(session.logits());
                 let id = format!("{}/{}", dtype.name(), cache.name());
                 group.bench_function(BenchmarkId::from_parameter(id), |b| {

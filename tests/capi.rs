@@ -171,7 +171,7 @@ fn version_and_status_strings() {
     }
     assert_eq!(kvm_status::all()[0], KVM_OK);
     assert_eq!(KVM_OK as i32, 0);
-    for code in [-1, 18, 99, 105, i32::MIN, i32::MAX] {
+    for code in [-1, 20, 99, 105, i32::MIN, i32::MAX] {
         assert_eq!(c_str(kvm_status_string(code)), "unknown status");
     }
 }
@@ -196,6 +196,8 @@ fn every_core_error_kind_has_its_own_code() {
         Error::BadTokenizer,
         Error::BadSnapshot,
         Error::InvalidArgument,
+        Error::NonFiniteLogits { pos: 0 },
+        Error::ExtraBytes { file_len: 1, blob_len: 2 },
     ];
     let codes: std::collections::HashSet<i32> = kinds.iter().map(|&e| kvm_status::from(e) as i32).collect();
     assert_eq!(codes.len(), kinds.len());
@@ -739,4 +741,141 @@ fn c_example_matches_rust_greedy() {
     let prompt_ids: Vec<u32> = prompt.bytes().map(u32::from).collect();
     assert_eq!(ids, rust_greedy(tiny_kjv(), &prompt_ids, n));
     assert!(stdout.contains("state save/restore: ok"), "{stdout}");
+}
+
+/// `blob`, leaked so a `kvm_model` may borrow it for the rest of the test binary.
+fn leak(blob: Vec<u8>) -> &'static [u8] {
+    Box::leak(blob.into_boxed_slice())
+}
+
+#[test]
+fn a_bad_out_pointer_fails_the_call_before_it_changes_anything() {
+    let f = Fixture::kjv();
+    let prompt = f.tokenize("In the beginning");
+    let s = f.session();
+    s.set_sampler(sampling(), 9);
+    s.prefill(&prompt);
+    let (pos, snap) = (s.pos(), s.save());
+    let mut words = [0u32; 4];
+    let odd = unsafe { words.as_mut_ptr().cast::<u8>().add(1) }.cast::<u32>();
+    assert_eq!(unsafe { kvm_decode_step(s.s, odd) }, KVM_ERR_MISALIGNED_POINTER);
+    assert_eq!(unsafe { kvm_decode_step(s.s, null_mut()) }, KVM_ERR_NULL_POINTER);
+    let mut counts = [0usize; 2];
+    let odd_count = unsafe { counts.as_mut_ptr().cast::<u8>().add(3) }.cast::<usize>();
+    assert_eq!(unsafe { kvm_generate(s.s, 5, None, null_mut(), odd_count) }, KVM_ERR_MISALIGNED_POINTER);
+    // No position advanced, no draw of the RNG, no token in the history.
+    assert_eq!(s.pos(), pos);
+    assert_eq!(s.save(), snap);
+    let fresh = f.session();
+    fresh.set_sampler(sampling(), 9);
+    fresh.prefill(&prompt);
+    assert_eq!(s.steps(6), fresh.steps(6));
+
+    // Tokenizing into a misaligned count writes no ids.
+    let mut ids = vec![u32::MAX; 32];
+    let code = unsafe { kvm_tokenize(&*f.model, c"In".as_ptr(), 2, ids.as_mut_ptr(), ids.len(), odd_count) };
+    assert_eq!(code, KVM_ERR_MISALIGNED_POINTER);
+    assert!(ids.iter().all(|&t| t == u32::MAX));
+    // A misaligned handle out-pointer: the arena is left alone.
+    let mut arena = Arena::new(f.arena_len);
+    let bytes = arena.bytes_mut();
+    bytes.fill(0xAB);
+    let mut handles = [null_mut::<kvm_session>(); 2];
+    let odd_handle = unsafe { handles.as_mut_ptr().cast::<u8>().add(1) }.cast::<*mut kvm_session>();
+    let code = unsafe { kvm_session_init(&*f.model, bytes.as_mut_ptr().cast(), bytes.len(), odd_handle) };
+    assert_eq!(code, KVM_ERR_MISALIGNED_POINTER);
+    assert!(bytes.iter().all(|&b| b == 0xAB));
+}
+
+#[test]
+fn snapshots_are_bound_to_the_whole_model() {
+    // The same weights and tensor table, another rope_theta: another model.
+    let dir = checkpoint_copy(&repo().join("models/tiny-kjv"), "theta", |c| c["rope_theta"] = 500000.into());
+    let other = leak(convert_to_bytes(&dir, DType::F32));
+    std::fs::remove_dir_all(&dir).ok();
+    let (a, b) = (Model::from_bytes(tiny_kjv()).unwrap(), Model::from_bytes(other).unwrap());
+    assert_eq!(a.header().table_crc, b.header().table_crc, "the tensor tables match");
+    assert_ne!(a.identity(), b.identity());
+
+    let (fa, fb) = (Fixture::kjv(), Fixture::new(other));
+    let (sa, sb) = (fa.session(), fb.session());
+    let prompt = fa.tokenize("And God said");
+    sa.prefill(&prompt);
+    sa.steps(3);
+    sb.prefill(&prompt);
+    let before = sb.save();
+    assert_eq!(sb.restore(&sa.save()), KVM_ERR_BAD_SNAPSHOT);
+    assert_eq!(sb.save(), before);
+
+    // The core's own snapshots, too.
+    let mut arena_a = Arena::new(a.arena_len());
+    let mut arena_b = Arena::new(b.arena_len());
+    let mut core_a = Session::new(a, arena_a.bytes_mut()).unwrap();
+    let mut core_b = Session::new(b, arena_b.bytes_mut()).unwrap();
+    core_a.prefill(&prompt).unwrap();
+    let mut snap = vec![0u8; core_a.snapshot_len()];
+    core_a.snapshot(&mut snap).unwrap();
+    assert_eq!(core_b.restore(&snap), Err(Error::BadSnapshot));
+    assert_eq!(core_a.restore(&snap), Ok(()));
+}
+
+#[test]
+fn non_finite_logits_have_their_own_status() {
+    let blob = leak(model_with(256, f32::MAX));
+    let f = Fixture::new(blob);
+    let s = f.session();
+    s.set_sampler(greedy(), 0);
+    s.prefill(&[1, 2, 3]);
+    let mut t = u32::MAX;
+    assert_eq!(unsafe { kvm_decode_step(s.s, &mut t) }, KVM_ERR_NON_FINITE);
+    assert_eq!(t, u32::MAX);
+    assert_eq!(
+        c_str(kvm_status_string(KVM_ERR_NON_FINITE as i32)),
+        "the model's logits are not finite (NaN or infinity)"
+    );
+    // The step was taken; the session stays consistent and usable after a reset.
+    assert_eq!(s.pos(), 3);
+    assert_eq!(unsafe { kvm_session_reset(s.s) }, KVM_OK);
+    assert_eq!(s.pos(), 0);
+
+    // The core says where: the position of the token whose logits overflowed.
+    let model = Model::from_bytes(blob).unwrap();
+    let mut arena = Arena::new(model.arena_len());
+    let mut core = Session::new(model, arena.bytes_mut()).unwrap();
+    for t in [5, 6] {
+        core.step(t, kvm_core::state::Phase::Prefill, false).unwrap();
+    }
+    assert_eq!(core.decode(7).map(|_| ()), Err(Error::NonFiniteLogits { pos: 2 }));
+    assert_eq!(core.pos(), 3);
+    // The same model with ordinary weights decodes.
+    let fine = leak(model_with(256, 0.01));
+    let model = Model::from_bytes(fine).unwrap();
+    let mut arena = Arena::new(model.arena_len());
+    let mut core = Session::new(model, arena.bytes_mut()).unwrap();
+    assert!(core.decode(7).unwrap().iter().all(|x| x.is_finite()));
+}
+
+#[test]
+fn a_failed_load_leaves_the_model_unloaded() {
+    let blob = tiny_kjv();
+    let mut m = kvm_model::new();
+    assert_eq!(unsafe { kvm_model_load(blob.as_ptr(), blob.len(), 0, &mut m) }, KVM_OK);
+    assert!(unsafe { kvm_arena_size(&m) } > 0);
+    let mut bad = blob.to_vec();
+    bad[0] ^= 1;
+    assert_eq!(unsafe { kvm_model_load(bad.as_ptr(), bad.len(), 0, &mut m) }, KVM_ERR_BAD_MAGIC);
+    assert_eq!(unsafe { kvm_arena_size(&m) }, 0);
+    let mut info = kvm_model_desc::default();
+    assert_eq!(unsafe { kvm_model_info(&m, &mut info) }, KVM_ERR_BAD_HANDLE);
+    // A bad flag is a failed load too.
+    assert_eq!(unsafe { kvm_model_load(blob.as_ptr(), blob.len(), 0, &mut m) }, KVM_OK);
+    assert_eq!(unsafe { kvm_model_load(blob.as_ptr(), blob.len(), 2, &mut m) }, KVM_ERR_INVALID_ARGUMENT);
+    assert_eq!(unsafe { kvm_arena_size(&m) }, 0);
+
+    // Bytes past the header's file length are named as such.
+    let mut longer = blob.to_vec();
+    longer.push(0);
+    assert_eq!(unsafe { kvm_model_load(longer.as_ptr(), longer.len(), 0, &mut m) }, KVM_ERR_EXTRA_BYTES);
+    let file_len = blob.len() as u64;
+    assert_eq!(Model::from_bytes(&longer).map(|_| ()), Err(Error::ExtraBytes { file_len, blob_len: file_len + 1 }));
 }

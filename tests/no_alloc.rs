@@ -166,7 +166,7 @@ fn decode_on_a_pool_allocates_nothing_on_any_thread() {
     let pool = Pool::new(2).unwrap();
     mark_pool_threads(&pool);
     let prompt: Vec<u32> = (0..100).map(|i| (i * 7 % 256) as u32).collect();
-    prefill(&mut session, &prompt, Phase::Prefill, &pool, false).unwrap();
+    prefill(&mut session, &prompt, Phase::Prefill, &pool).unwrap();
     let decode = |session: &mut Session<'_, '_>, steps: usize, exec: &dyn Exec| {
         let mut tok = 1u32;
         for _ in 0..steps {

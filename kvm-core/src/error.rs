@@ -19,6 +19,9 @@ pub enum Error {
     Checksum { section: Section },
     /// A section or tensor lies outside the blob or overlaps another.
     OutOfBounds,
+    /// The blob is longer than the file length its header states (bytes appended, or
+    /// the wrong length passed).
+    ExtraBytes { file_len: u64, blob_len: u64 },
     /// A tensor's data does not start on a 64-byte boundary within the blob.
     Misaligned,
     /// A tensor is missing, duplicated, has the wrong role order, dtype or shape.
@@ -41,6 +44,10 @@ pub enum Error {
     BadSnapshot,
     /// An argument is outside its documented range (sampler settings, capacities).
     InvalidArgument,
+    /// The logits of the token at position `pos` (0-based, counting every token the
+    /// session has seen) hold a NaN or an infinity: the weights or the state overflowed.
+    /// The step was taken, so the session's state may hold them too: reset or restore it.
+    NonFiniteLogits { pos: u32 },
 }
 
 /// Which checksum failed.
@@ -122,6 +129,9 @@ impl fmt::Display for Error {
             Error::BadEndianness => f.write_str("model was written with another byte order"),
             Error::Checksum { section } => write!(f, "checksum mismatch in {section:?}"),
             Error::OutOfBounds => f.write_str("a section or tensor lies outside the blob"),
+            Error::ExtraBytes { file_len, blob_len } => {
+                write!(f, "model blob is {blob_len} bytes, longer than the {file_len} its header states")
+            }
             Error::Misaligned => f.write_str("tensor data is not 64-byte aligned"),
             Error::BadTensor { role, layer } => {
                 write!(f, "bad tensor entry (role {role}, layer {layer})")
@@ -141,6 +151,9 @@ impl fmt::Display for Error {
             Error::BadTokenizer => f.write_str("malformed tokenizer section"),
             Error::BadSnapshot => f.write_str("state snapshot does not match this session"),
             Error::InvalidArgument => f.write_str("argument out of range"),
+            Error::NonFiniteLogits { pos } => {
+                write!(f, "the logits at position {pos} are not finite (NaN or infinity): the model overflowed")
+            }
         }
     }
 }

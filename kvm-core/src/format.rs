@@ -304,27 +304,11 @@ impl Header {
     /// # Errors
     /// [`Error::Truncated`], [`Error::BadMagic`], [`Error::UnsupportedVersion`],
     /// [`Error::BadEndianness`], [`Error::Checksum`], [`Error::OutOfBounds`],
-    /// [`Error::BadConfig`].
+    /// [`Error::ExtraBytes`], [`Error::BadConfig`].
     pub fn parse(blob: &[u8]) -> Result<Header> {
+        Self::check_front(blob)?;
         let r = Reader(blob);
-        if r.bytes::<4>(at::MAGIC)? != MAGIC {
-            return Err(Error::BadMagic);
-        }
-        let major = r.u16(at::MAJOR)?;
         let minor = r.u16(at::MINOR)?;
-        if major != VERSION_MAJOR {
-            return Err(Error::UnsupportedVersion { major, minor });
-        }
-        if r.u32(at::BOM)? != BYTE_ORDER_MARK {
-            return Err(Error::BadEndianness);
-        }
-        if r.u32(at::HEADER_LEN)? as usize != HEADER_LEN {
-            return Err(Error::OutOfBounds);
-        }
-        let head = blob.get(..HEADER_LEN).ok_or(Error::Truncated)?;
-        if header_crc(head) != r.u32(at::HEADER_CRC)? {
-            return Err(Error::Checksum { section: Section::Header });
-        }
         let c = at::CONFIG;
         let budget = match r.u32(c + cfg_at::BUDGET)? {
             0 => StateBudget::Fixed,
@@ -381,7 +365,8 @@ impl Header {
             config,
         };
         if h.file_len != blob.len() as u64 {
-            return Err(if (blob.len() as u64) < h.file_len { Error::Truncated } else { Error::OutOfBounds });
+            let (file_len, blob_len) = (h.file_len, blob.len() as u64);
+            return Err(if blob_len < file_len { Error::Truncated } else { Error::ExtraBytes { file_len, blob_len } });
         }
         if (h.n_tensors as u64).checked_mul(ENTRY_LEN as u64) != Some(h.table_len) {
             return Err(Error::OutOfBounds);
@@ -389,6 +374,42 @@ impl Header {
         section(blob, h.table_offset, h.table_len)?;
         section(blob, h.tokenizer_offset, h.tokenizer_len)?;
         Ok(h)
+    }
+
+    /// The file length stated by the header at the front of `head` (the first
+    /// [`HEADER_LEN`] bytes of a file are enough), after the checks that need nothing
+    /// else: magic, version, byte order, header CRC. A loader compares it with the file's
+    /// size before reading the file.
+    ///
+    /// # Errors
+    /// [`Error::Truncated`], [`Error::BadMagic`], [`Error::UnsupportedVersion`],
+    /// [`Error::BadEndianness`], [`Error::Checksum`], [`Error::OutOfBounds`].
+    pub fn stated_file_len(head: &[u8]) -> Result<u64> {
+        Self::check_front(head)?;
+        Reader(head).u64(at::FILE_LEN)
+    }
+
+    fn check_front(blob: &[u8]) -> Result<()> {
+        let r = Reader(blob);
+        if r.bytes::<4>(at::MAGIC)? != MAGIC {
+            return Err(Error::BadMagic);
+        }
+        let major = r.u16(at::MAJOR)?;
+        let minor = r.u16(at::MINOR)?;
+        if major != VERSION_MAJOR {
+            return Err(Error::UnsupportedVersion { major, minor });
+        }
+        if r.u32(at::BOM)? != BYTE_ORDER_MARK {
+            return Err(Error::BadEndianness);
+        }
+        if r.u32(at::HEADER_LEN)? as usize != HEADER_LEN {
+            return Err(Error::OutOfBounds);
+        }
+        let head = blob.get(..HEADER_LEN).ok_or(Error::Truncated)?;
+        if header_crc(head) != r.u32(at::HEADER_CRC)? {
+            return Err(Error::Checksum { section: Section::Header });
+        }
+        Ok(())
     }
 
     /// Encodes the header (CRC included) into its 256 bytes.

@@ -108,6 +108,14 @@ impl<'a> Model<'a> {
         self.blob
     }
 
+    /// What identifies this model to its state snapshots: the CRC-32 of the file header,
+    /// which holds the config and the checksums of the tensor table (every tensor's shape,
+    /// dtype and data checksum) and of the tokenizer section. Two files differing in any
+    /// of them differ here (unless the CRCs collide).
+    pub fn identity(&self) -> u32 {
+        self.blob.get(..HEADER_LEN).map_or(0, format::crc32)
+    }
+
     /// Exact arena bytes of a session at the file's default state capacity, as this
     /// build lays the arena out.
     #[inline]

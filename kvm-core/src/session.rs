@@ -32,6 +32,8 @@ mod counter {
     pub const COVERAGE: usize = 3;
     pub const STATE_LEN: usize = 4;
     pub const ARENA_LEN: usize = 5;
+    /// [`crate::Model::identity`]: a snapshot restores only into the model it came from.
+    pub const MODEL: usize = 6;
 }
 
 impl<'m, 'a> Session<'m, 'a> {
@@ -74,6 +76,7 @@ impl<'m, 'a> Session<'m, 'a> {
         c[counter::STAMP] = STAMP;
         c[counter::STATE_LEN] = self.layout.state_len as u32;
         c[counter::ARENA_LEN] = self.layout.arena_len() as u32;
+        c[counter::MODEL] = self.model.identity();
     }
 
     /// The model this session decodes.
@@ -111,7 +114,8 @@ impl<'m, 'a> Session<'m, 'a> {
     ///
     /// # Errors
     /// [`Error::TokenOutOfRange`]; [`Error::InvalidArgument`] once the position counter
-    /// would overflow (after 2^32 - 1 tokens).
+    /// would overflow (after 2^32 - 1 tokens); [`Error::NonFiniteLogits`] when logits were
+    /// asked for and hold a NaN or an infinity (the step was taken).
     pub fn step(&mut self, token: u32, phase: Phase, want_logits: bool) -> Result<()> {
         self.step_tapped(token, phase, want_logits, &mut |_, _| {})
     }
@@ -194,12 +198,23 @@ impl<'m, 'a> Session<'m, 'a> {
         if acts.n != tokens.len() {
             return Err(Error::BufferTooSmall { needed: lay.acts_len(tokens.len()).unwrap_or(usize::MAX) });
         }
-        let next = forward(&self.model, &lay, arena.layers, &mut s, &mut acts, at, tokens, phase, logits, exec, tap);
+        let mut logits = logits;
+        let asked = match &mut logits {
+            Logits::None => Logits::None,
+            Logits::Last => Logits::Last,
+            Logits::All(out) => Logits::All(out),
+        };
+        let next = forward(&self.model, &lay, arena.layers, &mut s, &mut acts, at, tokens, phase, asked, exec, tap);
         let c: &mut [u32] = bytemuck::cast_slice_mut(arena.counters);
         c[counter::POS] = next.pos as u32;
         c[counter::SLOTS] = next.slots as u32;
         c[counter::COVERAGE] = next.coverage as u32;
-        Ok(())
+        let vocab = vocab_len as usize;
+        match logits {
+            Logits::None => Ok(()),
+            Logits::Last => check_finite(self.logits(), vocab, at.pos + tokens.len() - 1),
+            Logits::All(out) => check_finite(&out[..tokens.len() * vocab], vocab, at.pos),
+        }
     }
 
     /// The logits of the last step run with `want_logits`, `[vocab_len]`.
@@ -261,7 +276,8 @@ impl<'m, 'a> Session<'m, 'a> {
     /// decoding then continues bit-exactly as it would have from the snapshot.
     ///
     /// # Errors
-    /// [`Error::BadSnapshot`] if `snap` has the wrong length or layout stamp.
+    /// [`Error::BadSnapshot`] if `snap` has the wrong length or layout stamp, or comes
+    /// from another model (another header: config, tensor table or tokenizer).
     pub fn restore(&mut self, snap: &[u8]) -> Result<()> {
         let n = self.snapshot_len();
         if snap.len() != n || snap.len() < COUNTERS * 4 {
@@ -274,6 +290,7 @@ impl<'m, 'a> Session<'m, 'a> {
         if word(counter::STAMP) != STAMP
             || word(counter::STATE_LEN) as usize != self.layout.state_len
             || word(counter::ARENA_LEN) as usize != self.layout.arena_len() as u32 as usize
+            || word(counter::MODEL) != self.model.identity()
             || slots as usize > self.layout.state_len
             || slots > pos
             || coverage > pos
@@ -309,6 +326,19 @@ impl<'m, 'a> Session<'m, 'a> {
             wv,
         })
     }
+}
+
+/// [`Error::NonFiniteLogits`] for the first of `rows` (`[n, vocab]`, the logits of the
+/// tokens at positions `pos..pos + n`) that holds a NaN or an infinity.
+fn check_finite(rows: &[f32], vocab: usize, pos: usize) -> Result<()> {
+    const EXP: u32 = 0x7F80_0000;
+    // One branch-free pass (it vectorises); the row is looked for only once it fails.
+    let bad = rows.iter().fold(false, |acc, x| acc | (x.to_bits() & EXP == EXP));
+    if !bad {
+        return Ok(());
+    }
+    let row = rows.chunks(vocab.max(1)).position(|r| r.iter().any(|x| !x.is_finite())).unwrap_or(0);
+    Err(Error::NonFiniteLogits { pos: (pos + row) as u32 })
 }
 
 /// Read-only view of one layer's state (see [`Session::layer_view`]).

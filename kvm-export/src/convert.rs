@@ -10,8 +10,10 @@ use kvm_core::cache::CacheDtype;
 use kvm_core::config::Config;
 use kvm_core::format::{self, Role, TokenizerKind};
 use kvm_core::quant::DType;
+use kvm_core::tokenizer::Tokenizer;
 use safetensors::{Dtype, SafeTensors};
 
+use crate::atomic::same_file;
 use crate::writer::{hf_name, write_model, TensorReport, WriteReport};
 
 /// Which tokenizer goes into the file.
@@ -124,6 +126,15 @@ pub fn convert(
     tokenizer: &TokenizerSource,
     on_tensor: &mut dyn FnMut(&TensorReport),
 ) -> Result<(Config, WriteReport)> {
+    let mut inputs = vec![dir.join("config.json"), dir.join("model.safetensors")];
+    if let TokenizerSource::Json(p) = tokenizer {
+        inputs.push(p.clone());
+    } else if *tokenizer == TokenizerSource::Auto {
+        inputs.push(dir.join("tokenizer.json"));
+    }
+    if let Some(input) = inputs.iter().find(|i| same_file(out, i)) {
+        bail!("the output {} is the input {}: write the model somewhere else", out.display(), input.display());
+    }
     let json = read_config_json(dir)?;
     let mmap = map_checkpoint(dir)?;
     let st = parse_checkpoint(dir, &mmap)?;
@@ -140,7 +151,7 @@ pub fn convert(
         }
     }
 
-    let (kind, section) = tokenizer_section(dir, tokenizer)?;
+    let (kind, section) = tokenizer_section(dir, tokenizer, cfg.vocab_len)?;
     let st_name = st_path.display().to_string();
     let mut source = |role: Role, layer: u16, rows: u32, cols: u32| -> Result<Vec<f32>> {
         let name = hf_name(role, layer);
@@ -169,7 +180,9 @@ fn to_f32(dtype: Dtype, data: &[u8]) -> Result<Vec<f32>> {
     })
 }
 
-fn tokenizer_section(dir: &Path, src: &TokenizerSource) -> Result<(TokenizerKind, Vec<u8>)> {
+/// The tokenizer section for a model of `vocab_len` tokens, refusing a tokenizer with
+/// more (another model's).
+fn tokenizer_section(dir: &Path, src: &TokenizerSource, vocab_len: u32) -> Result<(TokenizerKind, Vec<u8>)> {
     let json_path = match src {
         TokenizerSource::Bytes => return Ok((TokenizerKind::Bytes, Vec::new())),
         TokenizerSource::Json(p) => p.clone(),
@@ -183,6 +196,13 @@ fn tokenizer_section(dir: &Path, src: &TokenizerSource) -> Result<(TokenizerKind
     };
     let text = std::fs::read_to_string(&json_path).with_context(|| format!("reading {}", json_path.display()))?;
     let section = crate::tokenizer::build_section(&text).with_context(|| format!("in {}", json_path.display()))?;
+    let n = Tokenizer::from_bytes(&section).map_err(|e| anyhow!("{}: {e}", json_path.display()))?.vocab_len();
+    if n > vocab_len {
+        bail!(
+            "{} has {n} tokens but the model's vocab_size is {vocab_len}: it is another model's tokenizer",
+            json_path.display()
+        );
+    }
     Ok((TokenizerKind::Bpe, section))
 }
 

@@ -5,6 +5,7 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use kvm_core::config::{flags, Config, StateBudget};
+use kvm_core::error::{ConfigField, Error};
 use serde_json::Value;
 
 /// Reads the KVM-relevant fields of a parsed `config.json`. `d_vgate` (the value-gate
@@ -21,8 +22,11 @@ pub fn parse(json: &Value, d_vgate: u32) -> Result<Config> {
     };
     let uint = |k: &str, default: Option<f64>| -> Result<u32> {
         let v = num(k, default)?;
-        if v < 0.0 || v.fract() != 0.0 || v > u32::MAX as f64 {
+        if v < 0.0 || v.fract() != 0.0 {
             bail!("config field `{k}` must be a non-negative integer, got {v}");
+        }
+        if v > u32::MAX as f64 {
+            bail!("config field `{k}` is {v}: more than the largest kvm supports, {}", u32::MAX);
         }
         Ok(v as u32)
     };
@@ -134,6 +138,44 @@ pub fn parse(json: &Value, d_vgate: u32) -> Result<Config> {
         residual_scale: residual_scale as f32,
         flags: f,
     };
-    cfg.validate().map_err(|e| anyhow!("config.json: {e}"))?;
+    cfg.validate().map_err(|e| match e {
+        Error::BadConfig(field) => {
+            let key = json_key(field);
+            match obj.get(key) {
+                Some(v) => anyhow!("config field `{key}` is {v}: kvm cannot run a model with that value"),
+                None => anyhow!("config field `{key}` (its default): kvm cannot run a model with that value"),
+            }
+        }
+        e => anyhow!("config.json: {e}"),
+    })?;
     Ok(cfg)
+}
+
+/// The `config.json` key a config field comes from.
+fn json_key(field: ConfigField) -> &'static str {
+    match field {
+        ConfigField::VocabLen => "vocab_size",
+        ConfigField::Layers => "num_hidden_layers",
+        ConfigField::Heads => "num_attention_heads",
+        ConfigField::DModel => "hidden_size",
+        ConfigField::DQk => "d_qk_head",
+        ConfigField::DV => "d_v_head",
+        ConfigField::DFf => "ffn_expansion",
+        ConfigField::DVGate => "v_gate1.weight (its rank)",
+        ConfigField::RopePartialDim => "rope_partial_dim",
+        ConfigField::RopeTheta => "rope_theta",
+        ConfigField::ChunkLen => "chunk_len",
+        ConfigField::WindowChunks => "n_bswa_chunks",
+        ConfigField::MaxStateChunks => "n_max_d_chunks",
+        ConfigField::StateBudget => "state_budget_mode",
+        ConfigField::StateMinLen => "state_min_len",
+        ConfigField::StateRoundDown => "state_round_down",
+        ConfigField::StateGrowth => "state_growth_factor",
+        ConfigField::StateSaturation => "state_saturation_n",
+        ConfigField::SinkLen => "sink_len",
+        ConfigField::LogitSoftcap => "logit_softcap",
+        ConfigField::ResidualScale => "residual_scale",
+        ConfigField::StateCapacity => "n_max_d_chunks",
+        _ => "(a field of the model's config)",
+    }
 }

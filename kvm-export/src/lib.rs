@@ -6,6 +6,7 @@
 //! [`synth::synth`] feeds the same writer random weights with the paper's shapes, for
 //! benchmarks.
 
+pub mod atomic;
 pub mod convert;
 pub mod hf_config;
 pub mod synth;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use kvm_core::cache::CacheDtype;
@@ -107,6 +107,8 @@ fn parse_role(s: &str) -> Result<Role> {
 }
 
 fn parse_policy(Storage { dtype, cache, overrides, no_repack }: &Storage) -> Result<Policy> {
+    let overrides_names: Vec<&str> =
+        overrides.iter().map(|o| o.split_once('=').map_or(o.as_str(), |(r, _)| r)).collect();
     let overrides = overrides
         .iter()
         .map(|o| {
@@ -114,6 +116,11 @@ fn parse_policy(Storage { dtype, cache, overrides, no_repack }: &Storage) -> Res
             Ok((parse_role(r)?, parse_dtype(d)?))
         })
         .collect::<Result<Vec<_>>>()?;
+    for (i, (role, _)) in overrides.iter().enumerate() {
+        if overrides[..i].iter().any(|(r, _)| r == role) {
+            bail!("--tensor-dtype gives `{}` twice: give each role once", overrides_names[i]);
+        }
+    }
     let cache = CacheDtype::from_name(cache)
         .ok_or_else(|| anyhow!("unknown cache dtype `{cache}` (expected f32, f16 or q8)"))?;
     Ok(Policy { dtype: parse_dtype(dtype)?, overrides, cache, repack: !no_repack })

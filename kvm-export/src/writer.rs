@@ -16,6 +16,8 @@ use kvm_core::quant::{self, DType};
 use kvm_core::state::Layout;
 use kvm_core::tensor::Matrix;
 
+use crate::atomic::AtomicFile;
+
 /// What one tensor became.
 #[derive(Debug, Clone)]
 pub struct TensorReport {
@@ -115,6 +117,15 @@ fn join<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
 /// canonical order, each fetched from `source` (f32, `[rows, cols]` row-major) and
 /// stored as `dtype_for(role, rows, cols)`; sessions store attention rows as `cache`
 /// unless they override it.
+///
+/// The file appears whole or not at all ([`AtomicFile`]): it is written beside `path`,
+/// loaded back with the runtime's own validation ([`kvm_core::Model::from_bytes`]: every
+/// checksum, the tokenizer against the vocabulary), and only then renamed over `path`. On
+/// any error an existing file at `path` is left as it was.
+///
+/// # Errors
+/// The source's errors, a non-finite weight, a config or tokenizer the runtime would
+/// refuse, I/O errors.
 pub fn write_model(
     path: &Path,
     cfg: &Config,
@@ -124,11 +135,22 @@ pub fn write_model(
     source: &mut dyn FnMut(Role, u16, u32, u32) -> Result<Vec<f32>>,
     on_tensor: &mut dyn FnMut(&TensorReport),
 ) -> Result<WriteReport> {
-    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    let mut w = BufWriter::with_capacity(1 << 20, file);
+    let mut out = AtomicFile::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut w = BufWriter::with_capacity(1 << 20, out.file());
     let report = write_model_to(&mut w, cfg, tokenizer, cache, dtype_for, source, on_tensor)?;
     w.flush()?;
+    drop(w);
+    check_written(out.file())?;
+    out.commit()?;
     Ok(report)
+}
+
+/// Loads the file just written as the runtime would, so that no file kvm refuses is kept.
+fn check_written(file: &File) -> Result<()> {
+    // SAFETY: our own temporary file, which nothing writes while it is mapped.
+    let map = unsafe { memmap2::Mmap::map(file) }.context("mapping the file written")?;
+    kvm_core::Model::from_bytes(&map).map_err(|e| anyhow::anyhow!("the runtime would refuse this file: {e}"))?;
+    Ok(())
 }
 
 /// [`write_model`] into `w` (a file, or a buffer in memory), from its start.

@@ -143,6 +143,15 @@ enum kvm_status
    */
   KVM_ERR_INVALID_ARGUMENT = 17,
   /**
+   * The model's logits came out NaN or infinite (its weights or state overflowed). The
+   * step was taken: reset the session or restore a snapshot before going on.
+   */
+  KVM_ERR_NON_FINITE = 18,
+  /**
+   * The blob is longer than the file length its header states.
+   */
+  KVM_ERR_EXTRA_BYTES = 19,
+  /**
    * A required pointer is null.
    */
   KVM_ERR_NULL_POINTER = 100,
@@ -310,7 +319,9 @@ const char *kvm_status_string(int32_t status);
  * fastest. `flags` is 0 or `KVM_LOAD_TRUSTED`.
  *
  * Returns the first problem found in the file as a status; no input makes it read out
- * of bounds.
+ * of bounds. A failed load leaves `model` unloaded (every call on it then returns
+ * `KVM_ERR_BAD_HANDLE`), also when it held a model before; sessions already made from
+ * that model go on unaffected.
  *
  * # Safety
  * `blob` is valid for reads of `blob_len` bytes; `model` is null or valid for writes.

@@ -2,12 +2,12 @@
 //! sessions; an all-f32 model optionally packed losslessly into f32p on the way in.
 
 use std::fs::File;
-use std::io::Cursor;
+use std::io::{Cursor, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use kvm_core::error::Section;
-use kvm_core::format::{crc32, Role, TensorEntry};
+use kvm_core::format::{crc32, Header, Role, TensorEntry, HEADER_LEN};
 use kvm_core::quant::DType;
 use kvm_core::Model;
 use memmap2::UncheckedAdvice;
@@ -44,11 +44,15 @@ const HUGE_PAGE: usize = 2 << 20;
 
 impl ModelFile {
     /// Brings `path` into memory as `pages` asks ([`ModelFile::pages`] says what it got).
+    /// The header is checked first, and its file length against the file's size, so a
+    /// file that is not a model, or is cut short or padded, is refused before it is read.
     ///
     /// # Errors
-    /// I/O errors, with the path.
+    /// I/O errors, with the path; a directory; a bad header; a size other than the
+    /// header's.
     pub fn open(path: &Path, pages: Pages) -> Result<Self> {
         let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        check_size(&file, path)?;
         // Where the copy cannot be made (no memory for it), the mapping still serves.
         #[cfg(target_os = "linux")]
         if pages == Pages::Huge && huge_pages_on() {
@@ -67,7 +71,6 @@ impl ModelFile {
     /// advised for huge pages before the first touch so the read faults them in.
     #[cfg(target_os = "linux")]
     fn read_huge(mut file: &File) -> Result<Self> {
-        use std::io::Read;
         let len = usize::try_from(file.metadata()?.len())?;
         let (mut anon, start) = anon_huge(len)?;
         file.read_exact(&mut anon[start..start + len])?;
@@ -168,6 +171,31 @@ impl ModelFile {
         let load = if self.packed { Model::from_bytes_trusted } else { Model::from_bytes };
         load(self.bytes()).map_err(|e| anyhow::anyhow!("invalid model file: {e}"))
     }
+}
+
+/// Refuses a directory, a file whose header is invalid, and a file whose size is not the
+/// one its header states; leaves `file` at its start.
+fn check_size(mut file: &File, path: &Path) -> Result<()> {
+    let meta = file.metadata().with_context(|| format!("reading {}", path.display()))?;
+    if meta.is_dir() {
+        bail!("{} is a directory, not a model file", path.display());
+    }
+    let mut head = Vec::with_capacity(HEADER_LEN);
+    file.take(HEADER_LEN as u64).read_to_end(&mut head).with_context(|| format!("reading {}", path.display()))?;
+    file.seek(SeekFrom::Start(0))?;
+    let stated = Header::stated_file_len(&head).map_err(|e| anyhow::anyhow!("invalid model file: {e}"))?;
+    let size = meta.len();
+    if size < stated {
+        bail!("invalid model file: {} is {size} bytes but its header says {stated}: it is cut short", path.display());
+    }
+    if size > stated {
+        bail!(
+            "invalid model file: {} is {size} bytes, longer than the {stated} its header states (bytes were \
+             appended)",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// A fresh anonymous mapping with `len` bytes from its first 2 MiB boundary on (the

@@ -12,34 +12,46 @@ use crate::pool::Pool;
 /// that the activations (a few KB per token) stay in cache.
 pub const BATCH_TOKENS: usize = 64;
 
-/// Feeds `tokens` to `session` in batches of [`BATCH_TOKENS`]; with `all_logits`, returns
-/// every token's logits (`[n, vocab_len]`), else leaves the last token's in
-/// [`Session::logits`] and returns nothing.
+/// Feeds `tokens` to `session` in batches of [`BATCH_TOKENS`], leaving the last token's
+/// logits in [`Session::logits`].
 ///
 /// # Errors
 /// As [`Session::step_batch`]; batches before the failing one have been consumed.
-pub fn prefill(
+pub fn prefill(session: &mut Session<'_, '_>, tokens: &[u32], phase: Phase, pool: &Pool) -> Result<(), Error> {
+    let mut batch = batch_buffer(session, tokens.len())?;
+    let n_batches = tokens.len().div_ceil(BATCH_TOKENS);
+    for (i, chunk) in tokens.chunks(BATCH_TOKENS).enumerate() {
+        let logits = if i + 1 == n_batches { Logits::Last } else { Logits::None };
+        session.step_batch(chunk, phase, &mut batch, pool, logits)?;
+    }
+    Ok(())
+}
+
+/// As [`prefill`], handing every token's logits to `rows`, a batch (`[n, vocab_len]`,
+/// `n <= BATCH_TOKENS`) at a time, so memory stays one batch's whatever the length.
+///
+/// # Errors
+/// As [`prefill`], and what `rows` returns (it stops the prefill).
+pub fn prefill_rows<E: From<Error>>(
     session: &mut Session<'_, '_>,
     tokens: &[u32],
     phase: Phase,
     pool: &Pool,
-    all_logits: bool,
-) -> Result<Vec<f32>, Error> {
+    rows: &mut dyn FnMut(&[f32]) -> Result<(), E>,
+) -> Result<(), E> {
     let vocab = session.model().config().vocab_len as usize;
-    let batch_len = tokens.len().clamp(1, BATCH_TOKENS);
-    let mut batch = vec![0f32; session.layout().acts_len(batch_len).ok_or(Error::InvalidArgument)?];
-    let mut out = if all_logits { vec![0f32; tokens.len() * vocab] } else { Vec::new() };
-    let n_batches = tokens.len().div_ceil(BATCH_TOKENS);
-    for (i, chunk) in tokens.chunks(BATCH_TOKENS).enumerate() {
-        let logits = if all_logits {
-            let start = i * BATCH_TOKENS * vocab;
-            Logits::All(&mut out[start..start + chunk.len() * vocab])
-        } else if i + 1 == n_batches {
-            Logits::Last
-        } else {
-            Logits::None
-        };
-        session.step_batch(chunk, phase, &mut batch, pool, logits)?;
+    let mut batch = batch_buffer(session, tokens.len())?;
+    let mut out = vec![0f32; tokens.len().min(BATCH_TOKENS) * vocab];
+    for chunk in tokens.chunks(BATCH_TOKENS) {
+        let out = &mut out[..chunk.len() * vocab];
+        session.step_batch(chunk, phase, &mut batch, pool, Logits::All(out))?;
+        rows(out)?;
     }
-    Ok(out)
+    Ok(())
+}
+
+/// Scratch for batches of up to `n` tokens (at most [`BATCH_TOKENS`]).
+fn batch_buffer(session: &Session<'_, '_>, n: usize) -> Result<Vec<f32>, Error> {
+    let batch_len = n.clamp(1, BATCH_TOKENS);
+    Ok(vec![0f32; session.layout().acts_len(batch_len).ok_or(Error::InvalidArgument)?])
 }

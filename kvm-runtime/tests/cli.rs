@@ -214,3 +214,231 @@ fn tokenize_matches_the_reference_tokenizer() {
         assert_eq!(got["ids"], v["ids"]);
     }
 }
+
+/// tiny-kjv (byte-level, 256 tokens) as an f32 file, converted for the test `what`.
+fn tiny_kjv(what: &str) -> PathBuf {
+    let out = tmp(&format!("kjv-{what}.kvm"));
+    convert(&repo().join("models/tiny-kjv"), &out, &Policy::uniform(DType::F32), &TokenizerSource::Auto, &mut |_| {})
+        .unwrap();
+    out
+}
+
+/// Runs `args`, which must fail with one line on stderr containing each of `needles`.
+fn fails_saying(args: &[&str], needles: &[&str]) -> String {
+    let o = kvm(args);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "{args:?} succeeded: {}", String::from_utf8_lossy(&o.stdout));
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: `{n}` not in: {err}");
+    }
+    err
+}
+
+/// Runs `args`, which the argument parser must refuse (exit 2) saying each of `needles`.
+fn parser_refuses(args: &[&str], needles: &[&str]) -> String {
+    let o = kvm(args);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: `{n}` not in: {err}");
+    }
+    err
+}
+
+#[test]
+fn non_finite_logits_are_an_error_naming_the_position() {
+    let model = tmp("overflow.kvm");
+    std::fs::write(&model, common::model_with(256, f32::MAX)).unwrap();
+    let text = tmp("overflow.txt");
+    std::fs::write(&text, "abc").unwrap();
+    let out = tmp("overflow.npy");
+    let (m, t, o) = (model.to_str().unwrap(), text.to_str().unwrap(), out.to_str().unwrap());
+    let not_finite = "are not finite (NaN or infinity)";
+    fails_saying(&["perplexity", "--model", m, "--text", t], &[not_finite, "position 0"]);
+    fails_saying(&["perplexity", "--model", m, "--text", t, "--json"], &[not_finite, "position 0"]);
+    fails_saying(
+        &["generate", "--model", m, "--prompt", "ab", "-n", "3", "--temperature", "0"],
+        &[not_finite, "position 1"],
+    );
+    fails_saying(
+        &["logits", "--model", m, "--tokens", "1,2,3", "--prompt-len", "2", "--out", o],
+        &[not_finite, "position 0"],
+    );
+    fails_saying(
+        &["logits", "--model", m, "--tokens", "1,2,3", "--prompt-len", "0", "--out", o],
+        &[not_finite, "position 0"],
+    );
+    assert!(!out.exists(), "no partial .npy");
+    for f in [model, text] {
+        std::fs::remove_file(f).ok();
+    }
+}
+
+#[test]
+fn broken_pipes_end_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let model = tiny_kjv("pipe");
+    let m = model.to_str().unwrap();
+    for args in [
+        vec!["info", "--model", m],
+        vec!["generate", "--model", m, "--prompt", "In the", "-n", "40", "--temperature", "0"],
+        vec!["tokenize", "--model", m, "In the beginning"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kvm"))
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader goes away before the first line, as `head` does once it has its lines.
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.is_empty(), "{args:?}: {err}");
+        assert!(o.status.success() || o.status.signal() == Some(libc::SIGPIPE), "{args:?}: {:?}", o.status);
+    }
+    std::fs::remove_file(model).ok();
+}
+
+#[test]
+fn model_files_of_the_wrong_size_are_refused_before_they_are_read() {
+    let model = tiny_kjv("size");
+    let bytes = std::fs::read(&model).unwrap();
+    let len = bytes.len();
+    let padded = tmp("padded.kvm");
+    std::fs::write(&padded, &bytes).unwrap();
+    // A gigabyte of holes: refused from the header and the size alone, in no time.
+    std::fs::OpenOptions::new().write(true).open(&padded).unwrap().set_len(1 << 30).unwrap();
+    let p = padded.to_str().unwrap();
+    let longer = format!("is 1073741824 bytes, longer than the {len} its header states");
+    for args in [vec!["info", "--model", p], vec!["generate", "--model", p, "--prompt", "In", "-n", "1"]] {
+        let t0 = std::time::Instant::now();
+        fails_saying(&args, &[&longer]);
+        assert!(t0.elapsed().as_secs_f64() < 5.0, "{args:?} took {:?}", t0.elapsed());
+    }
+    std::fs::write(&padded, [&bytes[..], &[0]].concat()).unwrap();
+    fails_saying(&["info", "--model", p], &[&format!("is {} bytes, longer than the {len}", len + 1)]);
+    std::fs::write(&padded, &bytes[..len - 1]).unwrap();
+    fails_saying(
+        &["info", "--model", p],
+        &[&format!("is {} bytes but its header says {len}: it is cut short", len - 1)],
+    );
+    let dir = std::env::temp_dir();
+    fails_saying(&["info", "--model", dir.to_str().unwrap()], &["is a directory, not a model file"]);
+    for f in [model, padded] {
+        std::fs::remove_file(f).ok();
+    }
+}
+
+#[test]
+fn errors_name_the_flag_the_range_and_the_position() {
+    let model = tiny_kjv("flags");
+    let m = model.to_str().unwrap();
+    let gen = |extra: &[&'static str]| [&["generate", "--model", m, "--prompt", "In", "-n", "2"][..], extra].concat();
+    fails_saying(&gen(&["--top-p", "2"]), &["--top-p 2 is out of range", "(0, 1]"]);
+    fails_saying(&gen(&["--temperature=-1"]), &["--temperature -1 is out of range", ">= 0"]);
+    fails_saying(&gen(&["--temperature", "-1"]), &["--temperature -1 is out of range"]);
+    fails_saying(&gen(&["--min-p", "1.5"]), &["--min-p 1.5 is out of range", "[0, 1]"]);
+    fails_saying(&gen(&["--repeat-penalty", "0"]), &["--repeat-penalty 0 is out of range", "> 0"]);
+    fails_saying(&gen(&["--repeat-window", "4294967295"]), &["--repeat-window 4294967295", "at most 256"]);
+    let err = parser_refuses(&gen(&["--seed", "-1"]), &["'-1'", "--seed"]);
+    assert!(!err.contains("unexpected argument"), "{err}");
+    parser_refuses(&["bench", "--model", m, "--runs", "0"], &["'0'", "--runs"]);
+
+    // A prompt may start with a hyphen; no decode step, no rate.
+    let o = kvm(&["generate", "--model", m, "--prompt", "-Hi", "-n", "1", "--temperature", "0", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(got["prompt_ids"], serde_json::json!([45, 72, 105]));
+    assert!(got["stats"]["decode_tok_s"].is_null(), "{got}");
+    let o = kvm(&["generate", "--model", m, "--prompt", "In", "-n", "0"]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("decode: 0 tokens, no steps"), "{o:?}");
+
+    let out = tmp("flags.npy");
+    let o = out.to_str().unwrap();
+    let logits =
+        |ids: &'static str| vec!["logits", "--model", m, "--tokens", ids, "--prompt-len", "1", "--out", o].into_iter();
+    fails_saying(&logits("1,2,256").collect::<Vec<_>>(), &["token at position 2, 256, is out of range", "256 tokens"]);
+    fails_saying(&logits("1,,2").collect::<Vec<_>>(), &["--tokens", "no token id after comma 1"]);
+    fails_saying(&logits("1,2,").collect::<Vec<_>>(), &["no token id after comma 2"]);
+    assert!(!out.exists());
+    std::fs::remove_file(model).ok();
+}
+
+/// Peak resident memory of `kvm ARGS`, which must succeed.
+fn peak_rss(args: &[&str]) -> u64 {
+    use std::process::Stdio;
+    let child = Command::new(env!("CARGO_BIN_EXE_kvm")).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn();
+    let pid = child.unwrap().id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: plain syscall on our own child, into locals.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::wait4(pid, &mut status, 0, &mut usage) }, pid);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{args:?}: status {status}");
+    usage.ru_maxrss as u64 * 1024
+}
+
+#[test]
+fn logits_stream_to_the_file_in_constant_memory() {
+    let model = tmp("vocab8k.kvm");
+    std::fs::write(&model, common::model_with(8192, 0.01)).unwrap();
+    let m = model.to_str().unwrap();
+    let ids: Vec<String> = (0..1024).map(|i| (i * 37 % 8192).to_string()).collect();
+    let (short, long) = (tmp("short.npy"), tmp("long.npy"));
+    let run = |n: usize, out: &Path| {
+        let (tokens, prompt_len) = (ids[..n].join(","), (n / 2).to_string());
+        let args = ["logits", "--model", m, "--mmap", "--tokens", &tokens, "--prompt-len", &prompt_len, "--out"];
+        peak_rss(&[&args[..], &[out.to_str().unwrap()]].concat())
+    };
+    let (rss_short, rss_long) = (run(64, &short), run(1024, &long));
+    // The long run's logits are 32 MiB; held in memory they would show here.
+    assert!(rss_long < rss_short + (8 << 20), "peak memory {rss_short} for 64 tokens, {rss_long} for 1024");
+    let (shape, a) = read_npy(&short);
+    let (long_shape, b) = read_npy(&long);
+    assert_eq!((shape, long_shape), (vec![64, 8192], vec![1024, 8192]));
+    // The first 32 rows are prefill in both runs, the next 32 decoded in one, prefilled in the other.
+    let worst = max_abs_diff(&a, &b[..a.len()]);
+    assert!(worst < 1e-4, "max abs difference {worst}");
+    for f in [model, short, long] {
+        std::fs::remove_file(f).ok();
+    }
+}
+
+#[test]
+fn info_and_perplexity_agree_with_the_c_api() {
+    use kvm_runtime::capi::*;
+    let model = tiny_kjv("capi");
+    let m = model.to_str().unwrap();
+    let o = kvm(&["info", "--model", m]);
+    assert!(o.status.success());
+    let info = String::from_utf8(o.stdout).unwrap();
+    let blob = std::fs::read(&model).unwrap();
+    let mut cm = kvm_model::new();
+    assert_eq!(unsafe { kvm_model_load(blob.as_ptr(), blob.len(), 0, &mut cm) }, kvm_status::KVM_OK);
+    for (name, code) in [("f32", KVM_CACHE_F32), ("f16", KVM_CACHE_F16), ("q8", KVM_CACHE_Q8)] {
+        assert_eq!(unsafe { kvm_model_set_cache(&mut cm, code) }, kvm_status::KVM_OK);
+        let c_size = unsafe { kvm_arena_size(&cm) };
+        let line = info.lines().find(|l| l.starts_with(&format!("arena ({name})"))).unwrap_or_else(|| panic!("{info}"));
+        assert!(line.contains(&format!(", {c_size} through the C API")), "{line}");
+    }
+
+    // Any bytes are text to a byte-level model, on any number of threads.
+    let text = tmp("bytes.txt");
+    std::fs::write(&text, b"In the beginning \xff\xfe\x00 God created").unwrap();
+    let t = text.to_str().unwrap();
+    let score = |threads: &str| {
+        let o = kvm(&["perplexity", "--model", m, "--text", t, "--threads", threads, "--json"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let (one, two) = (score("1"), score("2"));
+    assert_eq!((one["tokens"].as_u64(), one["bytes"].as_u64()), (Some(31), Some(31)));
+    let (a, b) = (one["bits_per_byte"].as_f64().unwrap(), two["bits_per_byte"].as_f64().unwrap());
+    assert!(a.is_finite() && a > 0.0 && (a - b).abs() < 1e-6, "{a} vs {b}");
+    for f in [model, text] {
+        std::fs::remove_file(f).ok();
+    }
+}

@@ -92,3 +92,52 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "length mismatch");
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
+
+/// A model file with the tiny preset's shapes but `vocab_len` tokens, byte-level: every
+/// vector (norm weights and biases, gates) 1, matrix weights small and deterministic,
+/// except that every lm_head weight is `lm_head` (all stored as f32). The final norm's
+/// output then sums to `d_model`, so with `lm_head = f32::MAX` every logit overflows: the
+/// file is valid, its outputs are not finite.
+pub fn model_with(vocab_len: u32, lm_head: f32) -> Vec<u8> {
+    use kvm_core::format::{Role, TokenizerKind};
+    let cfg = kvm_core::config::Config { vocab_len, ..kvm_export::synth::Preset::Tiny.config() };
+    let mut source = |role: Role, layer: u16, rows: u32, cols: u32| -> anyhow::Result<Vec<f32>> {
+        let n = rows as usize * cols as usize;
+        if role == Role::LmHead {
+            return Ok(vec![lm_head; n]);
+        }
+        if !role.is_matrix() {
+            return Ok(vec![1.0; n]);
+        }
+        let salt = (role as usize * 131 + layer as usize * 7919) as u64;
+        Ok((0..n as u64).map(|i| ((i * 2_654_435_761 + salt) % 1000) as f32 / 1000.0 * 0.2 - 0.1).collect())
+    };
+    let mut out = std::io::Cursor::new(Vec::new());
+    kvm_export::writer::write_model_to(
+        &mut out,
+        &cfg,
+        (TokenizerKind::Bytes, &[]),
+        kvm_core::cache::CacheDtype::F32,
+        &|_, _, _| DType::F32,
+        &mut source,
+        &mut |_| {},
+    )
+    .unwrap();
+    out.into_inner()
+}
+
+/// A copy of checkpoint `dir` in a fresh temporary directory named after `what`, with
+/// `patch` applied to its `config.json`.
+pub fn checkpoint_copy(dir: &Path, what: &str, patch: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+    let to = std::env::temp_dir().join(format!("kvm-ckpt-{}-{what}", std::process::id()));
+    std::fs::create_dir_all(&to).unwrap();
+    for name in ["config.json", "model.safetensors", "tokenizer.json"] {
+        if dir.join(name).exists() {
+            std::fs::copy(dir.join(name), to.join(name)).unwrap();
+        }
+    }
+    let mut cfg: serde_json::Value = serde_json::from_slice(&std::fs::read(to.join("config.json")).unwrap()).unwrap();
+    patch(&mut cfg);
+    std::fs::write(to.join("config.json"), serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+    to
+}

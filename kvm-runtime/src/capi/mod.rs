@@ -100,6 +100,11 @@ pub enum kvm_status {
     KVM_ERR_BAD_SNAPSHOT = 16,
     /// An argument is outside its documented range.
     KVM_ERR_INVALID_ARGUMENT = 17,
+    /// The model's logits came out NaN or infinite (its weights or state overflowed). The
+    /// step was taken: reset the session or restore a snapshot before going on.
+    KVM_ERR_NON_FINITE = 18,
+    /// The blob is longer than the file length its header states.
+    KVM_ERR_EXTRA_BYTES = 19,
     /// A required pointer is null.
     KVM_ERR_NULL_POINTER = 100,
     /// A pointer is not aligned for its element type.
@@ -135,6 +140,8 @@ impl From<Error> for kvm_status {
             Error::BadTokenizer => KVM_ERR_BAD_TOKENIZER,
             Error::BadSnapshot => KVM_ERR_BAD_SNAPSHOT,
             Error::InvalidArgument => KVM_ERR_INVALID_ARGUMENT,
+            Error::NonFiniteLogits { .. } => KVM_ERR_NON_FINITE,
+            Error::ExtraBytes { .. } => KVM_ERR_EXTRA_BYTES,
             // The core's enum is non-exhaustive; a kind added there without a code here
             // must not pass for success.
             _ => KVM_ERR_UNSUPPORTED,
@@ -144,12 +151,12 @@ impl From<Error> for kvm_status {
 
 impl kvm_status {
     /// Every status, in code order.
-    pub const fn all() -> [kvm_status; 23] {
+    pub const fn all() -> [kvm_status; 25] {
         ALL
     }
 }
 
-const ALL: [kvm_status; 23] = [
+const ALL: [kvm_status; 25] = [
     KVM_OK,
     KVM_ERR_TRUNCATED,
     KVM_ERR_BAD_MAGIC,
@@ -168,6 +175,8 @@ const ALL: [kvm_status; 23] = [
     KVM_ERR_BAD_TOKENIZER,
     KVM_ERR_BAD_SNAPSHOT,
     KVM_ERR_INVALID_ARGUMENT,
+    KVM_ERR_NON_FINITE,
+    KVM_ERR_EXTRA_BYTES,
     KVM_ERR_NULL_POINTER,
     KVM_ERR_MISALIGNED_POINTER,
     KVM_ERR_BAD_HANDLE,
@@ -197,6 +206,8 @@ impl kvm_status {
             KVM_ERR_BAD_TOKENIZER => "malformed tokenizer section\0",
             KVM_ERR_BAD_SNAPSHOT => "state snapshot is corrupt or belongs to another model\0",
             KVM_ERR_INVALID_ARGUMENT => "argument out of range\0",
+            KVM_ERR_NON_FINITE => "the model's logits are not finite (NaN or infinity)\0",
+            KVM_ERR_EXTRA_BYTES => "model blob is longer than its header's file length\0",
             KVM_ERR_NULL_POINTER => "null pointer\0",
             KVM_ERR_MISALIGNED_POINTER => "pointer is not aligned for its type\0",
             KVM_ERR_BAD_HANDLE => "not an initialised kvm handle\0",
@@ -454,17 +465,24 @@ unsafe fn output<'a, T>(p: *mut T, len: usize) -> Result<&'a mut [MaybeUninit<T>
     Ok(unsafe { core::slice::from_raw_parts_mut(p.cast::<MaybeUninit<T>>(), len) })
 }
 
-/// Writes `v` to an out-parameter.
-///
-/// # Safety
-/// `p` is null or valid for a write of `T`.
-unsafe fn put<T>(p: *mut T, v: T) -> Outcome {
+/// Checks an out-parameter: non-null and aligned. Calls check theirs before they change
+/// anything, so a bad one fails the call with no effect.
+fn check_out<T>(p: *mut T) -> Outcome {
     if p.is_null() {
         return Err(KVM_ERR_NULL_POINTER);
     }
     if p as usize % align_of::<T>() != 0 {
         return Err(KVM_ERR_MISALIGNED_POINTER);
     }
+    Ok(())
+}
+
+/// Writes `v` to an out-parameter.
+///
+/// # Safety
+/// `p` is null or valid for a write of `T`.
+unsafe fn put<T>(p: *mut T, v: T) -> Outcome {
+    check_out(p)?;
     // SAFETY: non-null, aligned, writable per the contract.
     unsafe { p.write(v) };
     Ok(())
@@ -472,14 +490,12 @@ unsafe fn put<T>(p: *mut T, v: T) -> Outcome {
 
 /// Runs `fill`, which writes into a caller buffer and returns the count written, or an
 /// error with the count needed (`KVM_ERR_BUFFER_TOO_SMALL`) or 0; stores that count in
-/// `*count` either way. A null `count` is refused before `fill` runs.
+/// `*count` either way. A null or misaligned `count` is refused before `fill` runs.
 ///
 /// # Safety
 /// `count` is null or valid for writes.
 unsafe fn counted(count: *mut usize, fill: impl FnOnce() -> Result<usize, (kvm_status, usize)>) -> Outcome {
-    if count.is_null() {
-        return Err(KVM_ERR_NULL_POINTER);
-    }
+    check_out(count)?;
     let (outcome, n) = match fill() {
         Ok(n) => (Ok(()), n),
         Err((e, needed)) => (Err(e), needed),
@@ -509,7 +525,9 @@ pub extern "C" fn kvm_status_string(status: i32) -> *const c_char {
 /// fastest. `flags` is 0 or `KVM_LOAD_TRUSTED`.
 ///
 /// Returns the first problem found in the file as a status; no input makes it read out
-/// of bounds.
+/// of bounds. A failed load leaves `model` unloaded (every call on it then returns
+/// `KVM_ERR_BAD_HANDLE`), also when it held a model before; sessions already made from
+/// that model go on unaffected.
 ///
 /// # Safety
 /// `blob` is valid for reads of `blob_len` bytes; `model` is null or valid for writes.
@@ -520,13 +538,10 @@ pub unsafe extern "C" fn kvm_model_load(
     flags: u32,
     model: *mut kvm_model,
 ) -> kvm_status {
-    status(catch(|| {
-        if model.is_null() {
-            return Err(KVM_ERR_NULL_POINTER);
-        }
-        if model as usize % align_of::<kvm_model>() != 0 {
-            return Err(KVM_ERR_MISALIGNED_POINTER);
-        }
+    if let Err(e) = check_out(model) {
+        return e;
+    }
+    let code = status(catch(|| {
         if flags & !KVM_LOAD_TRUSTED != 0 {
             return Err(KVM_ERR_INVALID_ARGUMENT);
         }
@@ -538,7 +553,12 @@ pub unsafe extern "C" fn kvm_model_load(
         // SAFETY: checked non-null and aligned; `ModelCell` fits (asserted above).
         unsafe { model.cast::<ModelCell>().write(cell) };
         Ok(())
-    }))
+    }));
+    if code != KVM_OK {
+        // SAFETY: checked non-null and aligned; writable per the contract.
+        unsafe { model.write(kvm_model::new()) };
+    }
+    code
 }
 
 /// Fills `info` with the model's sizes.
@@ -597,6 +617,12 @@ pub unsafe extern "C" fn kvm_model_set_cache(model: *mut kvm_model, cache: u32) 
     }))
 }
 
+/// What [`kvm_arena_size`] returns for `model`: the core's [`Model::arena_len`] plus the
+/// session handle and the sampler's scratch. `None` if the sizes overflow.
+pub fn arena_size(model: &Model<'_>) -> Option<usize> {
+    ArenaPlan::new(model).ok().map(|p| p.total)
+}
+
 /// Bytes of arena one session of `model` needs: the session handle, the core's state and
 /// scratch, and the sampler's scratch. The arena must be aligned to `KVM_ARENA_ALIGN`
 /// bytes. Returns 0 if `model` is not a loaded model.
@@ -634,9 +660,7 @@ pub unsafe extern "C" fn kvm_session_init(
     status(catch(|| {
         // SAFETY: per the contract.
         let m = unsafe { model_of(model)? };
-        if session.is_null() {
-            return Err(KVM_ERR_NULL_POINTER);
-        }
+        check_out(session)?;
         // SAFETY: per the contract.
         let cell = unsafe { SessionCell::init(m, arena.cast(), arena_len)? };
         // SAFETY: per the contract.
@@ -802,9 +826,7 @@ pub unsafe extern "C" fn kvm_prefill(session: *mut kvm_session, ids: *const u32,
 #[no_mangle]
 pub unsafe extern "C" fn kvm_decode_step(session: *mut kvm_session, token: *mut u32) -> kvm_status {
     let f = |s: &mut SessionCell| {
-        if token.is_null() {
-            return Err(KVM_ERR_NULL_POINTER);
-        }
+        check_out(token)?;
         let next = s.decode_step()?;
         // SAFETY: per the contract.
         unsafe { put(token, next) }
@@ -831,6 +853,9 @@ pub unsafe extern "C" fn kvm_generate(
 ) -> kvm_status {
     let mut count = 0usize;
     let f = |s: &mut SessionCell| {
+        if !n_generated.is_null() {
+            check_out(n_generated)?;
+        }
         while count < max_tokens {
             let token = s.decode_step()?;
             count += 1;

@@ -23,7 +23,7 @@ use core::ptr;
 
 use kvm_core::sampler::{scratch_len, Candidate, Pcg32, Sampler, SamplerConfig};
 use kvm_core::state::{Layout, Phase, ARENA_ALIGN};
-use kvm_core::{Model, Session};
+use kvm_core::{Error, Model, Session};
 
 use super::kvm_status::{self, *};
 
@@ -232,9 +232,13 @@ impl SessionCell {
     /// Feeds the pending token, computing logits when `want_logits`.
     fn flush(&mut self, want_logits: bool) -> Result<(), kvm_status> {
         if let Some(p) = self.pending {
-            self.session.step(p.token, p.phase, want_logits)?;
-            self.pending = None;
-            self.logits_ready = want_logits;
+            let fed = self.session.step(p.token, p.phase, want_logits);
+            // A step whose logits came out non-finite was still taken.
+            if matches!(fed, Ok(()) | Err(Error::NonFiniteLogits { .. })) {
+                self.pending = None;
+            }
+            self.logits_ready = want_logits && fed.is_ok();
+            fed?;
         }
         Ok(())
     }
@@ -297,7 +301,7 @@ impl SessionCell {
         put(head, snap::MAGIC, &snap::MAGIC_BYTES);
         put(head, snap::VERSION, &snap::CURRENT.to_le_bytes());
         put(head, snap::LEN, &(self.state_size() as u64).to_le_bytes());
-        put(head, snap::MODEL_ID, &model_id(self.model()).to_le_bytes());
+        put(head, snap::MODEL_ID, &self.model().identity().to_le_bytes());
         put(head, snap::FLAGS, &flags.to_le_bytes());
         put(head, snap::PENDING_TOKEN, &pending.to_le_bytes());
         put(head, snap::HISTORY_LEN, &(self.history_len as u32).to_le_bytes());
@@ -329,7 +333,7 @@ impl SessionCell {
             && u32_at(snap::VERSION) == snap::CURRENT
             && u64_at(snap::LEN) == snap_bytes.len() as u64
             && u32_at(snap::CRC) == snap::crc(snap_bytes)
-            && u32_at(snap::MODEL_ID) == model_id(self.model())
+            && u32_at(snap::MODEL_ID) == self.model().identity()
             && flags & !(snap::PENDING | snap::PREFILL) == 0
             && u32_at(snap::PENDING_TOKEN) < vocab_len
             && history_len <= HISTORY_LEN
@@ -365,12 +369,6 @@ pub(crate) fn state_size(model: &Model<'_>) -> Result<usize, kvm_status> {
 
 fn put(out: &mut [u8], at: usize, bytes: &[u8]) {
     out[at..at + bytes.len()].copy_from_slice(bytes);
-}
-
-/// What ties a snapshot to its model: the tensor table's checksum, which covers every
-/// tensor's shape, dtype, offset and data checksum.
-fn model_id(model: &Model<'_>) -> u32 {
-    model.header().table_crc
 }
 
 /// The snapshot format (all little-endian).

@@ -48,7 +48,7 @@ pub struct Args {
     threads: Option<usize>,
     /// Repeat the prefill + decode measurement this many times (fresh session each) and
     /// report the medians.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     runs: usize,
     /// Print one JSON object instead of a report.
     #[arg(long)]
@@ -242,16 +242,16 @@ fn speed(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Result
     let (mut prefill_wait, mut decode_wait) = (vec![], vec![]);
     let threads = pool.threads();
     let mut run = Run::new(*model);
-    for _ in 0..a.runs.max(1) {
+    for _ in 0..a.runs {
         let mut session = run.session()?;
         let (_, secs, wait) =
-            timed(threads, || prefill(&mut session, prompt, Phase::Prefill, pool, false).context("prefill"))?;
+            timed(threads, || prefill(&mut session, prompt, Phase::Prefill, pool).context("prefill"))?;
         prefill_tok_s.push(a.prompt_len as f64 / secs);
         prefill_wait.push(wait);
         if a.context != a.prompt_len {
             session.reset();
             if !context.is_empty() {
-                prefill(&mut session, context, Phase::Prefill, pool, false).context("prefill")?;
+                prefill(&mut session, context, Phase::Prefill, pool).context("prefill")?;
             }
         }
 
@@ -325,7 +325,7 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
         // Get to the window's start.
         if a.fast_forward && session.pos() + 1 < begin {
             let ff = token_stream(stream.next_u64(), begin - 1 - session.pos(), vocab_len);
-            prefill(&mut session, &ff, Phase::Prefill, pool, false).context("fast-forward")?;
+            prefill(&mut session, &ff, Phase::Prefill, pool).context("fast-forward")?;
             next = greedy(session.logits());
         }
         while session.pos() < begin {

@@ -9,6 +9,7 @@ use kvm_core::state::Phase;
 use kvm_core::tokenizer::StreamDecoder;
 use kvm_core::Session;
 use kvm_runtime::arena::Arena;
+use kvm_runtime::capi::KVM_MAX_REPEAT_WINDOW;
 use kvm_runtime::pool::{default_threads, Pool};
 use kvm_runtime::prefill::prefill;
 
@@ -18,29 +19,31 @@ pub struct Args {
     model: crate::ModelArg,
     #[command(flatten)]
     cache: crate::CacheArg,
-    /// The text to continue.
-    #[arg(long)]
+    /// The text to continue (it may start with `-`).
+    #[arg(long, allow_hyphen_values = true)]
     prompt: String,
     /// Tokens to generate.
     #[arg(short = 'n', long = "n-tokens", default_value_t = 128)]
     n: usize,
-    /// 0 = greedy.
-    #[arg(long, default_value_t = SamplerConfig::DEFAULT.temperature)]
+    /// Softmax temperature, >= 0; 0 = greedy.
+    #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.temperature)]
     temperature: f32,
-    /// 0 = off.
-    #[arg(long, default_value_t = SamplerConfig::DEFAULT.top_k)]
+    /// Keep the k most likely tokens; 0 = off.
+    #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.top_k)]
     top_k: u32,
-    #[arg(long, default_value_t = SamplerConfig::DEFAULT.top_p)]
+    /// Nucleus sampling, in (0, 1]; 1 = off.
+    #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.top_p)]
     top_p: f32,
-    #[arg(long, default_value_t = SamplerConfig::DEFAULT.min_p)]
+    /// Keep tokens at least this likely relative to the most likely, in [0, 1]; 0 = off.
+    #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.min_p)]
     min_p: f32,
-    /// 1 = off.
-    #[arg(long, default_value_t = SamplerConfig::DEFAULT.repeat_penalty)]
+    /// Repetition penalty, > 0; 1 = off.
+    #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.repeat_penalty)]
     repeat_penalty: f32,
-    /// Tokens the repetition penalty looks back over.
-    #[arg(long, default_value_t = SamplerConfig::DEFAULT.repeat_window)]
+    /// Tokens the repetition penalty looks back over, at most 256 (as in the C API).
+    #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.repeat_window)]
     repeat_window: u32,
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
     seed: u64,
     /// Worker threads (default: all cores).
     #[arg(long)]
@@ -60,6 +63,28 @@ pub fn peak_rss_bytes() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
+/// Refuses a sampler setting out of range, naming its flag and the range.
+fn check_sampler(c: &SamplerConfig) -> Result<()> {
+    let bad = |flag: &str, v: &dyn std::fmt::Display, range: &str| bail!("--{flag} {v} is out of range: {range}");
+    if !(c.temperature.is_finite() && c.temperature >= 0.0) {
+        return bad("temperature", &c.temperature, "it must be finite and >= 0 (0 is greedy)");
+    }
+    if !(c.top_p > 0.0 && c.top_p <= 1.0) {
+        return bad("top-p", &c.top_p, "it must be in (0, 1] (1 is off)");
+    }
+    if !(0.0..=1.0).contains(&c.min_p) {
+        return bad("min-p", &c.min_p, "it must be in [0, 1] (0 is off)");
+    }
+    if !(c.repeat_penalty.is_finite() && c.repeat_penalty > 0.0) {
+        return bad("repeat-penalty", &c.repeat_penalty, "it must be finite and > 0 (1 is off)");
+    }
+    if c.repeat_window > KVM_MAX_REPEAT_WINDOW {
+        return bad("repeat-window", &c.repeat_window, &format!("it must be at most {KVM_MAX_REPEAT_WINDOW}"));
+    }
+    // Whatever the checks above miss, the sampler's own validation still refuses.
+    c.validate().context("sampler settings")
+}
+
 pub fn run(a: &Args) -> Result<()> {
     let cfg = SamplerConfig {
         temperature: a.temperature,
@@ -69,7 +94,7 @@ pub fn run(a: &Args) -> Result<()> {
         repeat_penalty: a.repeat_penalty,
         repeat_window: a.repeat_window,
     };
-    cfg.validate().context("sampler settings")?;
+    check_sampler(&cfg)?;
     let file = a.model.open()?;
     let model = a.cache.apply(file.model()?)?;
     let tok = model.tokenizer();
@@ -84,7 +109,7 @@ pub fn run(a: &Args) -> Result<()> {
     let mut scratch = vec![Candidate::EMPTY; scratch_len(model.config().vocab_len as usize)];
 
     let t0 = Instant::now();
-    prefill(&mut session, &prompt_ids, Phase::Prefill, &pool, false).context("prompt")?;
+    prefill(&mut session, &prompt_ids, Phase::Prefill, &pool).context("prompt")?;
     let prompt_secs = t0.elapsed().as_secs_f64();
 
     let mut out = std::io::stdout().lock();
@@ -121,13 +146,15 @@ pub fn run(a: &Args) -> Result<()> {
     let tail = stream.finish();
     text.push_str(tail);
     let decode_secs = t1.elapsed().as_secs_f64();
-    // The first generated token comes from the prompt's logits: n tokens cost n - 1 steps.
-    let steps = generated.len().saturating_sub(1).max(1);
+    // The first generated token comes from the prompt's logits: n tokens cost n - 1 steps,
+    // and with no step there is no rate.
+    let steps = generated.len().saturating_sub(1);
+    let decode_tok_s = (steps > 0).then(|| steps as f64 / decode_secs.max(1e-9));
     let stats = serde_json::json!({
         "prompt_tokens": prompt_ids.len(),
         "prompt_tok_s": prompt_ids.len() as f64 / prompt_secs.max(1e-9),
         "generated_tokens": generated.len(),
-        "decode_tok_s": steps as f64 / decode_secs.max(1e-9),
+        "decode_tok_s": decode_tok_s,
         "peak_rss_bytes": peak_rss_bytes(),
         "threads": pool.threads(),
         "kernel_tier": crate::kernel_tier(),
@@ -138,12 +165,12 @@ pub fn run(a: &Args) -> Result<()> {
         writeln!(out, "{obj}")?;
     } else {
         writeln!(out, "{tail}")?;
+        let rate = decode_tok_s.map_or_else(|| "no steps".to_string(), |r| format!("{r:.1} tok/s"));
         eprintln!(
-            "prompt: {} tokens, {:.1} tok/s | decode: {} tokens, {:.1} tok/s | peak memory {:.1} MiB | {} threads, {} kernels",
+            "prompt: {} tokens, {:.1} tok/s | decode: {} tokens, {rate} | peak memory {:.1} MiB | {} threads, {} kernels",
             prompt_ids.len(),
             stats["prompt_tok_s"].as_f64().unwrap_or(0.0),
             generated.len(),
-            stats["decode_tok_s"].as_f64().unwrap_or(0.0),
             peak_rss_bytes() as f64 / (1 << 20) as f64,
             pool.threads(),
             crate::kernel_tier()

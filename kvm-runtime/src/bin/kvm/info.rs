@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Result;
+use kvm_core::cache::CacheDtype;
 use kvm_core::config::{flags, StateBudget};
+use kvm_core::state::Layout;
 use kvm_runtime::file::{ModelFile, Pages};
 
 pub fn run(path: &Path) -> Result<()> {
@@ -57,12 +59,20 @@ pub fn run(path: &Path) -> Result<()> {
         println!("tensors        {n:>4} x {d:<5} {bytes:>12} bytes");
     }
     println!("weights        {total} bytes");
-    println!(
-        "arena          {} bytes ({} of state, attention rows in {})",
-        model.arena_len(),
-        kvm_core::state::Layout::new(c, h.state_capacity as usize, h.cache).map(|l| l.snapshot_len()).unwrap_or(0),
-        h.cache.name()
-    );
+    // One line per cache dtype, as `--cache` (or `kvm_model_set_cache`) would pick it: the
+    // core's arena and the C API's, which adds the session handle and the sampler's
+    // scratch (`kvm_arena_size`).
+    for cache in CacheDtype::ALL {
+        let m = model.with_cache(cache)?;
+        let state = Layout::new(c, h.state_capacity as usize, cache).map_or(0, |l| l.snapshot_len());
+        let c_api = kvm_runtime::capi::arena_size(&m).unwrap_or(0);
+        let default = if cache == h.cache { ", the file's default" } else { "" };
+        println!(
+            "arena {:<8} {} bytes ({state} of state), {c_api} through the C API{default}",
+            format!("({})", cache.name()),
+            m.arena_len()
+        );
+    }
     println!("kernel tier    {}", crate::kernel_tier());
     Ok(())
 }

@@ -1,14 +1,15 @@
 //! `kvm logits`: every position's logits for a token sequence, as float32 .npy.
 
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use kvm_core::state::Phase;
 use kvm_core::Session;
+use kvm_export::atomic::AtomicFile;
 use kvm_runtime::arena::Arena;
 use kvm_runtime::pool::{default_threads, Pool};
-use kvm_runtime::prefill::prefill;
+use kvm_runtime::prefill::prefill_rows;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -33,23 +34,33 @@ pub struct Args {
     threads: Option<usize>,
 }
 
-/// Parses token ids from text: any run of digits is an id; `,`, whitespace, `[` and `]`
-/// separate them; anything else is an error.
+/// Parses token ids from text: ids are runs of digits separated by `,` or whitespace
+/// (`[` and `]` count as whitespace, for JSON lists); two commas with no id between them,
+/// or anything else, is an error.
 pub fn parse_ids(text: &str) -> Result<Vec<u32>> {
+    let text = text.replace(['[', ']'], " ");
+    let pieces: Vec<&str> = text.split(',').collect();
     let mut ids = Vec::new();
-    for part in text.split(|c: char| c == ',' || c == '[' || c == ']' || c.is_whitespace()) {
-        if part.is_empty() {
-            continue;
+    for (i, piece) in pieces.iter().enumerate() {
+        let before = ids.len();
+        for word in piece.split_whitespace() {
+            ids.push(word.parse::<u32>().with_context(|| format!("`{word}` is not a token id"))?);
         }
-        ids.push(part.parse::<u32>().with_context(|| format!("`{part}` is not a token id"))?);
+        if ids.len() == before && pieces.len() > 1 {
+            let at = if i == 0 { "before the first comma".to_string() } else { format!("after comma {i}") };
+            bail!("no token id {at}");
+        }
     }
     Ok(ids)
 }
 
 pub fn run(a: &Args) -> Result<()> {
     let ids = match (&a.tokens, &a.tokens_file) {
-        (Some(t), _) => parse_ids(t)?,
-        (None, Some(f)) => parse_ids(&std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?)?,
+        (Some(t), _) => parse_ids(t).context("--tokens")?,
+        (None, Some(f)) => {
+            let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+            parse_ids(&text).with_context(|| format!("in {}", f.display()))?
+        }
         (None, None) => bail!("give --tokens or --tokens-file"),
     };
     if ids.is_empty() {
@@ -61,20 +72,29 @@ pub fn run(a: &Args) -> Result<()> {
     let file = a.model.open()?;
     let model = a.cache.apply(file.model()?)?;
     let vocab = model.config().vocab_len as usize;
+    if let Some(pos) = ids.iter().position(|&t| t as usize >= vocab) {
+        bail!("the token at position {pos}, {}, is out of range: the vocabulary has {vocab} tokens", ids[pos]);
+    }
     let mut arena = Arena::new(model.arena_len());
     let mut session = Session::new(model, arena.bytes_mut())?;
     let pool = Pool::new(a.threads.unwrap_or_else(default_threads))?;
     let (prompt, rest) = ids.split_at(a.prompt_len);
-    let mut out = Vec::with_capacity(ids.len() * vocab);
+    // Rows go to the file as they come, so memory stays a batch of logits whatever the
+    // length; the file appears only once complete.
+    let mut file = AtomicFile::create(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let mut w = BufWriter::new(file.file());
+    let writing = || format!("writing {}", a.out.display());
+    kvm_runtime::npy::write_header(&mut w, &[ids.len(), vocab]).with_context(writing)?;
     if !prompt.is_empty() {
-        out = prefill(&mut session, prompt, Phase::Prefill, &pool, true).context("prompt")?;
+        let mut rows = |rows: &[f32]| kvm_runtime::npy::write_values(&mut w, rows).with_context(writing);
+        prefill_rows(&mut session, prompt, Phase::Prefill, &pool, &mut rows).context("prompt")?;
     }
     for (t, &id) in rest.iter().enumerate() {
-        session.decode_with(id, &pool).map(|_| ()).with_context(|| format!("token {}", a.prompt_len + t))?;
-        out.extend_from_slice(session.logits());
+        let logits =
+            session.decode_with(id, &pool).with_context(|| format!("decoding position {}", a.prompt_len + t))?;
+        kvm_runtime::npy::write_values(&mut w, logits).with_context(writing)?;
     }
-    let f = std::fs::File::create(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    kvm_runtime::npy::write_f32(BufWriter::new(f), &[ids.len(), vocab], &out)
-        .with_context(|| format!("writing {}", a.out.display()))?;
-    Ok(())
+    w.flush().with_context(writing)?;
+    drop(w);
+    file.commit()
 }

@@ -112,6 +112,14 @@ pub fn kernel_tier() -> &'static str {
 }
 
 fn main() -> ExitCode {
+    // Rust ignores SIGPIPE, which turns a closed pipe (`kvm info | head -1`) into an error
+    // on the next print. The default action ends the process quietly, as it does every
+    // Unix tool.
+    #[cfg(unix)]
+    // SAFETY: sets a signal's disposition to the default before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     std::panic::set_hook(Box::new(|info| {
         let msg = info
             .payload()

@@ -4,9 +4,12 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
+use kvm_core::format::TokenizerKind;
+use kvm_core::forward::Logits;
 use kvm_core::state::Phase;
 use kvm_core::Session;
 use kvm_runtime::arena::Arena;
+use kvm_runtime::pool::{default_threads, Pool};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -14,9 +17,12 @@ pub struct Args {
     model: crate::ModelArg,
     #[command(flatten)]
     cache: crate::CacheArg,
-    /// UTF-8 text file to score.
+    /// Text file to score: UTF-8 for a BPE model, any bytes for a byte-level one.
     #[arg(long)]
     text: PathBuf,
+    /// Worker threads for the matrix products (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
     /// Print one JSON object: tokens, bytes, bits_per_token, bits_per_byte, perplexity.
     #[arg(long)]
     json: bool,
@@ -30,19 +36,35 @@ pub fn nll(logits: &[f32], target: u32) -> f64 {
 }
 
 pub fn run(a: &Args) -> Result<()> {
-    let text = std::fs::read_to_string(&a.text).with_context(|| format!("reading {}", a.text.display()))?;
+    let text = std::fs::read(&a.text).with_context(|| format!("reading {}", a.text.display()))?;
     let file = a.model.open()?;
     let model = a.cache.apply(file.model()?)?;
     let tok = model.tokenizer();
-    let ids = crate::tokens::encode(&tok, &text)?;
+    let ids = match model.header().tokenizer_kind {
+        // Token id = byte value: any bytes are text to such a model.
+        TokenizerKind::Bytes => text.iter().map(|&b| u32::from(b)).collect(),
+        TokenizerKind::Bpe => {
+            let text = std::str::from_utf8(&text).map_err(|e| {
+                anyhow::anyhow!("{} is not UTF-8 ({e}), which this model's BPE tokenizer needs", a.text.display())
+            })?;
+            crate::tokens::encode(&tok, text)?
+        }
+    };
     if ids.len() < 2 {
         bail!("{} has fewer than two tokens", a.text.display());
     }
+    let vocab = model.config().vocab_len;
+    if let Some(pos) = ids.iter().position(|&t| t >= vocab) {
+        bail!("byte {pos} of {}, {}, is not a token of this {vocab}-token model", a.text.display(), ids[pos]);
+    }
+    let pool = Pool::new(a.threads.unwrap_or_else(default_threads))?;
     let mut arena = Arena::new(model.arena_len());
     let mut session = Session::new(model, arena.bytes_mut())?;
+    let acts_len = session.layout().acts_len(1).context("activation size")?;
+    let mut batch = vec![0f32; acts_len];
     let mut nats = 0f64;
     for w in ids.windows(2) {
-        session.step(w[0], Phase::Prefill, true)?;
+        session.step_batch(&w[..1], Phase::Prefill, &mut batch, &pool, Logits::Last)?;
         nats += nll(session.logits(), w[1]);
     }
     let tokens = ids.len() - 1;

@@ -1,0 +1,139 @@
+//! The `kvm-export` binary as a user runs it on bad input: it never loses a file, never
+//! leaves a partial one, never writes one the runtime refuses, and names what is wrong.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// A fresh directory holding a copy of checkpoint `from` (a repo path), its config
+/// patched by `patch`.
+fn checkpoint(from: &str, what: &str, patch: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+    let src = repo().join(from);
+    let dir = std::env::temp_dir().join(format!("kvm-export-test-{}-{what}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
+    let mut cfg: serde_json::Value = serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
+    patch(&mut cfg);
+    std::fs::write(dir.join("config.json"), serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+    dir
+}
+
+fn export(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kvm-export")).args(args).output().unwrap()
+}
+
+/// Runs `args`, which must fail with one line on stderr containing every one of `needles`.
+fn fails_saying(args: &[&str], needles: &[&str]) {
+    let o = export(args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{args:?} succeeded");
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: `{n}` not in: {err}");
+    }
+}
+
+/// The names in `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    v.sort();
+    v
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn an_output_that_is_an_input_is_refused_and_the_checkpoint_survives() {
+    let dir = checkpoint("tests/data/golden/fixed_basic", "same", |_| {});
+    let weights = dir.join("model.safetensors");
+    let before = std::fs::read(&weights).unwrap();
+    let link = dir.join("link.kvm");
+    let hard = dir.join("hard.kvm");
+    std::os::unix::fs::symlink(&weights, &link).unwrap();
+    std::fs::hard_link(&weights, &hard).unwrap();
+    for out in [&weights, &link, &hard, &dir.join("config.json")] {
+        fails_saying(&["convert", s(&dir), "-o", s(out), "-q"], &["is the input", "model somewhere else"]);
+    }
+    assert_eq!(std::fs::read(&weights).unwrap(), before);
+    assert_eq!(names(&dir), ["config.json", "hard.kvm", "link.kvm", "model.safetensors"]);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn a_failed_export_leaves_no_file_and_keeps_an_existing_one() {
+    let dir = checkpoint("tests/data/golden/fixed_basic", "nan", |_| {});
+    // A NaN in the first f32 tensor's data.
+    let weights = dir.join("model.safetensors");
+    let mut st = std::fs::read(&weights).unwrap();
+    let header_len = u64::from_le_bytes(st[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&st[8..8 + header_len]).unwrap();
+    let (name, t) = header.as_object().unwrap().iter().find(|(_, t)| t["dtype"] == "F32").unwrap();
+    let at = 8 + header_len + t["data_offsets"][0].as_u64().unwrap() as usize;
+    st[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    std::fs::write(&weights, &st).unwrap();
+
+    let out_dir = std::env::temp_dir().join(format!("kvm-export-test-{}-nan-out", std::process::id()));
+    std::fs::remove_dir_all(&out_dir).ok();
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let existing = out_dir.join("model.kvm");
+    std::fs::write(&existing, b"the user's previous model").unwrap();
+    fails_saying(&["convert", s(&dir), "-o", s(&existing), "-q"], &[name.as_str(), "not finite"]);
+    assert_eq!(std::fs::read(&existing).unwrap(), b"the user's previous model");
+    let fresh = out_dir.join("fresh.kvm");
+    fails_saying(&["convert", s(&dir), "-o", s(&fresh), "-q"], &["not finite"]);
+    assert_eq!(names(&out_dir), ["model.kvm"], "no partial or temporary file");
+    for d in [dir, out_dir] {
+        std::fs::remove_dir_all(d).ok();
+    }
+}
+
+#[test]
+fn another_models_tokenizer_is_refused() {
+    let out = std::env::temp_dir().join(format!("kvm-export-test-{}-gpt2.kvm", std::process::id()));
+    let gpt2 = repo().join("tests/data/tokenizers/gpt2/tokenizer.json");
+    let kjv = repo().join("models/tiny-kjv");
+    fails_saying(
+        &["convert", s(&kjv), "-o", s(&out), "--tokenizer", s(&gpt2), "-q"],
+        &["has 50257 tokens", "vocab_size is 256"],
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn config_errors_name_the_json_key_and_the_problem() {
+    let base = "tests/data/golden/fixed_basic";
+    let out = std::env::temp_dir().join(format!("kvm-export-test-{}-cfg.kvm", std::process::id()));
+    let dir = checkpoint(base, "window", |c| c["n_bswa_chunks"] = 0.into());
+    fails_saying(&["convert", s(&dir), "-o", s(&out), "-q"], &["`n_bswa_chunks` is 0"]);
+    let dir = checkpoint(base, "chunk", |c| c["chunk_len"] = (1u64 << 40).into());
+    fails_saying(&["convert", s(&dir), "-o", s(&out), "-q"], &["`chunk_len` is 1099511627776", "largest"]);
+    let dir = checkpoint(base, "dtypes", |_| {});
+    let args = ["convert", s(&dir), "-o", s(&out), "-q", "--tensor-dtype", "lm_head=q8_0", "--tensor-dtype"];
+    fails_saying(&[&args[..], &["lm_head=f16"]].concat(), &["`lm_head` twice"]);
+    assert!(!out.exists());
+    for what in ["window", "chunk", "dtypes"] {
+        std::fs::remove_dir_all(std::env::temp_dir().join(format!("kvm-export-test-{}-{what}", std::process::id())))
+            .ok();
+    }
+}
+
+#[test]
+fn a_good_export_replaces_the_old_file_and_loads() {
+    let dir = checkpoint("tests/data/golden/fixed_basic", "good", |_| {});
+    let out = dir.join("model.kvm");
+    std::fs::write(&out, b"old").unwrap();
+    let o = export(&["convert", s(&dir), "-o", s(&out), "-q"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let bytes = std::fs::read(&out).unwrap();
+    let model = kvm_core::Model::from_bytes(&bytes).unwrap();
+    assert_eq!(model.config().vocab_len, 96);
+    assert_eq!(names(&dir), ["config.json", "model.kvm", "model.safetensors"]);
+    std::fs::remove_dir_all(dir).ok();
+}
