@@ -10,12 +10,12 @@ use kvm_core::cache::CacheDtype;
 use kvm_core::quant::DType;
 use kvm_core::state::Phase;
 use kvm_core::Session;
-use kvm_export::convert::Policy;
 use kvm_export::synth::{synth, Preset};
 use kvm_runtime::arena::Arena;
 use kvm_runtime::file::{ModelFile, Pages};
 use kvm_runtime::pool::Pool;
 use kvm_runtime::prefill::prefill;
+use kvm_write::policy::Policy;
 
 fn argmax(logits: &[f32]) -> u32 {
     (0..logits.len()).max_by(|&a, &b| logits[a].total_cmp(&logits[b])).unwrap_or(0) as u32

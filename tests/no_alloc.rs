@@ -18,10 +18,10 @@ use kvm_core::quant::DType;
 use kvm_core::state::Phase;
 use kvm_core::tokenizer::{StreamDecoder, Tokenizer};
 use kvm_core::{Model, Session};
-use kvm_export::convert::Policy;
 use kvm_export::synth::{synth, Preset};
 use kvm_runtime::pool::Pool;
 use kvm_runtime::prefill::prefill;
+use kvm_write::policy::Policy;
 
 struct Counting;
 
@@ -99,7 +99,7 @@ fn prefill_and_decode_allocate_nothing() {
 #[test]
 fn encode_and_decode_allocate_nothing() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tokenizers/gpt2/tokenizer.json");
-    let section = kvm_export::tokenizer::build_section(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let section = kvm_write::tokenizer::build_section(&std::fs::read_to_string(path).unwrap()).unwrap();
     let long = "日本語のテキスト ".repeat(100) + &" ".repeat(1000);
     let texts = ["Hello world! it's 12 <|endoftext|> 🚀", long.as_str()];
     let mut ids = vec![0u32; long.len()];

@@ -12,9 +12,10 @@ use kvm_core::cache::CacheDtype;
 use kvm_core::config::Config;
 use kvm_core::format::{canonical_tensors, Role};
 use kvm_core::quant::DType;
-use kvm_export::convert::{convert, Policy, TokenizerSource};
+use kvm_export::convert::{convert, TokenizerSource};
 use kvm_export::synth::{synth, Preset};
-use kvm_export::writer::{error_table, peak_rss_bytes, TensorReport, WriteReport};
+use kvm_write::policy::Policy;
+use kvm_write::writer::{error_table, peak_rss_bytes, TensorReport, WriteReport};
 
 #[derive(Parser)]
 #[command(name = "kvm-export", version, about = "Convert KVM checkpoints into kvm model files")]

@@ -14,8 +14,8 @@ use anyhow::Result;
 use kvm_core::config::{flags, Config, StateBudget};
 use kvm_core::format::{Role, TokenizerKind};
 
-use crate::convert::Policy;
-use crate::writer::{write_model, TensorReport, WriteReport};
+use kvm_write::policy::Policy;
+use kvm_write::writer::{write_model, TensorReport, WriteReport};
 
 /// A named model shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

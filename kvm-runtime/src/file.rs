@@ -103,7 +103,7 @@ impl ModelFile {
         )
         .map_err(invalid)?;
         // The exporter's choice: f32p where the width allows and it makes the rows smaller.
-        let policy = kvm_export::convert::Policy::uniform(DType::F32P);
+        let policy = kvm_write::policy::Policy::uniform(DType::F32P);
         let dtype_for = |role: Role, rows: u32, cols: u32| policy.dtype_for(role, rows, cols);
         let packs = |e: &TensorEntry| e.role.is_matrix() && dtype_for(e.role, e.rows, e.cols) == DType::F32P;
         if !model.tensors().all(|e| e.dtype == DType::F32) || !model.tensors().any(|e| packs(&e)) {
@@ -132,7 +132,7 @@ impl ModelFile {
         let header = model.header();
         // Every tensor packs no larger than it was: the file's length bounds the copy's.
         let (mut anon, start) = anon_huge(self.len)?;
-        let report = kvm_export::writer::write_model_to(
+        let report = kvm_write::writer::write_model_to(
             &mut Cursor::new(&mut anon[start..start + self.len]),
             model.config(),
             (header.tokenizer_kind, model.tokenizer_section()),

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use kvm_core::quant::DType;
-use kvm_export::convert::Policy;
 use kvm_export::synth::{synth, Preset};
+use kvm_write::policy::Policy;
 
 fn tiny_model(name: &str) -> PathBuf {
     let path = std::env::temp_dir().join(format!("kvm-bench-test-{}-{name}.kvm", std::process::id()));

@@ -10,7 +10,8 @@ use std::process::Command;
 
 use common::{golden_dir, max_abs_diff, read_safetensors, repo, Tensor};
 use kvm_core::quant::DType;
-use kvm_export::convert::{convert, Policy, TokenizerSource};
+use kvm_export::convert::{convert, TokenizerSource};
+use kvm_write::policy::Policy;
 
 fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("kvm-cli-{}-{name}", std::process::id()))

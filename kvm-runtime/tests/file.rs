@@ -1,9 +1,9 @@
 //! Model files in memory: read into huge pages or mapped, the same bytes either way.
 
 use kvm_core::quant::DType;
-use kvm_export::convert::Policy;
 use kvm_export::synth::{synth, Preset};
 use kvm_runtime::file::{ModelFile, Pages};
+use kvm_write::policy::Policy;
 
 #[test]
 fn huge_pages_and_mapping_hold_the_same_bytes() {

@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use kvm_core::quant::DType;
-use kvm_export::convert::{convert, Policy, TokenizerSource};
+use kvm_export::convert::{convert, TokenizerSource};
+use kvm_write::policy::Policy;
 use safetensors::SafeTensors;
 
 /// Sessions' arenas, as the runtime makes them.
@@ -113,7 +114,7 @@ pub fn model_with(vocab_len: u32, lm_head: f32) -> Vec<u8> {
         Ok((0..n as u64).map(|i| ((i * 2_654_435_761 + salt) % 1000) as f32 / 1000.0 * 0.2 - 0.1).collect())
     };
     let mut out = std::io::Cursor::new(Vec::new());
-    kvm_export::writer::write_model_to(
+    kvm_write::writer::write_model_to(
         &mut out,
         &cfg,
         (TokenizerKind::Bytes, &[]),

@@ -57,7 +57,7 @@ fn random_model(cfg: &Config, seed: u64, dtype: DType) -> Vec<u8> {
         };
         Ok((0..rows * cols).map(|_| offset + scale * next()).collect())
     };
-    kvm_export::writer::write_model(
+    kvm_write::writer::write_model(
         &path,
         cfg,
         (TokenizerKind::Bytes, &[]),

@@ -7,7 +7,7 @@ use kvm_core::error::{ConfigField, Error, Section, Unsupported};
 use kvm_core::format::{Header, TensorEntry, ENTRY_LEN, HEADER_LEN};
 use kvm_core::quant::DType;
 use kvm_core::{Model, Session};
-use kvm_export::convert::Policy;
+use kvm_write::policy::Policy;
 
 fn fixed_basic() -> Vec<u8> {
     convert_to_bytes(&golden_dir("fixed_basic"), DType::F32)
@@ -259,7 +259,7 @@ fn export_refuses_unsupported_checkpoints() {
         let mut cfg = base.clone();
         cfg[field] = value;
         std::fs::write(tmp.join("config.json"), cfg.to_string()).unwrap();
-        let policy = kvm_export::convert::Policy::uniform(DType::F32);
+        let policy = kvm_write::policy::Policy::uniform(DType::F32);
         let err = kvm_export::convert::convert(
             &tmp,
             &tmp.join("out.kvm"),

@@ -8,7 +8,7 @@ use kvm_core::format::Role;
 use kvm_core::quant::DType;
 use kvm_core::state::Phase;
 use kvm_core::{Model, Session};
-use kvm_export::convert::Policy;
+use kvm_write::policy::Policy;
 
 fn argmax(v: &[f32]) -> u32 {
     let mut best = 0;

@@ -67,7 +67,7 @@ fn tiny_section() -> Vec<u8> {
     v["added_tokens"][0]["id"] = (256 + merged.len()).into();
     v["model"]["vocab"] = small.into();
     v["model"]["merges"] = keep.into();
-    kvm_export::tokenizer::build_section(&v.to_string()).unwrap()
+    kvm_write::tokenizer::build_section(&v.to_string()).unwrap()
 }
 
 #[test]

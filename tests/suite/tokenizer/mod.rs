@@ -26,7 +26,7 @@ pub fn gpt2_section() -> &'static [u8] {
     static SECTION: OnceLock<Vec<u8>> = OnceLock::new();
     SECTION.get_or_init(|| {
         let json = std::fs::read_to_string(data_path("gpt2/tokenizer.json")).unwrap();
-        kvm_export::tokenizer::build_section(&json).unwrap()
+        kvm_write::tokenizer::build_section(&json).unwrap()
     })
 }
 

@@ -15,10 +15,10 @@ use kvm_core::config::Config;
 use kvm_core::exec::{Exec, HeadFn, PieceFn, Product};
 use kvm_core::format::Role;
 use kvm_core::kernels;
+use kvm_core::sampler::Pcg32;
 use kvm_core::state::{bswa_begin, Phase};
 use kvm_core::tensor::Matrix;
 use kvm_core::{Model, Session};
-use kvm_export::synth::Rng;
 use kvm_runtime::arena::Arena;
 use kvm_runtime::file::Pages;
 use kvm_runtime::pool::{default_threads, Pool};
@@ -216,8 +216,8 @@ fn greedy(logits: &[f32]) -> u32 {
 
 /// A reproducible stream of `n` token ids below `vocab_len`.
 fn token_stream(seed: u64, n: usize, vocab_len: u32) -> Vec<u32> {
-    let mut rng = Rng::new(seed);
-    (0..n).map(|_| (rng.next_u64() % vocab_len as u64) as u32).collect()
+    let mut rng = Pcg32::new(seed);
+    (0..n).map(|_| rng.next_u32() % vocab_len).collect()
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -315,7 +315,7 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
     let window = a.window.unwrap_or(1024.max(4 * chunk)).div_ceil(chunk).max(1) * chunk;
     let mut run = Run::new(*model);
     let mut session = run.session()?;
-    let mut stream = Rng::new(a.seed);
+    let mut stream = Pcg32::new(a.seed);
     let vocab_len = model.config().vocab_len;
     let mut next = 0u32;
     let mut rows = Vec::new();
@@ -324,7 +324,7 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
         let begin = cp.saturating_sub(window);
         // Get to the window's start.
         if a.fast_forward && session.pos() + 1 < begin {
-            let ff = token_stream(stream.next_u64(), begin - 1 - session.pos(), vocab_len);
+            let ff = token_stream(u64::from(stream.next_u32()), begin - 1 - session.pos(), vocab_len);
             prefill(&mut session, &ff, Phase::Prefill, pool).context("fast-forward")?;
             next = greedy(session.logits());
         }

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use kvm_core::state::Phase;
 use kvm_core::Session;
-use kvm_export::atomic::AtomicFile;
 use kvm_runtime::arena::Arena;
 use kvm_runtime::pool::{default_threads, Pool};
 use kvm_runtime::prefill::prefill_rows;
+use kvm_write::atomic::AtomicFile;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -30,7 +30,7 @@ pub fn run(a: &Args) -> Result<()> {
         }
         (None, Some(t)) => {
             let json = std::fs::read_to_string(t).map_err(|e| anyhow::anyhow!("reading {}: {e}", t.display()))?;
-            let section = kvm_export::tokenizer::build_section(&json)?;
+            let section = kvm_write::tokenizer::build_section(&json)?;
             let tok = Tokenizer::from_bytes(&section).map_err(|e| anyhow::anyhow!("{}: {e}", t.display()))?;
             crate::tokens::encode(&tok, &a.text)?
         }

@@ -1,0 +1,13 @@
+//! kvm-write: the model file from weights in memory, for the converter (`kvm-export`) and
+//! the runtime (which packs f32 files as it loads them) alike, without the converter's
+//! checkpoint readers and command line.
+//!
+//! [`writer::write_model`] streams tensors one at a time into the format v1 file,
+//! encoding each as the [`policy::Policy`] says; [`tokenizer::build_section`] turns an HF
+//! `tokenizer.json` into the file's tokenizer section; [`atomic::AtomicFile`] makes every
+//! output appear whole or not at all.
+
+pub mod atomic;
+pub mod policy;
+pub mod tokenizer;
+pub mod writer;
