@@ -4,7 +4,7 @@
 //! test also counts, in one shared total, the threads it marks as its own (its caller and
 //! the pool's workers).
 
-mod common;
+use kvm_test_support as common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -46,6 +46,8 @@ fn allocations() -> usize {
     ALLOCATIONS.with(Cell::get)
 }
 
+// SAFETY: every call goes unchanged to the system allocator, which keeps the contract;
+// counting touches only thread-locals and an atomic, never the heap.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         count();

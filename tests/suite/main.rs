@@ -1,9 +1,10 @@
 //! The workspace's integration suite, one binary: golden vectors, the trained model,
-//! corrupt inputs, the command lines and the tokenizer.
+//! corrupt inputs, the C API and the tokenizer. (`no_alloc` counts allocations with a
+//! global allocator of its own and `miri` runs under `scripts/miri.sh`: binaries apart.)
 
-#[path = "../common/mod.rs"]
-mod common;
+use kvm_test_support as common;
 
+mod capi;
 mod configs;
 mod corrupt;
 mod golden;

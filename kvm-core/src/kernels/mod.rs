@@ -167,16 +167,17 @@ mod sealed {
     /// `Entries` for `$t` from the table's `$field` ([`super::table::Attention`]).
     macro_rules! entries {
         ($t:ty, $field:ident) => {
-            // SAFETY (every call): the active tier's CPU features are present (`tier`'s
-            // invariant).
             impl Entries for $t {
                 fn dots(rows: &[$t], x: &[f32], out: &mut [f32]) {
+                    // SAFETY: the active tier's CPU features are present (`tier`'s invariant).
                     unsafe { (table(tier()).$field.dots)(rows, x, out) }
                 }
                 fn dots_many(rows: &[$t], xs: &[f32], d: usize, out: &mut [f32]) -> bool {
+                    // SAFETY: as in `dots`.
                     table(tier()).$field.dots_many.map(|f| unsafe { f(rows, xs, d, out) }).is_some()
                 }
                 fn weighted_sum(p: &[f32], rows: &[$t], out: &mut [f32]) {
+                    // SAFETY: as in `dots`.
                     unsafe { (table(tier()).$field.weighted_sum)(p, rows, out) }
                 }
             }

@@ -20,7 +20,7 @@ pub(super) unsafe fn run<K: Kernels, const RF: usize, const RQ: usize, const T: 
 ) {
     let Some((data, rb)) = checked(w, xs, ys) else { return };
     let (cols, ld) = (w.cols, w.rows);
-    // SAFETY (both arms): the caller guarantees the tier.
+    // SAFETY: (both arms) the caller guarantees the tier.
     unsafe {
         if !w.dtype.quantizes_act() {
             walk::<K, RF, RQ, T>(w.dtype, data, rb, cols, Input::Floats(xs), ys, ld);
@@ -109,7 +109,7 @@ unsafe fn walk<K: Kernels, const RF: usize, const RQ: usize, const T: usize>(
     ys: &mut [f32],
     ld: usize,
 ) {
-    // SAFETY (all arms): forwarded.
+    // SAFETY: (all arms) forwarded.
     unsafe {
         match (dtype, input) {
             (DType::F32, Input::Floats(x)) => tiles::<K::F32, RF, T>(w, rb, cols, x, cols, ys, ld),
@@ -180,7 +180,7 @@ unsafe fn groups<G: GroupKernel, const T: usize>(
     let gb = X16 * rb;
     if n == 1 {
         let a = &a[..stride];
-        // SAFETY (both arms): forwarded.
+        // SAFETY: (both arms) forwarded.
         return unsafe {
             if G::SIDE_BY_SIDE {
                 single::<G, STREAMS>(w, gb, cols, a, ys)

@@ -816,7 +816,7 @@ unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
 #[target_feature(enable = "neon")]
 unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
     debug_assert_eq!(dtype.row_bytes(out.len()), Some(row.len()));
-    // SAFETY (all arms): `row` holds `out.len()` weights of `dtype`.
+    // SAFETY: (all arms) `row` holds `out.len()` weights of `dtype`.
     unsafe {
         match dtype {
             DType::F32 => widen_row::<F32>(row, out),

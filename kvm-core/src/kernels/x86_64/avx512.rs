@@ -141,7 +141,7 @@ impl Kernel for Packed {
 
     #[inline]
     unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], cols: usize) -> [[f32; T]; R] {
-        // SAFETY (both arms): the caller guarantees the tier; `has_vbmi` the rest.
+        // SAFETY: (both arms) the caller guarantees the tier; `has_vbmi` the rest.
         unsafe {
             if has_vbmi() {
                 packed_vbmi::<R, T>(w, a, cols)
@@ -490,11 +490,12 @@ impl<B: X16Blocks> GroupKernel for Interleaved<B> {
         // in L1 for the next pair.
         let mut t = 0;
         while t < T {
-            // SAFETY: forwarded.
             if t + 1 < T {
+                // SAFETY: forwarded.
                 [[out[t], out[t + 1]]] = unsafe { x16::<B, 1, 2>([g], [a[t], a[t + 1]], cols) };
                 t += 2;
             } else {
+                // SAFETY: forwarded.
                 [[out[t]]] = unsafe { x16::<B, 1, 1>([g], [a[t]], cols) };
                 t += 1;
             }

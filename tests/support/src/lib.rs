@@ -1,5 +1,5 @@
-//! Helpers shared by the integration tests: golden-case loading and model conversion.
-#![allow(dead_code)] // each test binary uses a different subset
+//! Helpers shared by the integration test suites (the workspace's and kvm-runtime's):
+//! golden-case loading and model conversion.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -10,7 +10,6 @@ use kvm_write::policy::Policy;
 use safetensors::SafeTensors;
 
 /// Sessions' arenas, as the runtime makes them.
-#[allow(unused_imports)] // as `dead_code` above
 pub use kvm_runtime::arena::Arena;
 
 /// Root of the repository (the package using this module is the root one or a member).

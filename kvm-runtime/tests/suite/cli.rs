@@ -1,16 +1,13 @@
 //! The `kvm` binary as a user runs it: converted golden cases through `kvm logits`
 //! match the reference; errors are one line and never a panic.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{golden_dir, max_abs_diff, read_safetensors, repo, Tensor};
 use kvm_core::quant::DType;
 use kvm_export::convert::{convert, TokenizerSource};
+use kvm_test_support::{golden_dir, max_abs_diff, read_safetensors, repo, Tensor};
 use kvm_write::policy::Policy;
 
 fn tmp(name: &str) -> PathBuf {
@@ -250,7 +247,7 @@ fn parser_refuses(args: &[&str], needles: &[&str]) -> String {
 #[test]
 fn non_finite_logits_are_an_error_naming_the_position() {
     let model = tmp("overflow.kvm");
-    std::fs::write(&model, common::model_with(256, f32::MAX)).unwrap();
+    std::fs::write(&model, kvm_test_support::model_with(256, f32::MAX)).unwrap();
     let text = tmp("overflow.txt");
     std::fs::write(&text, "abc").unwrap();
     let out = tmp("overflow.npy");
@@ -375,8 +372,9 @@ fn peak_rss(args: &[&str]) -> u64 {
     let child = Command::new(env!("CARGO_BIN_EXE_kvm")).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn();
     let pid = child.unwrap().id() as libc::pid_t;
     let mut status = 0;
-    // SAFETY: plain syscall on our own child, into locals.
+    // SAFETY: `rusage` is plain integers, for which all zeros is a valid value.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our child; `status` and `usage` are live locals.
     assert_eq!(unsafe { libc::wait4(pid, &mut status, 0, &mut usage) }, pid);
     assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{args:?}: status {status}");
     usage.ru_maxrss as u64 * 1024
@@ -385,7 +383,7 @@ fn peak_rss(args: &[&str]) -> u64 {
 #[test]
 fn logits_stream_to_the_file_in_constant_memory() {
     let model = tmp("vocab8k.kvm");
-    std::fs::write(&model, common::model_with(8192, 0.01)).unwrap();
+    std::fs::write(&model, kvm_test_support::model_with(8192, 0.01)).unwrap();
     let m = model.to_str().unwrap();
     let ids: Vec<String> = (0..1024).map(|i| (i * 37 % 8192).to_string()).collect();
     let (short, long) = (tmp("short.npy"), tmp("long.npy"));
@@ -418,9 +416,12 @@ fn info_and_perplexity_agree_with_the_c_api() {
     let info = String::from_utf8(o.stdout).unwrap();
     let blob = std::fs::read(&model).unwrap();
     let mut cm = kvm_model::new();
+    // SAFETY: the blob and the model handle are live locals; the blob outlives `cm`.
     assert_eq!(unsafe { kvm_model_load(blob.as_ptr(), blob.len(), 0, &mut cm) }, kvm_status::KVM_OK);
     for (name, code) in [("f32", KVM_CACHE_F32), ("f16", KVM_CACHE_F16), ("q8", KVM_CACHE_Q8)] {
+        // SAFETY: `cm` is a loaded model handle.
         assert_eq!(unsafe { kvm_model_set_cache(&mut cm, code) }, kvm_status::KVM_OK);
+        // SAFETY: as above.
         let c_size = unsafe { kvm_arena_size(&cm) };
         let line = info.lines().find(|l| l.starts_with(&format!("arena ({name})"))).unwrap_or_else(|| panic!("{info}"));
         assert!(line.contains(&format!(", {c_size} through the C API")), "{line}");

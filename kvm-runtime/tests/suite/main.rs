@@ -1,0 +1,6 @@
+//! kvm-runtime's integration suite, one binary: the `kvm` command line as a user runs it,
+//! `kvm bench`'s reports, and model files in memory.
+
+mod bench;
+mod cli;
+mod file;
