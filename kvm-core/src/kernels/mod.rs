@@ -15,6 +15,10 @@
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
+// On the host only for its tests, which run the DSP kernels' arithmetic on emulated
+// instructions.
+#[cfg(any(kvm_arm_dsp, test))]
+mod arm;
 pub mod scalar;
 pub mod tier;
 #[cfg(target_arch = "x86_64")]
@@ -615,7 +619,24 @@ fn table(tier: Tier) -> &'static Table {
         f16: attention!(aarch64::neon, f16),
         i8: attention!(aarch64::neon, i8),
     };
+    // Scalar but for the integer formats and their activation quantizer (see `arm::dsp`).
+    #[cfg(kvm_arm_dsp)]
+    static DSP: Table = Table {
+        decode: decode::<arm::dsp::Dsp, 1, 4>(),
+        matmul: run::<arm::dsp::Dsp, 1, 4, 1>,
+        quantize_act: <arm::dsp::Dsp as Kernels>::quantize_act,
+        dequant_row: scalar::dequant_row,
+        max: scalar::max,
+        find: scalar::find,
+        exp_sub: scalar::exp_sub,
+        narrow_f16: scalar::narrow_f16,
+        f32: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
+        f16: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
+        i8: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
+    };
     match tier {
+        #[cfg(kvm_arm_dsp)]
+        Tier::Dsp => &DSP,
         #[cfg(target_arch = "x86_64")]
         Tier::Avx2 => &AVX2,
         #[cfg(target_arch = "x86_64")]
