@@ -119,47 +119,42 @@ use op::{smlad, sxtb16, sxtb16_ror8};
 /// Both halfwords 1: `smlad(x, ONES, acc)` adds the two halfwords of `x`.
 const ONES: u32 = 0x0001_0001;
 
-/// Rounds to the nearest integer, ties to even, for `|v| <= 2^22`, in the scalar tier's
-/// operations.
-#[inline(always)]
-fn round_even(v: f32) -> f32 {
-    const MAGIC: f32 = 12_582_912.0;
-    (v + MAGIC) - MAGIC
-}
-
-/// The f32 value of the f16 in the low half of `h`, exactly (`f16_le`'s value): a normal
-/// f16, as every real scale is, re-biased in three integer operations, anything else by
-/// [`scalar::widen_f16`].
+/// The f32 value of the f16 in the low half of `h`, exactly (`f16_le`'s value): the f16's
+/// magnitude bits moved to an f32's place (which makes normals and subnormals alike
+/// `2^-112` times their value) scaled by `2^112`, which is exact; infinities and NaNs,
+/// which no real scale is, by [`scalar::widen_f16`].
 #[inline(always)]
 fn f16_low(h: u32) -> f32 {
-    let exp = h & 0x7c00;
-    if exp != 0 && exp != 0x7c00 {
-        // Exponent 15 -> 127 bias; mantissa 10 -> 23 bits; the sign to bit 31.
-        f32::from_bits((((h & 0x7fff) << 13) + ((127 - 15) << 23)) | (h & 0x8000) << 16)
-    } else {
-        scalar::widen_f16(h as u16)
+    let mag = (h & 0x7fff) << 13;
+    if mag >= 0x1f << 23 {
+        return scalar::widen_f16(h as u16);
     }
+    f32::from_bits(mag | (h & 0x8000) << 16) * f32::from_bits((127 + 112) << 23)
 }
 
-/// Quantizes `x` as [`scalar::quantize_act`] does, to the same bytes: the largest magnitude
-/// by integer compares of the bits (magnitudes of floats order as their bits do; NaNs,
-/// above infinity, are skipped as `f32::max` skips them), then the scalar rounding.
+/// Quantizes `x` as [`scalar::quantize_act`] does, to the same bytes. The largest
+/// magnitude comes from integer compares of the bits shifted past the sign (magnitudes of
+/// floats order as their bits do); a block with a NaN, which `f32::max` would skip, is
+/// quantized by the scalar tier. The rounding adds `1.5 * 2^23`, as the scalar tier does,
+/// and takes the integer from the sum's low mantissa byte instead of subtracting again.
 pub(crate) fn quantize_act(x: &[f32], out: &mut [u8]) {
-    const INF: u32 = 0x7f80_0000;
+    const MAGIC: f32 = 12_582_912.0;
     let (qs, ds) = out.split_at_mut(x.len());
     for ((xs, q), d) in x.chunks_exact(QK).zip(qs.chunks_exact_mut(QK)).zip(ds.chunks_exact_mut(4)) {
-        let top = xs.iter().fold(0u32, |m, v| {
-            let a = v.to_bits() & 0x7fff_ffff;
-            if a > m && a <= INF {
-                a
-            } else {
-                m
-            }
-        });
+        let top = xs.iter().fold(0u32, |m, v| m.max(v.to_bits() << 1)) >> 1;
+        if top > 0x7f80_0000 {
+            let mut block = [0u8; QK + 4];
+            scalar::quantize_act(xs, &mut block);
+            q.copy_from_slice(&block[..QK]);
+            d.copy_from_slice(&block[QK..]);
+            continue;
+        }
         let (scale, inv) = scalar::act_scale(f32::from_bits(top));
         d.copy_from_slice(&scale.to_le_bytes());
         for (q, &v) in q.iter_mut().zip(xs) {
-            *q = round_even(v * inv) as i8 as u8;
+            // |v * inv| <= 127 (or NaN from inf * 0, whose default NaN's low byte is 0 as
+            // the scalar `NaN as i8` is).
+            *q = (v * inv + MAGIC).to_bits() as u8;
         }
     }
 }
