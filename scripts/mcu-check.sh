@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the kvm firmware (examples/mcu) on both QEMU boards and checks its text.
 #
-# usage: scripts/mcu-check.sh [--no-host] [--dtype D [--cache C] [--no-repack] | MODEL]
+# usage: scripts/mcu-check.sh [--no-host] [--icount] [--dtype D [--cache C] [--no-repack] | MODEL]
 #
 # MODEL defaults to the bundled models/tiny-kjv-q8_0.kvm; --dtype converts models/tiny-kjv
 # with kvm-export first (--cache f16: sessions store attention rows as f16; --no-repack:
@@ -18,7 +18,8 @@
 #   kernels' bits) and with the scalar tier for float ones (--dtype f32/f16/bf16, whose
 #   SIMD tiers sum in another order and may pick another token at a near tie). Builds the
 #   host `kvm` (skip: --no-host).
-# Prints "N passed, N failed"; exits non-zero on any failure.
+# --icount runs the boards under QEMU -icount and prints their instruction counts
+# (run-qemu.sh --icount). Prints "N passed, N failed"; exits non-zero on any failure.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,11 +29,13 @@ cache=f32
 repack=()
 model=""
 host=1
+icount=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --dtype) dtype="${2:?--dtype needs a value}"; shift 2 ;;
         --cache) cache="${2:?--cache needs a value}"; shift 2 ;;
         --no-host) host=0; shift ;;
+        --icount) icount=(--icount); shift ;;
         --no-repack) repack=(--no-repack); shift ;;
         *) model="$1"; shift ;;
     esac
@@ -55,8 +58,8 @@ check() { # name, command...
     if "$@"; then passed=$((passed + 1)); echo "ok: $name"; else failed=$((failed + 1)); echo "FAILED: $name"; fi
 }
 
-check "an386 runs" "$run" --board an386 --out "$work/an386.txt" "$model"
-check "an505 runs" "$run" --board an505 --out "$work/an505.txt" "$model"
+check "an386 runs" "$run" --board an386 ${icount[@]+"${icount[@]}"} --out "$work/an386.txt" "$model"
+check "an505 runs" "$run" --board an505 ${icount[@]+"${icount[@]}"} --out "$work/an505.txt" "$model"
 check "an386 and an505 agree" cmp "$work/an386.txt" "$work/an505.txt"
 
 prompt="And God said"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kvm's whole test run, as CI runs it: set-up, lint, unit + integration tests (golden
 # vectors, corrupt inputs, no-alloc), bare-metal builds, aarch64 tests under QEMU, the
-# C API and its example under valgrind, and the firmware in QEMU.
+# C API and its example under valgrind, the kernel conformance checks and the firmware in
+# QEMU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,6 +54,9 @@ bench=$(target/release/kvm bench --model target/tiny-kjv-f32.kvm --gen 4 --promp
 [[ $bench == *'"packed_at_load":true'* ]] || { echo "kvm bench did not pack the f32 model: $bench" >&2; exit 1; }
 awk -v a="$packed" -v b="$stored" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-6) }'
 echo "bits per byte: packed $packed, as stored $stored"
+
+step "kernel conformance on the boards: the compiled tier (dsp) against scalar on an386 (Cortex-M4F) and an505 (Cortex-M33)"
+bash scripts/mcu-conformance.sh
 
 step "firmware in QEMU: Rust on Cortex-M4F (an386) and Cortex-M33 (an505), C on an386, all equal to the host (q8_0x16, f32/f16/q8 attention caches; row-major q8_0; q4_0x16)"
 bash scripts/mcu-check.sh

@@ -11,10 +11,15 @@
 //! integer sums scaled once per block, in every tier alike, scalar included.
 //!
 //! The tier in use starts as the best one the compile-time target features allow and may be
-//! switched at run time ([`tier::force_tier`]; with `std`, `init_from_env`).
+//! switched at run time ([`tier::force_tier`]; with `std`, `init_from_env`). Cortex-M4/M7/M33
+//! builds get `arm::dsp` (`smlad` integer products) this way, with no run-time detection.
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
+// On the host only for its tests, which run the DSP kernels' arithmetic on emulated
+// instructions.
+#[cfg(any(kvm_arm_dsp, test))]
+mod arm;
 mod prefetch;
 pub mod scalar;
 mod table;

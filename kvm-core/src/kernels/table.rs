@@ -3,6 +3,8 @@
 
 #[cfg(target_arch = "aarch64")]
 use super::aarch64;
+#[cfg(kvm_arm_dsp)]
+use super::arm;
 use super::walk::{prepared, rows, run};
 #[cfg(target_arch = "x86_64")]
 use super::x86_64;
@@ -141,7 +143,24 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         f16: attention!(aarch64::neon, f16),
         i8: attention!(aarch64::neon, i8),
     };
+    // Scalar but for the integer formats and their activation quantizer (see `arm::dsp`).
+    #[cfg(kvm_arm_dsp)]
+    static DSP: Table = Table {
+        decode: decode::<arm::dsp::Dsp, 1, 4>(),
+        matmul: run::<arm::dsp::Dsp, 1, 4, 1>,
+        quantize_act: <arm::dsp::Dsp as Kernels>::quantize_act,
+        dequant_row: scalar::dequant_row,
+        max: scalar::max,
+        find: scalar::find,
+        exp_sub: scalar::exp_sub,
+        narrow_f16: scalar::narrow_f16,
+        f32: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
+        f16: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
+        i8: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
+    };
     match tier {
+        #[cfg(kvm_arm_dsp)]
+        Tier::Dsp => &DSP,
         #[cfg(target_arch = "x86_64")]
         Tier::Avx2 => &AVX2,
         #[cfg(target_arch = "x86_64")]

@@ -26,11 +26,13 @@ pub enum Tier {
     Neon = 3,
     /// aarch64 Advanced SIMD with the `dotprod` extension (`sdot`).
     NeonDot = 4,
+    /// 32-bit Arm with the DSP extension (Cortex-M4/M7/M33): `smlad` integer products.
+    Dsp = 5,
 }
 
 impl Tier {
     /// Every tier, best last within each architecture.
-    pub const ALL: [Tier; 5] = [Tier::Scalar, Tier::Avx2, Tier::Avx512, Tier::Neon, Tier::NeonDot];
+    pub const ALL: [Tier; 6] = [Tier::Scalar, Tier::Avx2, Tier::Avx512, Tier::Neon, Tier::NeonDot, Tier::Dsp];
 
     /// The name `KVM_KERNELS` takes (`avx2`).
     pub const fn name(self) -> &'static str {
@@ -40,6 +42,7 @@ impl Tier {
             Tier::Avx512 => "avx512",
             Tier::Neon => "neon",
             Tier::NeonDot => "neondot",
+            Tier::Dsp => "dsp",
         }
     }
 
@@ -54,6 +57,7 @@ impl Tier {
             Tier::Scalar => true,
             Tier::Avx2 | Tier::Avx512 => cfg!(target_arch = "x86_64"),
             Tier::Neon | Tier::NeonDot => cfg!(target_arch = "aarch64"),
+            Tier::Dsp => cfg!(kvm_arm_dsp),
         }
     }
 
@@ -64,6 +68,7 @@ impl Tier {
             2 => Some(Tier::Avx512),
             3 => Some(Tier::Neon),
             4 => Some(Tier::NeonDot),
+            5 => Some(Tier::Dsp),
             _ => None,
         }
     }
@@ -76,7 +81,10 @@ impl fmt::Display for Tier {
 }
 
 /// The best tier the compile-time target features guarantee (`-C target-cpu=native` on an
-/// AVX-512 machine gives [`Tier::Avx512`] with no run-time check).
+/// AVX-512 machine gives [`Tier::Avx512`] with no run-time check). Arm's DSP extension is
+/// not a stable `target_feature`; the crate's build script sets `kvm_arm_dsp` when the
+/// target's code generation has it (`thumbv7em`, or `thumbv8m.main` with
+/// `-C target-cpu=cortex-m33`).
 pub const COMPILED: Tier = if cfg!(all(
     target_arch = "x86_64",
     target_feature = "avx2",
@@ -94,6 +102,8 @@ pub const COMPILED: Tier = if cfg!(all(
     Tier::NeonDot
 } else if cfg!(all(target_arch = "aarch64", target_feature = "neon")) {
     Tier::Neon
+} else if cfg!(kvm_arm_dsp) {
+    Tier::Dsp
 } else {
     Tier::Scalar
 };
@@ -149,7 +159,7 @@ pub fn supported(t: Tier) -> bool {
             Tier::Scalar => true,
             Tier::Avx2 => avx2,
             Tier::Avx512 => avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512vnni"),
-            Tier::Neon | Tier::NeonDot => false,
+            Tier::Neon | Tier::NeonDot | Tier::Dsp => false,
         }
     }
     #[cfg(target_arch = "aarch64")]
@@ -159,19 +169,22 @@ pub fn supported(t: Tier) -> bool {
             Tier::Scalar => true,
             Tier::Neon => has!("neon"),
             Tier::NeonDot => has!("neon") && has!("dotprod"),
-            Tier::Avx2 | Tier::Avx512 => false,
+            Tier::Avx2 | Tier::Avx512 | Tier::Dsp => false,
         }
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
-        t == Tier::Scalar
+        t == Tier::Scalar || (t == Tier::Dsp && cfg!(kvm_arm_dsp))
     }
 }
 
 /// The best tier the running CPU supports.
 #[cfg(feature = "std")]
 pub fn detect() -> Tier {
-    [Tier::Avx512, Tier::Avx2, Tier::NeonDot, Tier::Neon].into_iter().find(|&t| supported(t)).unwrap_or(Tier::Scalar)
+    [Tier::Avx512, Tier::Avx2, Tier::NeonDot, Tier::Neon, Tier::Dsp]
+        .into_iter()
+        .find(|&t| supported(t))
+        .unwrap_or(Tier::Scalar)
 }
 
 /// Why [`init_from_env`] refused `KVM_KERNELS`.
@@ -190,7 +203,9 @@ pub enum TierError {
 impl fmt::Display for TierError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TierError::UnknownName => f.write_str("KVM_KERNELS must be one of scalar, avx2, avx512, neon, neondot"),
+            TierError::UnknownName => {
+                f.write_str("KVM_KERNELS must be one of scalar, avx2, avx512, neon, neondot, dsp")
+            }
             TierError::Unsupported(t) => write!(f, "KVM_KERNELS={t}: this CPU does not support it"),
         }
     }
@@ -199,7 +214,7 @@ impl fmt::Display for TierError {
 #[cfg(feature = "std")]
 impl core::error::Error for TierError {}
 
-/// Activates the tier named by `KVM_KERNELS` (`scalar|avx2|avx512|neon|neondot`), or the
+/// Activates the tier named by `KVM_KERNELS` (`scalar|avx2|avx512|neon|neondot|dsp`), or the
 /// detected best when it is unset or empty, and returns it; CI uses it to run every tier on
 /// one machine.
 ///

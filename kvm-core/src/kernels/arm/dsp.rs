@@ -1,0 +1,677 @@
+//! The DSP tier: Armv7E-M and Armv8-M Mainline with the DSP extension (Cortex-M4, M7, M33),
+//! chosen at build time (`kvm_arm_dsp`, set by the crate's build script when the target's
+//! code generation has the extension).
+//!
+//! Integer formats multiply with `smlad`, two signed 16 x 16 products added into an i32,
+//! on pairs of values spread to halfwords: `sxtb16` takes bytes 0 and 2 of a word of q8
+//! values (rotated by 8, bytes 1 and 3), and one mask with a shift takes q4_0's nibbles in
+//! the same two positions. An activation block is spread once ([`Spread`]) and meets every
+//! row of a group or tile. q4_0's offset of 8 comes out of the sum as `8 * sum(a)`, exact
+//! in i32. So the block sums are the scalar tier's, and what follows them is its f32
+//! operations in its order ([`scalar::block_term`], the lanes of [`scalar::sum_blocks`]),
+//! so the bits are too. A weight or activation that is not on a 4-byte boundary (never in a
+//! model file, whose tensors are 64-aligned) runs the scalar kernel.
+//!
+//! Float weights, attention and softmax are the scalar tier's: single-precision FPUs have
+//! no SIMD, so any other order would only change the bits. The activation quantizer
+//! finds each block's largest magnitude in integer compares (`f32::max` is a library call
+//! on these FPUs). (FPU instructions in `asm!`, such as `vcvtb` for the f16 scales, need
+//! the `sreg` register class, which stable rustc grants only to double-precision FPUs.)
+//!
+//! Off Arm (host tests), [`op`] emulates the few instructions, so the host checks the
+//! kernels' arithmetic against the scalar tier; the Arm code itself is checked on the
+//! boards (`scripts/mcu-conformance.sh`).
+
+use crate::kernels::scalar::{self, LANES};
+use crate::kernels::{GroupKernel, Kernel, Kernels, BF16, F16, F32, F32P};
+use crate::quant::{DType, QK, X16};
+
+/// The DSP tier.
+#[derive(Debug)]
+pub(crate) struct Dsp;
+
+impl Kernels for Dsp {
+    type F32 = scalar::Float<F32>;
+    type F16 = scalar::Float<F16>;
+    type BF16 = scalar::Float<BF16>;
+    type Q8_0 = Rows<Q8>;
+    type Q4_0 = Rows<Q4>;
+    type Q4_0x16 = Groups<Q4>;
+    type Q8_0x16 = Groups<Q8>;
+    type F32P = scalar::Float<F32P>;
+
+    unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
+        quantize_act(x, out)
+    }
+
+    unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
+        scalar::dequant_row(dtype, row, out)
+    }
+}
+
+/// The DSP instructions the kernels use, one function each (`asm!` on Arm; the same
+/// results in plain Rust elsewhere, for the host's tests).
+pub(crate) mod op {
+    #[cfg(kvm_arm_dsp)]
+    use core::arch::asm;
+
+    /// Bytes 0 and 2 of `x`, sign-extended into the two halfwords (`sxtb16`).
+    #[inline(always)]
+    pub fn sxtb16(x: u32) -> u32 {
+        #[cfg(kvm_arm_dsp)]
+        {
+            let r: u32;
+            // SAFETY: a register-only instruction of the DSP extension, which this build has.
+            unsafe {
+                asm!("sxtb16 {r}, {x}", r = lateout(reg) r, x = in(reg) x, options(pure, nomem, nostack, preserves_flags))
+            };
+            r
+        }
+        #[cfg(not(kvm_arm_dsp))]
+        {
+            let half = |b: u32| (b as u8 as i8 as i16 as u16) as u32;
+            half(x) | half(x >> 16) << 16
+        }
+    }
+
+    /// Bytes 1 and 3 of `x`, sign-extended into the two halfwords (`sxtb16 ..., ror #8`).
+    #[inline(always)]
+    pub fn sxtb16_ror8(x: u32) -> u32 {
+        #[cfg(kvm_arm_dsp)]
+        {
+            let r: u32;
+            // SAFETY: as in `sxtb16`.
+            unsafe {
+                asm!("sxtb16 {r}, {x}, ror #8", r = lateout(reg) r, x = in(reg) x, options(pure, nomem, nostack, preserves_flags))
+            };
+            r
+        }
+        #[cfg(not(kvm_arm_dsp))]
+        {
+            sxtb16(x.rotate_right(8))
+        }
+    }
+
+    /// `acc + a.lo * b.lo + a.hi * b.hi`, the halfwords signed, wrapping (`smlad`).
+    #[inline(always)]
+    pub fn smlad(a: u32, b: u32, acc: i32) -> i32 {
+        #[cfg(kvm_arm_dsp)]
+        {
+            let r: i32;
+            // SAFETY: as in `sxtb16`; it may set the Q (saturation) flag, which nothing
+            // reads, so the flags are not declared preserved.
+            unsafe {
+                asm!("smlad {r}, {a}, {b}, {acc}", r = lateout(reg) r, a = in(reg) a, b = in(reg) b, acc = in(reg) acc, options(pure, nomem, nostack))
+            };
+            r
+        }
+        #[cfg(not(kvm_arm_dsp))]
+        {
+            let lo = |x: u32| x as u16 as i16 as i32;
+            let hi = |x: u32| (x >> 16) as u16 as i16 as i32;
+            acc.wrapping_add(lo(a) * lo(b)).wrapping_add(hi(a) * hi(b))
+        }
+    }
+}
+
+use op::{smlad, sxtb16, sxtb16_ror8};
+
+/// Both halfwords 1: `smlad(x, ONES, acc)` adds the two halfwords of `x`.
+const ONES: u32 = 0x0001_0001;
+
+/// The f32 value of the f16 in the low half of `h`, exactly (`f16_le`'s value): the f16's
+/// magnitude bits moved to an f32's place (which makes normals and subnormals alike
+/// `2^-112` times their value) scaled by `2^112`, which is exact; infinities and NaNs,
+/// which no real scale is, by [`scalar::widen_f16`].
+#[inline(always)]
+fn f16_low(h: u32) -> f32 {
+    let mag = (h & 0x7fff) << 13;
+    if mag >= 0x1f << 23 {
+        return scalar::widen_f16(h as u16);
+    }
+    f32::from_bits(mag | (h & 0x8000) << 16) * f32::from_bits((127 + 112) << 23)
+}
+
+/// Quantizes `x` as [`scalar::quantize_act`] does, to the same bytes. The largest
+/// magnitude comes from integer compares of the bits shifted past the sign (magnitudes of
+/// floats order as their bits do); a block with a NaN, which `f32::max` would skip, is
+/// quantized by the scalar tier. The rounding adds `1.5 * 2^23`, as the scalar tier does,
+/// and takes the integer from the sum's low mantissa byte instead of subtracting again.
+pub(crate) fn quantize_act(x: &[f32], out: &mut [u8]) {
+    const MAGIC: f32 = 12_582_912.0;
+    let (qs, ds) = out.split_at_mut(x.len());
+    for ((xs, q), d) in x.chunks_exact(QK).zip(qs.chunks_exact_mut(QK)).zip(ds.chunks_exact_mut(4)) {
+        let top = xs.iter().fold(0u32, |m, v| m.max(v.to_bits() << 1)) >> 1;
+        if top > 0x7f80_0000 {
+            let mut block = [0u8; QK + 4];
+            scalar::quantize_act(xs, &mut block);
+            q.copy_from_slice(&block[..QK]);
+            d.copy_from_slice(&block[QK..]);
+            continue;
+        }
+        let (scale, inv) = scalar::act_scale(f32::from_bits(top));
+        d.copy_from_slice(&scale.to_le_bytes());
+        for (q, &v) in q.iter_mut().zip(xs) {
+            // |v * inv| <= 127 (or NaN from inf * 0, whose default NaN's low byte is 0 as
+            // the scalar `NaN as i8` is).
+            *q = (v * inv + MAGIC).to_bits() as u8;
+        }
+    }
+}
+
+/// One q8 activation block spread into halfword pairs: word `v` of the block (values
+/// `4v..4v + 4`) gives `w[2v]` = values `4v, 4v + 2` and `w[2v + 1]` = `4v + 1, 4v + 3`
+/// (one `ldrd` loads both).
+#[repr(C, align(8))]
+pub(crate) struct Spread {
+    w: [u32; QK / 2],
+}
+
+impl Spread {
+    #[inline(always)]
+    fn new(words: &[u32; QK / 4]) -> Spread {
+        Spread {
+            w: core::array::from_fn(|i| if i % 2 == 0 { sxtb16(words[i / 2]) } else { sxtb16_ror8(words[i / 2]) }),
+        }
+    }
+
+    /// Values `4v, 4v + 2`, as [`Spread::w`] says.
+    #[inline(always)]
+    fn e(&self, v: usize) -> u32 {
+        self.w[2 * v]
+    }
+
+    /// Values `4v + 1, 4v + 3`.
+    #[inline(always)]
+    fn o(&self, v: usize) -> u32 {
+        self.w[2 * v + 1]
+    }
+
+    /// The sum of the block's 32 values.
+    #[inline(always)]
+    fn sum(&self) -> i32 {
+        self.w.iter().fold(0, |s, &w| smlad(w, ONES, s))
+    }
+}
+
+/// A q8 activation (`[act_scratch_len(cols)]` bytes) as its blocks' words and scales;
+/// `None` if its values are not on a 4-byte boundary.
+#[inline(always)]
+fn act_words(act: &[u8], cols: usize) -> Option<(&[[u32; QK / 4]], &[u8])> {
+    let (qs, ds) = act.split_at(cols);
+    Some((bytemuck::try_cast_slice(qs).ok()?, ds))
+}
+
+/// The scale of activation block `b`.
+#[inline(always)]
+fn act_scale_of(ds: &[u8], b: usize) -> f32 {
+    f32::from_le_bytes([ds[4 * b], ds[4 * b + 1], ds[4 * b + 2], ds[4 * b + 3]])
+}
+
+/// An integer weight format: its words per block and the exact block sum of a row's words
+/// with a spread activation block.
+pub(crate) trait Quant {
+    /// Quant words per block and row (q8_0: 8, q4_0: 4).
+    const WORDS: usize;
+    /// A block's quant words as one row stores them.
+    type Words: Copy;
+    /// Whether [`Quant::isum`] needs the activation block's sum.
+    const NEEDS_SUM: bool;
+
+    /// The block's quant words from its plain bytes (`WORDS * 4` of them).
+    fn words(qs: &[u8]) -> Self::Words;
+
+    /// The exact integer dot product of the block with the activation block `a`, whose
+    /// values sum to `asum` (when [`Quant::NEEDS_SUM`]).
+    fn isum(w: Self::Words, a: &Spread, asum: i32) -> i32;
+
+    /// [`Quant::isum`] of rows `c..c + 4` of a group block whose pieces are `qs`
+    /// (`[WORDS][16]` words; `c <= 12`).
+    fn chunk(qs: &[[u32; X16]], c: usize, a: &Spread, asum: i32) -> [i32; CHUNK];
+}
+
+/// One piece of [`Q8::chunk`]'s assembly: activation pair `$a` (byte offset), then the
+/// 4 rows' words at byte offset `$w` of the piece, two by two.
+#[cfg(kvm_arm_dsp)]
+macro_rules! q8_piece {
+    ($a:literal, $w:literal, $w2:literal) => {
+        concat!(
+            "ldrd {e}, {o}, [{a}, #",
+            $a,
+            "]\n",
+            "ldrd {w0}, {w1}, [{p}, #",
+            $w,
+            "]\n",
+            "sxtb16 {t}, {w0}\n smlad {s0}, {t}, {e}, {s0}\n",
+            "sxtb16 {t}, {w0}, ror #8\n smlad {s0}, {t}, {o}, {s0}\n",
+            "sxtb16 {t}, {w1}\n smlad {s1}, {t}, {e}, {s1}\n",
+            "sxtb16 {t}, {w1}, ror #8\n smlad {s1}, {t}, {o}, {s1}\n",
+            "ldrd {w0}, {w1}, [{p}, #",
+            $w2,
+            "]\n",
+            "sxtb16 {t}, {w0}\n smlad {s2}, {t}, {e}, {s2}\n",
+            "sxtb16 {t}, {w0}, ror #8\n smlad {s2}, {t}, {o}, {s2}\n",
+            "sxtb16 {t}, {w1}\n smlad {s3}, {t}, {e}, {s3}\n",
+            "sxtb16 {t}, {w1}, ror #8\n smlad {s3}, {t}, {o}, {s3}\n",
+        )
+    };
+}
+
+/// One row of one piece of [`Q4::chunk`]'s assembly: the word at byte offset `$w`, its
+/// four nibble pairs into sum `$s`.
+#[cfg(kvm_arm_dsp)]
+macro_rules! q4_row {
+    ($w:literal, $s:literal) => {
+        concat!(
+            "ldr {w}, [{p}, #",
+            $w,
+            "]\n",
+            "and {t}, {w}, {m}\n smlad {",
+            $s,
+            "}, {t}, {e}, {",
+            $s,
+            "}\n",
+            "and {t}, {m}, {w}, lsr #8\n smlad {",
+            $s,
+            "}, {t}, {o}, {",
+            $s,
+            "}\n",
+            "and {t}, {m}, {w}, lsr #4\n smlad {",
+            $s,
+            "}, {t}, {e2}, {",
+            $s,
+            "}\n",
+            "and {t}, {m}, {w}, lsr #12\n smlad {",
+            $s,
+            "}, {t}, {o2}, {",
+            $s,
+            "}\n",
+        )
+    };
+}
+
+/// One piece of [`Q4::chunk`]'s assembly: the activation pairs of its low (`$a`) and high
+/// (`$a2`) nibbles, then the 4 rows' words from byte offset `$w`.
+#[cfg(kvm_arm_dsp)]
+macro_rules! q4_piece {
+    ($a:literal, $a2:literal, $w0:literal, $w1:literal, $w2:literal, $w3:literal) => {
+        concat!(
+            "ldrd {e}, {o}, [{a}, #",
+            $a,
+            "]\n",
+            "ldrd {e2}, {o2}, [{a}, #",
+            $a2,
+            "]\n",
+            q4_row!($w0, "s0"),
+            q4_row!($w1, "s1"),
+            q4_row!($w2, "s2"),
+            q4_row!($w3, "s3"),
+        )
+    };
+}
+
+/// q8_0 (and q8_0x16) quants.
+pub(crate) struct Q8;
+/// q4_0 (and q4_0x16) quants.
+pub(crate) struct Q4;
+
+impl Quant for Q8 {
+    const WORDS: usize = QK / 4;
+    type Words = [u32; QK / 4];
+    const NEEDS_SUM: bool = false;
+
+    #[inline(always)]
+    fn words(qs: &[u8]) -> [u32; QK / 4] {
+        core::array::from_fn(|v| u32::from_le_bytes([qs[4 * v], qs[4 * v + 1], qs[4 * v + 2], qs[4 * v + 3]]))
+    }
+
+    #[inline(always)]
+    fn isum(w: [u32; QK / 4], a: &Spread, _asum: i32) -> i32 {
+        let mut s = 0;
+        for (v, &x) in w.iter().enumerate() {
+            s = smlad(sxtb16(x), a.e(v), s);
+            s = smlad(sxtb16_ror8(x), a.o(v), s);
+        }
+        s
+    }
+
+    /// In assembly on Arm: the compiler keeps neither the spread block nor 4 sums in
+    /// registers across the pieces, and reloads each pair per row.
+    #[inline(always)]
+    fn chunk(qs: &[[u32; X16]], c: usize, a: &Spread, _asum: i32) -> [i32; CHUNK] {
+        assert!(qs.len() == QK / 4 && c + CHUNK <= X16);
+        #[cfg(kvm_arm_dsp)]
+        {
+            let (mut s0, mut s1, mut s2, mut s3) = (0i32, 0i32, 0i32, 0i32);
+            // SAFETY: `p` points at row `c` of piece 0 of `[8][16]` words, so offsets
+            // 64v + 4k (v < 8, k < 4) are in bounds and word-aligned; `a` at 16 words,
+            // 8-aligned. Registers only besides those loads.
+            unsafe {
+                core::arch::asm!(
+                    q8_piece!(0, 0, 8),
+                    q8_piece!(8, 64, 72),
+                    q8_piece!(16, 128, 136),
+                    q8_piece!(24, 192, 200),
+                    q8_piece!(32, 256, 264),
+                    q8_piece!(40, 320, 328),
+                    q8_piece!(48, 384, 392),
+                    q8_piece!(56, 448, 456),
+                    p = in(reg) qs[0][c..].as_ptr(),
+                    a = in(reg) a.w.as_ptr(),
+                    e = out(reg) _, o = out(reg) _, w0 = out(reg) _, w1 = out(reg) _, t = out(reg) _,
+                    s0 = inout(reg) s0, s1 = inout(reg) s1, s2 = inout(reg) s2, s3 = inout(reg) s3,
+                    options(pure, readonly, nostack),
+                );
+            }
+            [s0, s1, s2, s3]
+        }
+        #[cfg(not(kvm_arm_dsp))]
+        {
+            core::array::from_fn(|k| Self::isum(core::array::from_fn(|v| qs[v][c + k]), a, 0))
+        }
+    }
+}
+
+impl Quant for Q4 {
+    const WORDS: usize = QK / 8;
+    type Words = [u32; QK / 8];
+    const NEEDS_SUM: bool = true;
+
+    #[inline(always)]
+    fn words(qs: &[u8]) -> [u32; QK / 8] {
+        core::array::from_fn(|v| u32::from_le_bytes([qs[4 * v], qs[4 * v + 1], qs[4 * v + 2], qs[4 * v + 3]]))
+    }
+
+    /// Word `v` holds nibble bytes `4v..4v + 4`: low nibbles are weights `4v + k`, high
+    /// ones `16 + 4v + k`. Masking bits 0-3 and 16-19 after a shift of 0, 8, 4 or 12 puts
+    /// weights `4v, 4v + 2` / `4v + 1, 4v + 3` / `16 + 4v, 16 + 4v + 2` / `16 + 4v + 1,
+    /// 16 + 4v + 3` in the halfwords, as [`Spread`] has their activations.
+    #[inline(always)]
+    fn isum(w: [u32; QK / 8], a: &Spread, asum: i32) -> i32 {
+        const M: u32 = 0x000f_000f;
+        let mut s = 0;
+        for (v, &x) in w.iter().enumerate() {
+            s = smlad(x & M, a.e(v), s);
+            s = smlad((x >> 8) & M, a.o(v), s);
+            s = smlad((x >> 4) & M, a.e(QK / 8 + v), s);
+            s = smlad((x >> 12) & M, a.o(QK / 8 + v), s);
+        }
+        // sum (n - 8) * a = sum n * a - 8 * sum a.
+        s.wrapping_sub(asum.wrapping_mul(8))
+    }
+
+    /// In assembly on Arm, as [`Q8::chunk`].
+    #[inline(always)]
+    fn chunk(qs: &[[u32; X16]], c: usize, a: &Spread, asum: i32) -> [i32; CHUNK] {
+        assert!(qs.len() == QK / 8 && c + CHUNK <= X16);
+        #[cfg(kvm_arm_dsp)]
+        {
+            let (mut s0, mut s1, mut s2, mut s3) = (0i32, 0i32, 0i32, 0i32);
+            // SAFETY: as in `Q8::chunk`, for `[4][16]` words.
+            unsafe {
+                core::arch::asm!(
+                    q4_piece!(0, 32, 0, 4, 8, 12),
+                    q4_piece!(8, 40, 64, 68, 72, 76),
+                    q4_piece!(16, 48, 128, 132, 136, 140),
+                    q4_piece!(24, 56, 192, 196, 200, 204),
+                    p = in(reg) qs[0][c..].as_ptr(),
+                    a = in(reg) a.w.as_ptr(),
+                    m = in(reg) 0x000f_000fu32,
+                    e = out(reg) _, o = out(reg) _, e2 = out(reg) _, o2 = out(reg) _, w = out(reg) _, t = out(reg) _,
+                    s0 = inout(reg) s0, s1 = inout(reg) s1, s2 = inout(reg) s2, s3 = inout(reg) s3,
+                    options(pure, readonly, nostack),
+                );
+            }
+            let off = asum.wrapping_mul(8);
+            [s0, s1, s2, s3].map(|s| s.wrapping_sub(off))
+        }
+        #[cfg(not(kvm_arm_dsp))]
+        {
+            core::array::from_fn(|k| Self::isum(core::array::from_fn(|v| qs[v][c + k]), a, asum))
+        }
+    }
+}
+
+/// The DSP kernel of a row-major integer dtype (q8_0 or q4_0).
+pub(crate) struct Rows<Q>(core::marker::PhantomData<Q>);
+
+impl<Q: Quant> Kernel for Rows<Q> {
+    type Act = u8;
+
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[u8]; T], cols: usize) -> [[f32; T]; R] {
+        let mut out = [[0.0; T]; R];
+        for (t, a) in a.into_iter().enumerate() {
+            let Some((qs, ds)) = act_words(a, cols) else {
+                for (o, w) in out.iter_mut().zip(w) {
+                    o[t] = scalar_row::<Q>(w, a, cols);
+                }
+                continue;
+            };
+            let bb = 2 + 4 * Q::WORDS;
+            let mut acc = [[0.0f32; LANES]; R];
+            for (b, words) in qs.iter().enumerate().take(cols / QK) {
+                let spread = Spread::new(words);
+                let asum = if Q::NEEDS_SUM { spread.sum() } else { 0 };
+                let da = act_scale_of(ds, b);
+                for (acc, w) in acc.iter_mut().zip(w) {
+                    let block = &w[b * bb..(b + 1) * bb];
+                    let isum = Q::isum(Q::words(&block[2..]), &spread, asum);
+                    let dw = f16_low(u32::from(u16::from_le_bytes([block[0], block[1]])));
+                    acc[b % LANES] += dw * da * isum as f32;
+                }
+            }
+            for (o, acc) in out.iter_mut().zip(acc) {
+                o[t] = scalar::reduce_lanes(acc);
+            }
+        }
+        out
+    }
+}
+
+/// The scalar kernel of `Q`'s row-major dtype.
+fn scalar_row<Q: Quant>(w: &[u8], a: &[u8], cols: usize) -> f32 {
+    if Q::NEEDS_SUM {
+        scalar::dot_q4_0(w, a, cols)
+    } else {
+        scalar::dot_q8_0(w, a, cols)
+    }
+}
+
+/// A q8_0x16 or q4_0x16 group block as words: the 16 rows' f16 scales two to a word
+/// (row `2i` low, `2i + 1` high), then piece `v` of row `r` at `qs[v * 16 + r]`.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub(crate) struct GroupWords<const W: usize> {
+    d: [u32; X16 / 2],
+    qs: [[u32; X16]; W],
+}
+
+// SAFETY: arrays of u32 (alignment 4, no padding); every bit pattern is a valid value.
+unsafe impl<const W: usize> bytemuck::Zeroable for GroupWords<W> {}
+// SAFETY: as above.
+unsafe impl<const W: usize> bytemuck::Pod for GroupWords<W> {}
+
+const _: () =
+    assert!(core::mem::size_of::<GroupWords<{ QK / 4 }>>() == core::mem::size_of::<crate::quant::GroupQ8_0x16>());
+const _: () =
+    assert!(core::mem::size_of::<GroupWords<{ QK / 8 }>>() == core::mem::size_of::<crate::quant::GroupQ4_0x16>());
+
+/// Rows of a group whose block sums run together: each spread activation word then meets
+/// 4 rows' words loaded side by side, and 4 sums fit in registers.
+const CHUNK: usize = 4;
+
+/// The DSP kernel of a row-interleaved integer dtype (q8_0x16 or q4_0x16).
+pub(crate) struct Groups<Q>(core::marker::PhantomData<Q>);
+
+/// The 16 rows of one group (`g`, `[cols / 32]` blocks of `W` words a row) . activation
+/// `a`, or `None` where the data is not word-aligned.
+#[inline(always)]
+fn group_dot<Q: Quant, const W: usize>(g: &[u8], a: &[u8], cols: usize) -> Option<[f32; X16]> {
+    let blocks: &[GroupWords<W>] = bytemuck::try_cast_slice(g).ok()?;
+    let (qs, ds) = act_words(a, cols)?;
+    let mut acc = [[0.0f32; LANES]; X16];
+    for (b, (gb, words)) in blocks.iter().zip(qs).enumerate() {
+        let spread = Spread::new(words);
+        let asum = if Q::NEEDS_SUM { spread.sum() } else { 0 };
+        let da = act_scale_of(ds, b);
+        for c in (0..X16).step_by(CHUNK) {
+            let isums = Q::chunk(&gb.qs, c, &spread, asum);
+            for (k, isum) in isums.into_iter().enumerate() {
+                let r = c + k;
+                let d = gb.d[r / 2];
+                let dw = f16_low(if r % 2 == 0 { d } else { d >> 16 });
+                acc[r][b % LANES] += dw * da * isum as f32;
+            }
+        }
+    }
+    Some(core::array::from_fn(|r| scalar::reduce_lanes(acc[r])))
+}
+
+impl GroupKernel for Groups<Q8> {
+    unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
+        core::array::from_fn(|t| {
+            group_dot::<Q8, { QK / 4 }>(g, a[t], cols)
+                .unwrap_or_else(|| scalar::dot_q8_0x16(bytemuck::cast_slice(g), a[t], cols))
+        })
+    }
+}
+
+impl GroupKernel for Groups<Q4> {
+    unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
+        core::array::from_fn(|t| {
+            group_dot::<Q4, { QK / 8 }>(g, a[t], cols)
+                .unwrap_or_else(|| scalar::dot_q4_0x16(bytemuck::cast_slice(g), a[t], cols))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+
+    use std::vec;
+    use std::vec::Vec;
+
+    use super::*;
+    use crate::kernels::act_scratch_len;
+    use crate::kernels::tests::values;
+    use crate::kernels::walk::run;
+    use crate::tensor::Matrix;
+
+    /// Deterministic bytes (xorshift32): any quant byte, so q8 weights -128 and 127 and
+    /// every nibble occur.
+    fn bytes(n: usize, seed: u32) -> Vec<u8> {
+        let mut s = seed.wrapping_mul(2_654_435_761) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s >> 11) as u8
+            })
+            .collect()
+    }
+
+    /// A `[rows, cols]` matrix of `dtype` with random quant bytes and finite f16 scales,
+    /// every fifth one zero and every seventh subnormal.
+    fn matrix(dtype: DType, rows: usize, cols: usize, seed: u32) -> Vec<u8> {
+        let mut m = bytes(dtype.matrix_bytes(rows, cols).unwrap(), seed);
+        let (bb, per_group) = (dtype.block_bytes(), dtype.group_rows());
+        let scales: Vec<usize> = if per_group == 1 {
+            (0..m.len() / bb).map(|b| b * bb).collect()
+        } else {
+            (0..m.len() / (bb * X16)).flat_map(|g| (0..X16).map(move |r| g * bb * X16 + 2 * r)).collect()
+        };
+        for (i, at) in scales.into_iter().enumerate() {
+            let h = if i % 5 == 4 {
+                0x0000
+            } else if i % 7 == 6 {
+                0x8000 | (i as u16 & 0x3ff)
+            } else {
+                u16::from_le_bytes([m[at], m[at + 1] & 0x3b])
+            };
+            m[at..at + 2].copy_from_slice(&h.to_le_bytes());
+        }
+        m
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    #[test]
+    fn integer_products_give_the_scalar_bits() {
+        for dtype in [DType::Q8_0, DType::Q4_0, DType::Q8_0x16, DType::Q4_0x16] {
+            let row_counts: &[usize] = if dtype.group_rows() == 1 { &[1, 3, 4, 5, 7, 9] } else { &[16, 32, 48, 80] };
+            for &rows in row_counts {
+                for cols in [32, 96, 256, 288] {
+                    for n in [1, 2, 3] {
+                        let seed = (rows * 1000 + cols + n) as u32;
+                        let data = matrix(dtype, rows, cols, seed);
+                        let w = Matrix::new(dtype, rows, cols, &data).unwrap();
+                        let mut xs = values(n * cols, seed);
+                        if cols > QK {
+                            // A zero activation block (scale 0).
+                            xs[QK..2 * QK].fill(0.0);
+                        }
+                        let mut act = vec![0u8; act_scratch_len(cols) * n];
+                        let (mut want, mut got) = (vec![f32::NAN; n * rows], vec![f32::NAN; n * rows]);
+                        // SAFETY: both tiers' arithmetic is plain Rust on the host.
+                        unsafe {
+                            run::<scalar::Scalar, 1, 1, 1>(&w, &xs, &mut want, &mut act);
+                            run::<Dsp, 1, 4, 1>(&w, &xs, &mut got, &mut act);
+                        }
+                        assert_eq!(bits(&got), bits(&want), "{dtype:?} {rows}x{cols}, {n} tokens");
+                        assert!(want.iter().any(|&y| y != 0.0), "{dtype:?} {rows}x{cols}: all zero");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn misaligned_data_runs_the_scalar_kernel() {
+        let (rows, cols) = (16, 64);
+        for dtype in [DType::Q8_0x16, DType::Q4_0x16] {
+            let data = matrix(dtype, rows, cols, 3);
+            let mut shifted = vec![0u8; data.len() + 1];
+            shifted[1..].copy_from_slice(&data);
+            let w = Matrix::new(dtype, rows, cols, &shifted[1..]).unwrap();
+            let mut act = vec![0u8; act_scratch_len(cols)];
+            let xs = values(cols, 5);
+            let (mut want, mut got) = (vec![0.0; rows], vec![0.0; rows]);
+            // SAFETY: as above.
+            unsafe {
+                run::<scalar::Scalar, 1, 1, 1>(&w, &xs, &mut want, &mut act);
+                run::<Dsp, 1, 4, 1>(&w, &xs, &mut got, &mut act);
+            }
+            assert_eq!(bits(&got), bits(&want), "{dtype:?}");
+        }
+    }
+
+    #[test]
+    fn activation_quantizer_gives_the_scalar_bytes() {
+        let mut x = values(32 * 9, 7);
+        x[32..64].fill(0.0);
+        x[64..96].fill(-1e-35);
+        for (i, v) in x[96..128].iter_mut().enumerate() {
+            *v = (i as f32 - 16.0) + 0.5;
+        }
+        x[128] = f32::NAN;
+        x[160] = f32::INFINITY;
+        x[192] = -0.0;
+        x[224] = f32::MAX;
+        let mut want = vec![0u8; act_scratch_len(x.len())];
+        let mut got = vec![0xaa; want.len()];
+        scalar::quantize_act(&x, &mut want);
+        quantize_act(&x, &mut got);
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn emulated_instructions() {
+        assert_eq!(op::sxtb16(0x80_7f_01_ff), 0x007f_ffff);
+        assert_eq!(op::sxtb16_ror8(0x80_7f_01_ff), 0xff80_0001);
+        assert_eq!(op::smlad(0xffff_0002, 0x0003_0004, 10), 10 + 8 - 3);
+    }
+}
