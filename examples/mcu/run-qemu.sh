@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds the kvm firmware for a QEMU board and runs it, under a timeout.
 #
-# usage: examples/mcu/run-qemu.sh [--board an386|an505] [--echo-prompt] [--dtype D] [--icount]
+# usage: examples/mcu/run-qemu.sh [--board an386|an505|an547] [--echo-prompt] [--dtype D] [--icount]
 #                                 [--out FILE] [--expect FILE] [--timeout SECS] [MODEL]
 #
 #   --board an386   Cortex-M4F, thumbv7em-none-eabihf (default)
 #   --board an505   Cortex-M33, thumbv8m.main-none-eabihf
+#   --board an547   Cortex-M55 (Helium), thumbv8m.main-none-eabihf -C target-cpu=cortex-m55
 #   MODEL           the .kvm file to flash (default: models/tiny-kjv-q8_0.kvm)
 #   --dtype D       instead of MODEL, convert models/tiny-kjv with kvm-export --dtype D
 #                   into examples/mcu/target/ and flash that
@@ -53,11 +54,18 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 
+# rustflags: what the board's CPU adds to the target; builds with them go to their own
+# target directory, so that switching boards does not rebuild everything.
+rustflags=""
+target_dir="$here/target"
 case "$board" in
     # sysclk: the SysTick processor clock QEMU gives the board (Hz).
     an386) target=thumbv7em-none-eabihf; machine=mps2-an386; cpu=cortex-m4; sysclk=25000000 ;;
     an505) target=thumbv8m.main-none-eabihf; machine=mps2-an505; cpu=cortex-m33; sysclk=20000000 ;;
-    *) echo "run-qemu.sh: unknown board '$board' (an386 or an505)" >&2; exit 2 ;;
+    # Rust has no Armv8.1-M target: the M55's Helium (MVE) comes from target-cpu.
+    an547) target=thumbv8m.main-none-eabihf; machine=mps3-an547; cpu=cortex-m55; sysclk=32000000
+        rustflags="-C target-cpu=cortex-m55"; target_dir="$here/target/an547" ;;
+    *) echo "run-qemu.sh: unknown board '$board' (an386, an505 or an547)" >&2; exit 2 ;;
 esac
 
 if [[ -n "$dtype" ]]; then
@@ -75,9 +83,10 @@ if [[ ! -f "$model" ]]; then
 fi
 model="$(cd "$(dirname "$model")" && pwd)/$(basename "$model")"
 
-elf="$here/target/$target/release/kvm-mcu"
-(cd "$here" && KVM_MCU_MODEL="$model" KVM_MCU_BOARD="$board" \
-    cargo build --quiet --release --target "$target" ${features[@]+"${features[@]}"}) || exit 2
+elf="$target_dir/$target/release/kvm-mcu"
+(cd "$here" && KVM_MCU_MODEL="$model" KVM_MCU_BOARD="$board" RUSTFLAGS="$rustflags" \
+    cargo build --quiet --release --target "$target" --target-dir "$target_dir" \
+    ${features[@]+"${features[@]}"}) || exit 2
 
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT

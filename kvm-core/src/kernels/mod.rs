@@ -15,6 +15,8 @@
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
+#[cfg(all(target_arch = "arm", kvm_mve))]
+mod arm;
 pub mod scalar;
 pub mod tier;
 #[cfg(target_arch = "x86_64")]
@@ -615,7 +617,24 @@ fn table(tier: Tier) -> &'static Table {
         f16: attention!(aarch64::neon, f16),
         i8: attention!(aarch64::neon, i8),
     };
+    // Integer products only; the float kernels are the scalar ones (see `arm::helium`).
+    #[cfg(all(target_arch = "arm", kvm_mve))]
+    static HELIUM: Table = Table {
+        decode: decode::<arm::helium::Helium, 1, 1>(),
+        matmul: run::<arm::helium::Helium, 1, 1, 1>,
+        quantize_act: <arm::helium::Helium as Kernels>::quantize_act,
+        dequant_row: arm::helium::Helium::dequant_row,
+        max: scalar::max,
+        find: scalar::find,
+        exp_sub: scalar::exp_sub,
+        narrow_f16: scalar::narrow_f16,
+        f32: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
+        f16: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
+        i8: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
+    };
     match tier {
+        #[cfg(all(target_arch = "arm", kvm_mve))]
+        Tier::Helium => &HELIUM,
         #[cfg(target_arch = "x86_64")]
         Tier::Avx2 => &AVX2,
         #[cfg(target_arch = "x86_64")]

@@ -26,11 +26,14 @@ pub enum Tier {
     Neon = 3,
     /// aarch64 Advanced SIMD with the `dotprod` extension (`sdot`).
     NeonDot = 4,
+    /// Armv8.1-M Helium (MVE), Cortex-M55: compiled only with `-C target-cpu=cortex-m55`
+    /// (or `-C target-feature=+mve`), which the crate's build script sees as `kvm_mve`.
+    Helium = 5,
 }
 
 impl Tier {
     /// Every tier, best last within each architecture.
-    pub const ALL: [Tier; 5] = [Tier::Scalar, Tier::Avx2, Tier::Avx512, Tier::Neon, Tier::NeonDot];
+    pub const ALL: [Tier; 6] = [Tier::Scalar, Tier::Avx2, Tier::Avx512, Tier::Neon, Tier::NeonDot, Tier::Helium];
 
     /// The name `KVM_KERNELS` takes (`avx2`).
     pub const fn name(self) -> &'static str {
@@ -40,6 +43,7 @@ impl Tier {
             Tier::Avx512 => "avx512",
             Tier::Neon => "neon",
             Tier::NeonDot => "neondot",
+            Tier::Helium => "helium",
         }
     }
 
@@ -54,6 +58,7 @@ impl Tier {
             Tier::Scalar => true,
             Tier::Avx2 | Tier::Avx512 => cfg!(target_arch = "x86_64"),
             Tier::Neon | Tier::NeonDot => cfg!(target_arch = "aarch64"),
+            Tier::Helium => cfg!(all(target_arch = "arm", kvm_mve)),
         }
     }
 
@@ -64,6 +69,7 @@ impl Tier {
             2 => Some(Tier::Avx512),
             3 => Some(Tier::Neon),
             4 => Some(Tier::NeonDot),
+            5 => Some(Tier::Helium),
             _ => None,
         }
     }
@@ -76,8 +82,11 @@ impl fmt::Display for Tier {
 }
 
 /// The best tier the compile-time target features guarantee (`-C target-cpu=native` on an
-/// AVX-512 machine gives [`Tier::Avx512`] with no run-time check).
-pub const COMPILED: Tier = if cfg!(all(
+/// AVX-512 machine gives [`Tier::Avx512`] with no run-time check; `-C target-cpu=cortex-m55`
+/// gives [`Tier::Helium`]: microcontrollers have no run-time detection).
+pub const COMPILED: Tier = if cfg!(all(target_arch = "arm", kvm_mve)) {
+    Tier::Helium
+} else if cfg!(all(
     target_arch = "x86_64",
     target_feature = "avx2",
     target_feature = "fma",
@@ -149,7 +158,7 @@ pub fn supported(t: Tier) -> bool {
             Tier::Scalar => true,
             Tier::Avx2 => avx2,
             Tier::Avx512 => avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512vnni"),
-            Tier::Neon | Tier::NeonDot => false,
+            Tier::Neon | Tier::NeonDot | Tier::Helium => false,
         }
     }
     #[cfg(target_arch = "aarch64")]
@@ -159,12 +168,12 @@ pub fn supported(t: Tier) -> bool {
             Tier::Scalar => true,
             Tier::Neon => has!("neon"),
             Tier::NeonDot => has!("neon") && has!("dotprod"),
-            Tier::Avx2 | Tier::Avx512 => false,
+            Tier::Avx2 | Tier::Avx512 | Tier::Helium => false,
         }
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
-        t == Tier::Scalar
+        t == Tier::Scalar || t == COMPILED
     }
 }
 
@@ -190,7 +199,9 @@ pub enum TierError {
 impl fmt::Display for TierError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TierError::UnknownName => f.write_str("KVM_KERNELS must be one of scalar, avx2, avx512, neon, neondot"),
+            TierError::UnknownName => {
+                f.write_str("KVM_KERNELS must be one of scalar, avx2, avx512, neon, neondot, helium")
+            }
             TierError::Unsupported(t) => write!(f, "KVM_KERNELS={t}: this CPU does not support it"),
         }
     }
@@ -199,7 +210,7 @@ impl fmt::Display for TierError {
 #[cfg(feature = "std")]
 impl core::error::Error for TierError {}
 
-/// Activates the tier named by `KVM_KERNELS` (`scalar|avx2|avx512|neon|neondot`), or the
+/// Activates the tier named by `KVM_KERNELS` (`scalar|avx2|avx512|neon|neondot|helium`), or the
 /// detected best when it is unset or empty, and returns it; CI uses it to run every tier on
 /// one machine.
 ///
