@@ -197,12 +197,14 @@ pub(crate) trait GroupBlock {
     /// Bytes of one group block (16 scales, then the quant bytes).
     const BYTES: usize;
 
-    /// The exact i32 sums of the 16 rows of the group block at `g` with the 32 activation
-    /// bytes at `a`, into `out`.
+    /// Adds each of the 16 rows' terms of the group block at `g` with the activation block
+    /// at `a` (32 bytes, scale `da`) to that row's accumulator, `acc[8 r]`: the exact block
+    /// sum `s`, then `acc += (d_w * d_a) * s` in the FPU as [`scalar::block_term`] does.
     ///
     /// # Safety
-    /// MVE is present; `g` points at one whole group block, `a` at 32 readable bytes.
-    unsafe fn isums(g: *const u8, a: *const u8, out: &mut [i32; X16]);
+    /// MVE is present; `g` points at one whole group block, `a` at 32 readable bytes and
+    /// `acc` at `8 * 15 + 1` writable floats.
+    unsafe fn add_terms(g: *const u8, a: *const u8, da: f32, acc: *mut f32);
 }
 
 /// Byte offsets of a row's 4-byte pieces `0..4` in a group block: pieces are 64 bytes
@@ -212,47 +214,77 @@ static PIECES: [u32; 4] = [0, 64, 128, 192];
 /// Bytes before a group block's quant bytes: the 16 f16 scales.
 const SCALES: usize = 2 * X16;
 
-/// Four rows of a q8_0x16 block: weights `0..16` and `16..32` of the next row gathered
-/// into q0 and q1 (the addresses in q4 step on by one row), summed against q6 and q7.
-macro_rules! q8_rows {
-    ($s0:literal, $s1:literal, $s2:literal, $s3:literal) => {
+/// Row `r`'s term from its exact sum in r0, the activation scale in s9, its f16 scale at
+/// `{g} + ds` (`ds = 2 r`) and its accumulator at `{acc} + off` (`off = 32 r`), in the
+/// FPU: `acc += (d_w * d_a) * s`.
+macro_rules! term {
+    ($ds:literal, $off:literal) => {
         concat!(
-            q8_rows!(@row $s0), q8_rows!(@row $s1), q8_rows!(@row $s2), q8_rows!(@row $s3),
-            "vmov q2[2], q2[0], ", $s0, ", ", $s2, "\n",
-            "vmov q2[3], q2[1], ", $s1, ", ", $s3, "\n",
-            "vstrw.32 q2, [{dst}], #16\n",
-        )
-    };
-    (@row $s:literal) => {
-        concat!(
-            "vldrw.u32 q0, [q4, #4]!\n",
-            "vldrw.u32 q1, [q4, #256]\n",
-            "vmladav.s8 ", $s, ", q0, q6\n",
-            "vmladava.s8 ", $s, ", q1, q7\n",
+            "vmov s8, r0\n",
+            "vcvt.f32.s32 s8, s8\n",
+            "vldr.16 s10, [{g}, #", $ds, "]\n",
+            "vcvtb.f32.f16 s10, s10\n",
+            "vmul.f32 s10, s10, s9\n",
+            "vmul.f32 s10, s10, s8\n",
+            "vldr s11, [{acc}, #", $off, "]\n",
+            "vadd.f32 s11, s11, s10\n",
+            "vstr s11, [{acc}, #", $off, "]\n",
         )
     };
 }
 
-/// Four rows of a q4_0x16 block: the next row's 16 nibble bytes gathered into q0, its low
-/// nibbles (weights `0..16`) against q6 and high ones (`16..32`) against q7, and `8 * sum(a)`
-/// (in `r10`) taken off the four sums at once.
-macro_rules! q4_rows {
-    ($s0:literal, $s1:literal, $s2:literal, $s3:literal) => {
+/// The next row of a q8_0x16 block: its weights `0..16` and `16..32` gathered into q0 and
+/// q1 (the addresses in q4 step on by one row), summed against q6 and q7 into r0; then its
+/// [`term!`].
+macro_rules! q8_row {
+    ($ds:literal, $off:literal) => {
         concat!(
-            q4_rows!(@row $s0), q4_rows!(@row $s1), q4_rows!(@row $s2), q4_rows!(@row $s3),
-            "vmov q2[2], q2[0], ", $s0, ", ", $s2, "\n",
-            "vmov q2[3], q2[1], ", $s1, ", ", $s3, "\n",
-            "vsub.i32 q2, q2, r10\n",
-            "vstrw.32 q2, [{dst}], #16\n",
+            "vldrw.u32 q0, [q4, #4]!\n",
+            "vldrw.u32 q1, [q4, #256]\n",
+            "vmladav.s8 r0, q0, q6\n",
+            "vmladava.s8 r0, q1, q7\n",
+            term!($ds, $off),
         )
     };
-    (@row $s:literal) => {
+}
+
+/// The next row of a q4_0x16 block: its 16 nibble bytes gathered into q0, the low nibbles
+/// (weights `0..16`) against q6 and the high ones (`16..32`) against q7, less `8 * sum(a)`
+/// (r10), into r0; then its [`term!`].
+macro_rules! q4_row {
+    ($ds:literal, $off:literal) => {
         concat!(
             "vldrw.u32 q0, [q4, #4]!\n",
             "vand q1, q0, q5\n",
             "vshr.u8 q0, q0, #4\n",
-            "vmladav.s8 ", $s, ", q1, q6\n",
-            "vmladava.s8 ", $s, ", q0, q7\n",
+            "vmladav.s8 r0, q1, q6\n",
+            "vmladava.s8 r0, q0, q7\n",
+            "sub.w r0, r0, r10\n",
+            term!($ds, $off),
+        )
+    };
+}
+
+/// `$row!` for each of the 16 rows of a group block.
+macro_rules! rows16 {
+    ($row:ident) => {
+        concat!(
+            $row!("0", "0"),
+            $row!("2", "32"),
+            $row!("4", "64"),
+            $row!("6", "96"),
+            $row!("8", "128"),
+            $row!("10", "160"),
+            $row!("12", "192"),
+            $row!("14", "224"),
+            $row!("16", "256"),
+            $row!("18", "288"),
+            $row!("20", "320"),
+            $row!("22", "352"),
+            $row!("24", "384"),
+            $row!("26", "416"),
+            $row!("28", "448"),
+            $row!("30", "480"),
         )
     };
 }
@@ -261,28 +293,28 @@ impl GroupBlock for Q8 {
     const BYTES: usize = core::mem::size_of::<GroupQ8_0x16>();
 
     #[inline(always)]
-    unsafe fn isums(g: *const u8, a: *const u8, out: &mut [i32; X16]) {
+    unsafe fn add_terms(g: *const u8, a: *const u8, da: f32, acc: *mut f32) {
         // SAFETY: every gather reads 4 bytes of the block's quant bytes: row `r`'s piece
         // `v` is at `SCALES + 64 v + 4 r`, `v < 8` (q4 starts one row early, and `#256` is
-        // pieces 4..8); the activation block is 32 bytes; `out` takes 16 words.
+        // pieces 4..8); the scales are the block's first 32 bytes; the activation block is
+        // 32 bytes; the accumulators are the caller's.
         unsafe {
             asm!(
                 "vldrw.u32 q4, [{pieces}]",
                 "vadd.i32 q4, q4, {base}",
                 "vldrb.s8 q6, [{a}]",
                 "vldrb.s8 q7, [{a}, #16]",
-                q8_rows!("r0", "r2", "r4", "r8"),
-                q8_rows!("r0", "r2", "r4", "r8"),
-                q8_rows!("r0", "r2", "r4", "r8"),
-                q8_rows!("r0", "r2", "r4", "r8"),
+                "vmov s9, {da}",
+                rows16!(q8_row),
+                g = in(reg) g,
                 a = in(reg) a,
+                da = in(reg) da.to_bits(),
+                acc = in(reg) acc,
                 pieces = in(reg) PIECES.as_ptr(),
                 base = in(reg) g.add(SCALES - 4),
-                dst = inout(reg) out.as_mut_ptr() => _,
-                lateout("r0") _, lateout("r2") _, lateout("r4") _, lateout("r8") _,
+                out("r0") _,
                 out("d0") _, out("d1") _, out("d2") _, out("d3") _, out("d4") _, out("d5") _,
-                out("d8") _, out("d9") _, out("d10") _, out("d11") _, out("d12") _, out("d13") _,
-                out("d14") _, out("d15") _,
+                out("d8") _, out("d9") _, out("d12") _, out("d13") _, out("d14") _, out("d15") _,
                 options(nostack, preserves_flags),
             );
         }
@@ -293,9 +325,8 @@ impl GroupBlock for Q4 {
     const BYTES: usize = core::mem::size_of::<GroupQ4_0x16>();
 
     #[inline(always)]
-    unsafe fn isums(g: *const u8, a: *const u8, out: &mut [i32; X16]) {
-        // SAFETY: as for q8_0x16, with pieces `v < 4`; the activation block is 32 bytes and
-        // `out` takes 16 words.
+    unsafe fn add_terms(g: *const u8, a: *const u8, da: f32, acc: *mut f32) {
+        // SAFETY: as for q8_0x16, with pieces `v < 4`.
         unsafe {
             asm!(
                 "vldrw.u32 q4, [{pieces}]",
@@ -304,29 +335,30 @@ impl GroupBlock for Q4 {
                 "vldrb.s8 q7, [{a}, #16]",
                 "vaddv.s8 r10, q6",
                 "vaddva.s8 r10, q7",
-                "lsls r10, r10, #3",
+                "lsl.w r10, r10, #3",
                 "vmov.i8 q5, #15",
-                q4_rows!("r0", "r2", "r4", "r8"),
-                q4_rows!("r0", "r2", "r4", "r8"),
-                q4_rows!("r0", "r2", "r4", "r8"),
-                q4_rows!("r0", "r2", "r4", "r8"),
+                "vmov s9, {da}",
+                rows16!(q4_row),
+                g = in(reg) g,
                 a = in(reg) a,
+                da = in(reg) da.to_bits(),
+                acc = in(reg) acc,
                 pieces = in(reg) PIECES.as_ptr(),
                 base = in(reg) g.add(SCALES - 4),
-                dst = inout(reg) out.as_mut_ptr() => _,
-                lateout("r10") _,
-                lateout("r0") _, lateout("r2") _, lateout("r4") _, lateout("r8") _,
+                out("r0") _,
+                out("r10") _,
                 out("d0") _, out("d1") _, out("d2") _, out("d3") _, out("d4") _, out("d5") _,
                 out("d8") _, out("d9") _, out("d10") _, out("d11") _, out("d12") _, out("d13") _,
                 out("d14") _, out("d15") _,
-                options(nostack),
+                options(nostack, preserves_flags),
             );
         }
     }
 }
 
-/// q8_0x16 / q4_0x16 kernel: a group block's 16 exact sums from [`GroupBlock::isums`] per
-/// token, each scaled and summed as [`scalar::dot_q8_0x16`] does.
+/// q8_0x16 / q4_0x16 kernel: each group block's 16 terms per token from
+/// [`GroupBlock::add_terms`] into accumulator `b % 8` of each row, then
+/// [`scalar::reduce_lanes`]: [`scalar::dot_q8_0x16`]'s bits.
 #[derive(Debug)]
 pub(crate) struct Groups<B>(PhantomData<B>);
 
@@ -334,19 +366,14 @@ impl<B: GroupBlock> GroupKernel for Groups<B> {
     unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
         let nb = cols / QK;
         let mut acc = [[[0.0f32; LANES]; X16]; T];
-        let mut isum = [0i32; X16];
         for b in 0..nb {
-            // SAFETY: `g` holds `nb` group blocks and every activation `cols` values and
-            // their scales.
-            unsafe {
-                let gb = g.as_ptr().add(b * B::BYTES);
-                let dw: [f32; X16] = core::array::from_fn(|r| scale(gb.add(2 * r)));
-                for (t, acc) in acc.iter_mut().enumerate() {
-                    B::isums(gb, a[t].as_ptr().add(b * QK), &mut isum);
-                    let da = act_scale(a[t].as_ptr(), cols, b);
-                    for ((acc, &dw), &s) in acc.iter_mut().zip(&dw).zip(&isum) {
-                        acc[b % LANES] += dw * da * s as f32;
-                    }
+            for (acc, a) in acc.iter_mut().zip(a) {
+                // SAFETY: `g` holds `nb` group blocks and every activation `cols` values and
+                // their scales; `acc[0][b % 8]` is followed by 15 rows of 8.
+                unsafe {
+                    let da = act_scale(a.as_ptr(), cols, b);
+                    let acc = acc.as_mut_ptr().cast::<f32>().add(b % LANES);
+                    B::add_terms(g.as_ptr().add(b * B::BYTES), a.as_ptr().add(b * QK), da, acc);
                 }
             }
         }
