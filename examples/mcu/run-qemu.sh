@@ -3,6 +3,7 @@
 #
 # usage: examples/mcu/run-qemu.sh [--board an386|an505|an547] [--echo-prompt] [--dtype D] [--icount]
 #                                 [--out FILE] [--expect FILE] [--timeout SECS] [MODEL]
+#        examples/mcu/run-qemu.sh [--board B] --conformance
 #
 #   --board an386   Cortex-M4F, thumbv7em-none-eabihf (default)
 #   --board an505   Cortex-M33, thumbv8m.main-none-eabihf
@@ -16,6 +17,9 @@
 #   --timeout SECS  QEMU wall-clock limit (default 300); on expiry exit 124
 #   --icount        run QEMU with -icount shift=0 (one instruction per virtual ns) and
 #                   turn the firmware's SysTick tick counts into instruction counts
+#   --conformance   instead of generating text, run the kernel conformance firmware
+#                   (src/bin/conformance.rs): the board's kernel tier against the scalar
+#                   oracle, bit for bit; exits 0 when all match, 1 on a mismatch
 #
 # Prints everything the firmware prints. The text is the bytes after the line
 # `--- kvm output ---` and before the newline that precedes the line `--- end ---`: the
@@ -38,6 +42,7 @@ expect=""
 timeout_s=300
 features=()
 icount=()
+bin=kvm-mcu
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --board) board="${2:?--board needs a value}"; shift 2 ;;
@@ -47,6 +52,7 @@ while [[ $# -gt 0 ]]; do
         --out) out="${2:?--out needs a file}"; shift 2 ;;
         --expect) expect="${2:?--expect needs a file}"; shift 2 ;;
         --icount) icount=(-icount shift=0); shift ;;
+        --conformance) bin=kvm-mcu-conformance; shift ;;
         --timeout) timeout_s="${2:?--timeout needs seconds}"; shift 2 ;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         -*) echo "run-qemu.sh: unknown option $1" >&2; exit 2 ;;
@@ -83,14 +89,16 @@ if [[ ! -f "$model" ]]; then
 fi
 model="$(cd "$(dirname "$model")" && pwd)/$(basename "$model")"
 
-elf="$target_dir/$target/release/kvm-mcu"
+elf="$target_dir/$target/release/$bin"
 (cd "$here" && KVM_MCU_MODEL="$model" KVM_MCU_BOARD="$board" RUSTFLAGS="$rustflags" \
-    cargo build --quiet --release --target "$target" --target-dir "$target_dir" \
+    cargo build --quiet --release --target "$target" --target-dir "$target_dir" --bin "$bin" \
     ${features[@]+"${features[@]}"}) || exit 2
 
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 run_qemu "$log" "$timeout_s" -M "$machine" -cpu "$cpu" ${icount[@]+"${icount[@]}"} -kernel "$elf"
+# The conformance firmware's exit code is its verdict (run_qemu exits on a failure).
+[[ $bin == kvm-mcu ]] || exit 0
 if [[ ${#icount[@]} -gt 0 ]]; then
     # Under -icount shift=0 virtual time is 1 ns per instruction, so a tick of the
     # sysclk-Hz SysTick is 1e9 / sysclk instructions.

@@ -10,10 +10,11 @@
 //! sums take `8 * sum(a)` off once per row instead of 8 off every weight.
 //!
 //! Everything in floating point stays in the scalar FPU, in [`scalar`]'s operations and
-//! order: MVE's floating-point instructions flush subnormals to zero, which would change
-//! bits on tiny scales. The f16 scales widen with the FPU's exact `vcvtb.f32.f16`. So every
-//! result is the scalar tier's bits. Float weights, attention and the rest run the scalar
-//! kernels (the compiler already schedules them for the M55).
+//! order, written in assembly so that the compiler cannot vectorize it: QEMU runs MVE's
+//! floating-point instructions with flush-to-zero (the standard FPSCR value), which would
+//! change bits on tiny scales. The f16 scales widen with the FPU's exact `vcvtb.f32.f16`.
+//! So every result is the scalar tier's bits. Float weights, attention and the rest run the
+//! scalar kernels.
 //!
 //! MVE lives in the floating-point register file (q0-q7 are d0-d15) and Rust's `asm!` has no
 //! register class for it on Arm: each block below names its vector registers itself and
@@ -22,6 +23,7 @@
 
 use core::arch::asm;
 use core::marker::PhantomData;
+use core::mem::MaybeUninit;
 
 use crate::kernels::scalar::{self, reduce_lanes, LANES};
 use crate::kernels::{GroupKernel, Kernel, Kernels, BF16, F16, F32, F32P};
@@ -50,25 +52,37 @@ impl Kernels for Helium {
     }
 }
 
-/// The f32 value of the little-endian f16 at `p`, exactly (`vcvtb.f32.f16`: subnormals kept,
-/// as `half` does; the FPU's flush-to-zero is off, as at reset).
+/// `acc + (d_w * d_a) * s` for the little-endian f16 scale `d_w` at `dw`, as
+/// [`scalar::block_term`] and [`scalar::sum_blocks`] compute it, in the FPU (`vcvtb.f32.f16`
+/// widens the scale exactly, subnormals kept: flush-to-zero is off, as at reset). In
+/// assembly so that the compiler cannot move it to MVE's floating point, which QEMU runs with
+/// flush-to-zero.
 ///
 /// # Safety
-/// `p` points at 2 readable bytes.
+/// `dw` points at 2 readable bytes.
 #[inline(always)]
-unsafe fn scale(p: *const u8) -> f32 {
-    // SAFETY: 2 readable bytes.
-    let bits = u16::from_le_bytes(unsafe { p.cast::<[u8; 2]>().read() });
-    let out: f32;
-    // SAFETY: a register-only conversion of the FPU (FPv5 with half-precision conversions).
+unsafe fn add_term(acc: f32, dw: *const u8, da: f32, s: i32) -> f32 {
+    let mut acc = acc;
+    // SAFETY: reads the 2 bytes at `dw`; FPU registers only otherwise.
     unsafe {
         asm!(
-            "vcvtb.f32.f16 {0}, {0}",
-            inout(sreg) f32::from_bits(u32::from(bits)) => out,
-            options(pure, nomem, nostack, preserves_flags),
+            "vldr.16 {t}, [{dw}]",
+            "vcvtb.f32.f16 {t}, {t}",
+            "vmul.f32 {t}, {t}, {da}",
+            "vmov {u}, {s}",
+            "vcvt.f32.s32 {u}, {u}",
+            "vmul.f32 {t}, {t}, {u}",
+            "vadd.f32 {acc}, {acc}, {t}",
+            acc = inout(sreg) acc,
+            t = out(sreg) _,
+            u = out(sreg) _,
+            da = in(sreg) da,
+            s = in(reg) s,
+            dw = in(reg) dw,
+            options(pure, readonly, nostack, preserves_flags),
         );
     }
-    out
+    acc
 }
 
 /// The activation block scale `d_a` of block `b` of the q8 activation `a` of `cols` values.
@@ -180,10 +194,10 @@ impl<B: Block> Kernel for Rows<B> {
                 // and their scales.
                 unsafe {
                     let wb = w[r].as_ptr().add(b * bb);
-                    let dw = scale(wb);
                     for (t, acc) in acc.iter_mut().enumerate() {
                         let isum = B::isum(wb, a[t].as_ptr().add(b * QK));
-                        acc[b % LANES] += dw * act_scale(a[t].as_ptr(), cols, b) * isum as f32;
+                        let da = act_scale(a[t].as_ptr(), cols, b);
+                        acc[b % LANES] = add_term(acc[b % LANES], wb, da, isum);
                     }
                 }
             }
@@ -197,14 +211,16 @@ pub(crate) trait GroupBlock {
     /// Bytes of one group block (16 scales, then the quant bytes).
     const BYTES: usize;
 
-    /// Adds each of the 16 rows' terms of the group block at `g` with the activation block
-    /// at `a` (32 bytes, scale `da`) to that row's accumulator, `acc[8 r]`: the exact block
-    /// sum `s`, then `acc += (d_w * d_a) * s` in the FPU as [`scalar::block_term`] does.
+    /// Adds the 16 rows' terms of the group block at `g` with the activation block at `a`
+    /// (32 bytes, scale `da`) to their accumulators `acc[0..16]`: the exact block sum `s`,
+    /// then `acc += (d_w * d_a) * s` in the FPU as [`scalar::block_term`] does; with
+    /// `FIRST`, `acc = 0.0 + (d_w * d_a) * s` (the canonical sum's first term of a lane)
+    /// without reading `acc`.
     ///
     /// # Safety
     /// MVE is present; `g` points at one whole group block, `a` at 32 readable bytes and
-    /// `acc` at `8 * 15 + 1` writable floats.
-    unsafe fn add_terms(g: *const u8, a: *const u8, da: f32, acc: *mut f32);
+    /// `acc` at 16 writable floats (initialized unless `FIRST`).
+    unsafe fn add_terms<const FIRST: bool>(g: *const u8, a: *const u8, da: f32, acc: *mut f32);
 }
 
 /// Byte offsets of a row's 4-byte pieces `0..4` in a group block: pieces are 64 bytes
@@ -214,77 +230,131 @@ static PIECES: [u32; 4] = [0, 64, 128, 192];
 /// Bytes before a group block's quant bytes: the 16 f16 scales.
 const SCALES: usize = 2 * X16;
 
-/// Row `r`'s term from its exact sum in r0, the activation scale in s9, its f16 scale at
-/// `{g} + ds` (`ds = 2 r`) and its accumulator at `{acc} + off` (`off = 32 r`), in the
-/// FPU: `acc += (d_w * d_a) * s`.
+/// Row `r`'s term in the FPU from its exact sum (as f32 in `$s`), the activation scale in
+/// s14 and its f16 scale at `{g} + 2 r`: `(d_w * d_a) * s`, added to its accumulator at
+/// `{acc} + 4 r`, or (`first`) to s15's +0.0.
 macro_rules! term {
-    ($ds:literal, $off:literal) => {
+    (add, $s:literal, $ds:literal, $off:literal) => {
         concat!(
-            "vmov s8, r0\n",
-            "vcvt.f32.s32 s8, s8\n",
-            "vldr.16 s10, [{g}, #", $ds, "]\n",
-            "vcvtb.f32.f16 s10, s10\n",
-            "vmul.f32 s10, s10, s9\n",
-            "vmul.f32 s10, s10, s8\n",
-            "vldr s11, [{acc}, #", $off, "]\n",
-            "vadd.f32 s11, s11, s10\n",
-            "vstr s11, [{acc}, #", $off, "]\n",
+            term!(@scaled $s, $ds),
+            "vldr s13, [{acc}, #", $off, "]\n",
+            "vadd.f32 s13, s13, s12\n",
+            "vstr s13, [{acc}, #", $off, "]\n",
+        )
+    };
+    (first, $s:literal, $ds:literal, $off:literal) => {
+        concat!(term!(@scaled $s, $ds), "vadd.f32 s13, s15, s12\n", "vstr s13, [{acc}, #", $off, "]\n")
+    };
+    (@scaled $s:literal, $ds:literal) => {
+        concat!(
+            "vldr.16 s12, [{g}, #", $ds, "]\n",
+            "vcvtb.f32.f16 s12, s12\n",
+            "vmul.f32 s12, s12, s14\n",
+            "vmul.f32 s12, s12, ", $s, "\n",
         )
     };
 }
 
-/// The next row of a q8_0x16 block: its weights `0..16` and `16..32` gathered into q0 and
-/// q1 (the addresses in q4 step on by one row), summed against q6 and q7 into r0; then its
-/// [`term!`].
+/// The next row of a q8_0x16 block into `$r`: its weights `0..16` and `16..32` gathered
+/// into q0 and q1 (the addresses in q4 step on by one row), summed against q6 and q7.
 macro_rules! q8_row {
-    ($ds:literal, $off:literal) => {
+    ($r:literal) => {
         concat!(
             "vldrw.u32 q0, [q4, #4]!\n",
             "vldrw.u32 q1, [q4, #256]\n",
-            "vmladav.s8 r0, q0, q6\n",
-            "vmladava.s8 r0, q1, q7\n",
-            term!($ds, $off),
+            "vmladav.s8 ",
+            $r,
+            ", q0, q6\n",
+            "vmladava.s8 ",
+            $r,
+            ", q1, q7\n",
         )
     };
 }
 
-/// The next row of a q4_0x16 block: its 16 nibble bytes gathered into q0, the low nibbles
-/// (weights `0..16`) against q6 and the high ones (`16..32`) against q7, less `8 * sum(a)`
-/// (r10), into r0; then its [`term!`].
+/// The next row of a q4_0x16 block into `$r`: its 16 nibble bytes gathered into q0, the
+/// low nibbles (weights `0..16`) against q6 and the high ones (`16..32`) against q7.
 macro_rules! q4_row {
-    ($ds:literal, $off:literal) => {
+    ($r:literal) => {
         concat!(
             "vldrw.u32 q0, [q4, #4]!\n",
             "vand q1, q0, q5\n",
             "vshr.u8 q0, q0, #4\n",
-            "vmladav.s8 r0, q1, q6\n",
-            "vmladava.s8 r0, q0, q7\n",
-            "sub.w r0, r0, r10\n",
-            term!($ds, $off),
+            "vmladav.s8 ",
+            $r,
+            ", q1, q6\n",
+            "vmladava.s8 ",
+            $r,
+            ", q0, q7\n",
         )
     };
 }
 
-/// `$row!` for each of the 16 rows of a group block.
-macro_rules! rows16 {
-    ($row:ident) => {
+/// Rows `4k..4k + 4` of a group block: their exact sums (`$row!`) in r0, r2, r4, r8, into
+/// lanes 0..4 of q2 (`vmov q2[2], q2[0], r0, r4` fills lane 0 from r0 and lane 2 from r4),
+/// less `$bias` (q4_0's `8 * sum(a)`), converted to f32 there (exactly: they are far below
+/// 2^24, so no rounding and no subnormals), then each row's [`term!`].
+macro_rules! quad {
+    ($row:ident, $kind:ident, $bias:literal, $d0:literal, $d1:literal, $d2:literal, $d3:literal,
+     $o0:literal, $o1:literal, $o2:literal, $o3:literal) => {
         concat!(
-            $row!("0", "0"),
-            $row!("2", "32"),
-            $row!("4", "64"),
-            $row!("6", "96"),
-            $row!("8", "128"),
-            $row!("10", "160"),
-            $row!("12", "192"),
-            $row!("14", "224"),
-            $row!("16", "256"),
-            $row!("18", "288"),
-            $row!("20", "320"),
-            $row!("22", "352"),
-            $row!("24", "384"),
-            $row!("26", "416"),
-            $row!("28", "448"),
-            $row!("30", "480"),
+            $row!("r0"),
+            $row!("r2"),
+            $row!("r4"),
+            $row!("r8"),
+            "vmov q2[2], q2[0], r0, r4\n",
+            "vmov q2[3], q2[1], r2, r8\n",
+            $bias,
+            "vcvt.f32.s32 q2, q2\n",
+            term!($kind, "s8", $d0, $o0),
+            term!($kind, "s9", $d1, $o1),
+            term!($kind, "s10", $d2, $o2),
+            term!($kind, "s11", $d3, $o3),
+        )
+    };
+}
+
+/// [`quad!`] for the 16 rows of a group block.
+macro_rules! rows16 {
+    ($row:ident, $kind:ident, $bias:literal) => {
+        concat!(
+            quad!($row, $kind, $bias, "0", "2", "4", "6", "0", "4", "8", "12"),
+            quad!($row, $kind, $bias, "8", "10", "12", "14", "16", "20", "24", "28"),
+            quad!($row, $kind, $bias, "16", "18", "20", "22", "32", "36", "40", "44"),
+            quad!($row, $kind, $bias, "24", "26", "28", "30", "48", "52", "56", "60"),
+        )
+    };
+}
+
+/// The asm block of [`GroupBlock::add_terms`]: `$setup` (after the addresses in q4, the
+/// activation in q6 and q7, d_a in s14 and +0.0 in s15), then the 16 rows.
+macro_rules! group_asm {
+    ($g:ident, $a:ident, $da:ident, $acc:ident, $setup:literal, $rows:expr) => {
+        // SAFETY (for the caller): every gather reads 4 bytes of the block's quant bytes:
+        // row `r`'s piece `v` is at `SCALES + 64 v + 4 r` (q4 starts one row early; q8_0's
+        // `#256` is pieces 4..8); the scales are the block's first 32 bytes, the activation
+        // block 32 bytes and the accumulators the caller's 16 floats.
+        asm!(
+            "vldrw.u32 q4, [{pieces}]",
+            "vadd.i32 q4, q4, {base}",
+            "vldrb.s8 q6, [{a}]",
+            "vldrb.s8 q7, [{a}, #16]",
+            "vmov s14, {da}",
+            "vmov s15, {zero}",
+            $setup,
+            $rows,
+            g = in(reg) $g,
+            a = in(reg) $a,
+            da = in(reg) $da.to_bits(),
+            zero = in(reg) 0u32,
+            acc = in(reg) $acc,
+            pieces = in(reg) PIECES.as_ptr(),
+            base = in(reg) $g.add(SCALES - 4),
+            out("r0") _, out("r2") _, out("r4") _, out("r8") _, out("r10") _,
+            out("d0") _, out("d1") _, out("d2") _, out("d3") _, out("d4") _, out("d5") _,
+            out("d6") _, out("d7") _, out("d8") _, out("d9") _, out("d10") _, out("d11") _,
+            out("d12") _, out("d13") _, out("d14") _, out("d15") _,
+            options(nostack, preserves_flags),
         )
     };
 }
@@ -293,30 +363,14 @@ impl GroupBlock for Q8 {
     const BYTES: usize = core::mem::size_of::<GroupQ8_0x16>();
 
     #[inline(always)]
-    unsafe fn add_terms(g: *const u8, a: *const u8, da: f32, acc: *mut f32) {
-        // SAFETY: every gather reads 4 bytes of the block's quant bytes: row `r`'s piece
-        // `v` is at `SCALES + 64 v + 4 r`, `v < 8` (q4 starts one row early, and `#256` is
-        // pieces 4..8); the scales are the block's first 32 bytes; the activation block is
-        // 32 bytes; the accumulators are the caller's.
+    unsafe fn add_terms<const FIRST: bool>(g: *const u8, a: *const u8, da: f32, acc: *mut f32) {
+        // SAFETY: see `group_asm!`; the caller guarantees the pointers.
         unsafe {
-            asm!(
-                "vldrw.u32 q4, [{pieces}]",
-                "vadd.i32 q4, q4, {base}",
-                "vldrb.s8 q6, [{a}]",
-                "vldrb.s8 q7, [{a}, #16]",
-                "vmov s9, {da}",
-                rows16!(q8_row),
-                g = in(reg) g,
-                a = in(reg) a,
-                da = in(reg) da.to_bits(),
-                acc = in(reg) acc,
-                pieces = in(reg) PIECES.as_ptr(),
-                base = in(reg) g.add(SCALES - 4),
-                out("r0") _,
-                out("d0") _, out("d1") _, out("d2") _, out("d3") _, out("d4") _, out("d5") _,
-                out("d8") _, out("d9") _, out("d12") _, out("d13") _, out("d14") _, out("d15") _,
-                options(nostack, preserves_flags),
-            );
+            if FIRST {
+                group_asm!(g, a, da, acc, "", rows16!(q8_row, first, ""));
+            } else {
+                group_asm!(g, a, da, acc, "", rows16!(q8_row, add, ""));
+            }
         }
     }
 }
@@ -325,58 +379,71 @@ impl GroupBlock for Q4 {
     const BYTES: usize = core::mem::size_of::<GroupQ4_0x16>();
 
     #[inline(always)]
-    unsafe fn add_terms(g: *const u8, a: *const u8, da: f32, acc: *mut f32) {
-        // SAFETY: as for q8_0x16, with pieces `v < 4`.
+    unsafe fn add_terms<const FIRST: bool>(g: *const u8, a: *const u8, da: f32, acc: *mut f32) {
+        // The nibbles' sums are `8 * sum(a)` above the weights' (r10, taken off four rows
+        // at a time), and q5 holds the low-nibble mask.
+        // SAFETY: see `group_asm!`; the caller guarantees the pointers.
         unsafe {
-            asm!(
-                "vldrw.u32 q4, [{pieces}]",
-                "vadd.i32 q4, q4, {base}",
-                "vldrb.s8 q6, [{a}]",
-                "vldrb.s8 q7, [{a}, #16]",
-                "vaddv.s8 r10, q6",
-                "vaddva.s8 r10, q7",
-                "lsl.w r10, r10, #3",
-                "vmov.i8 q5, #15",
-                "vmov s9, {da}",
-                rows16!(q4_row),
-                g = in(reg) g,
-                a = in(reg) a,
-                da = in(reg) da.to_bits(),
-                acc = in(reg) acc,
-                pieces = in(reg) PIECES.as_ptr(),
-                base = in(reg) g.add(SCALES - 4),
-                out("r0") _,
-                out("r10") _,
-                out("d0") _, out("d1") _, out("d2") _, out("d3") _, out("d4") _, out("d5") _,
-                out("d8") _, out("d9") _, out("d10") _, out("d11") _, out("d12") _, out("d13") _,
-                out("d14") _, out("d15") _,
-                options(nostack, preserves_flags),
-            );
+            if FIRST {
+                group_asm!(
+                    g,
+                    a,
+                    da,
+                    acc,
+                    "vaddv.s8 r10, q6\nvaddva.s8 r10, q7\nlsl.w r10, r10, #3\nvmov.i8 q5, #15",
+                    rows16!(q4_row, first, "vsub.i32 q2, q2, r10\n")
+                );
+            } else {
+                group_asm!(
+                    g,
+                    a,
+                    da,
+                    acc,
+                    "vaddv.s8 r10, q6\nvaddva.s8 r10, q7\nlsl.w r10, r10, #3\nvmov.i8 q5, #15",
+                    rows16!(q4_row, add, "vsub.i32 q2, q2, r10\n")
+                );
+            }
         }
     }
 }
 
 /// q8_0x16 / q4_0x16 kernel: each group block's 16 terms per token from
 /// [`GroupBlock::add_terms`] into accumulator `b % 8` of each row, then
-/// [`scalar::reduce_lanes`]: [`scalar::dot_q8_0x16`]'s bits.
+/// [`scalar::reduce_lanes`]: [`scalar::dot_q8_0x16`]'s bits. The accumulators are
+/// lane-major (`[8][16]` per token): the first 8 blocks write their lanes, and only the
+/// lanes of a row shorter than 8 blocks that no block reaches are zeroed.
 #[derive(Debug)]
 pub(crate) struct Groups<B>(PhantomData<B>);
 
 impl<B: GroupBlock> GroupKernel for Groups<B> {
     unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
         let nb = cols / QK;
-        let mut acc = [[[0.0f32; LANES]; X16]; T];
+        let mut acc = [MaybeUninit::<[[f32; X16]; LANES]>::uninit(); T];
+        for acc in &mut acc {
+            let p = acc.as_mut_ptr().cast::<f32>();
+            // SAFETY: lanes `nb..8` of the `8 * 16` floats.
+            unsafe { p.add(nb.min(LANES) * X16).write_bytes(0, (LANES - nb.min(LANES)) * X16) };
+        }
         for b in 0..nb {
             for (acc, a) in acc.iter_mut().zip(a) {
                 // SAFETY: `g` holds `nb` group blocks and every activation `cols` values and
-                // their scales; `acc[0][b % 8]` is followed by 15 rows of 8.
+                // their scales; lane `b % 8` is 16 floats, written first by block `b < 8`.
                 unsafe {
                     let da = act_scale(a.as_ptr(), cols, b);
-                    let acc = acc.as_mut_ptr().cast::<f32>().add(b % LANES);
-                    B::add_terms(g.as_ptr().add(b * B::BYTES), a.as_ptr().add(b * QK), da, acc);
+                    let lane = acc.as_mut_ptr().cast::<f32>().add(b % LANES * X16);
+                    let (gb, ab) = (g.as_ptr().add(b * B::BYTES), a.as_ptr().add(b * QK));
+                    if b < LANES {
+                        B::add_terms::<true>(gb, ab, da, lane);
+                    } else {
+                        B::add_terms::<false>(gb, ab, da, lane);
+                    }
                 }
             }
         }
-        acc.map(|acc| acc.map(reduce_lanes))
+        // SAFETY: every lane was written: by its first block, or zeroed above.
+        acc.map(|acc| {
+            let acc = unsafe { acc.assume_init() };
+            core::array::from_fn(|r| reduce_lanes(core::array::from_fn(|l| acc[l][r])))
+        })
     }
 }
