@@ -121,7 +121,7 @@ fn weights(dtype: DType, w: &mut [u8], seed: u32) {
         *b = rng.next() as u8;
     }
     let scale = |rng: &mut Rng, i: usize| -> [u8; 2] {
-        let d = if i % 3 == 0 { SCALES[(rng.next() % 8) as usize] } else { 0x2000 | (rng.next() as u16 & 0x3fff) };
+        let d = if i.is_multiple_of(3) { SCALES[(rng.next() % 8) as usize] } else { 0x2000 | (rng.next() as u16 & 0x3fff) };
         d.to_le_bytes()
     };
     let q8 = dtype.plain() == DType::Q8_0;
@@ -168,7 +168,7 @@ fn activations(x: &mut [f32], cols: usize, seed: u32) {
             *v = if i % 37 == 5 { 8.0 * u } else { u };
         }
         match (b + cols / QK) % 7 {
-            0 => block.fill(if b % 2 == 0 { 1.0 } else { -1.0 }),
+            0 => block.fill(if b.is_multiple_of(2) { 1.0 } else { -1.0 }),
             1 => block.fill(0.0),
             2 => block.iter_mut().for_each(|v| *v *= 1e-36),
             3 => block.iter_mut().for_each(|v| *v *= 1e-29),

@@ -409,28 +409,23 @@ impl GroupBlock for Q4 {
 
 /// q8_0x16 / q4_0x16 kernel: each group block's 16 terms per token from
 /// [`GroupBlock::add_terms`] into accumulator `b % 8` of each row, then
-/// [`scalar::reduce_lanes`]: [`scalar::dot_q8_0x16`]'s bits. The accumulators are
-/// lane-major (`[8][16]` per token): the first 8 blocks write their lanes, and only the
-/// lanes of a row shorter than 8 blocks that no block reaches are zeroed.
+/// [`scalar::reduce_lanes`]' tree: [`scalar::dot_q8_0x16`]'s bits. The accumulators are
+/// lane-major (`[8][16]` per token) and never zeroed: the first 8 blocks write their lanes,
+/// and a row of fewer than 8 blocks leaves the other lanes out of the tree ([`reduce`]).
 #[derive(Debug)]
 pub(crate) struct Groups<B>(PhantomData<B>);
 
 impl<B: GroupBlock> GroupKernel for Groups<B> {
     unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
         let nb = cols / QK;
-        let mut acc = [MaybeUninit::<[[f32; X16]; LANES]>::uninit(); T];
-        for acc in &mut acc {
-            let p = acc.as_mut_ptr().cast::<f32>();
-            // SAFETY: lanes `nb..8` of the `8 * 16` floats.
-            unsafe { p.add(nb.min(LANES) * X16).write_bytes(0, (LANES - nb.min(LANES)) * X16) };
-        }
+        let mut acc = [[[MaybeUninit::<f32>::uninit(); X16]; LANES]; T];
         for b in 0..nb {
             for (acc, a) in acc.iter_mut().zip(a) {
                 // SAFETY: `g` holds `nb` group blocks and every activation `cols` values and
                 // their scales; lane `b % 8` is 16 floats, written first by block `b < 8`.
                 unsafe {
                     let da = act_scale(a.as_ptr(), cols, b);
-                    let lane = acc.as_mut_ptr().cast::<f32>().add(b % LANES * X16);
+                    let lane = acc[b % LANES].as_mut_ptr().cast::<f32>();
                     let (gb, ab) = (g.as_ptr().add(b * B::BYTES), a.as_ptr().add(b * QK));
                     if b < LANES {
                         B::add_terms::<true>(gb, ab, da, lane);
@@ -440,10 +435,31 @@ impl<B: GroupBlock> GroupKernel for Groups<B> {
                 }
             }
         }
-        // SAFETY: every lane was written: by its first block, or zeroed above.
-        acc.map(|acc| {
-            let acc = unsafe { acc.assume_init() };
-            core::array::from_fn(|r| reduce_lanes(core::array::from_fn(|l| acc[l][r])))
-        })
+        // SAFETY: lanes `0..min(nb, 8)` were written by their first block.
+        acc.map(|acc| core::array::from_fn(|r| unsafe { reduce(&acc, r, nb.min(LANES)) }))
+    }
+}
+
+/// Row `r`'s [`scalar::reduce_lanes`] of `acc` when only lanes `0..used` hold terms and
+/// the others would be `+0.0`: the same value with those additions left out, since each
+/// lane is `0.0 + term` or more terms, never `-0.0`, nor is any sum of them, and adding
+/// `+0.0` to anything else changes nothing (NaNs and infinities included).
+///
+/// # Safety
+/// Lanes `0..used` of row `r` are initialized.
+#[inline(always)]
+unsafe fn reduce(acc: &[[MaybeUninit<f32>; X16]; LANES], r: usize, used: usize) -> f32 {
+    // SAFETY: only lanes below `used` are read.
+    let a = |l: usize| unsafe { acc[l][r].assume_init() };
+    match used {
+        0 => 0.0,
+        1 => a(0),
+        2 => a(0) + a(1),
+        3 => (a(0) + a(1)) + a(2),
+        4 => (a(0) + a(1)) + (a(2) + a(3)),
+        5 => ((a(0) + a(1)) + (a(2) + a(3))) + a(4),
+        6 => ((a(0) + a(1)) + (a(2) + a(3))) + (a(4) + a(5)),
+        7 => ((a(0) + a(1)) + (a(2) + a(3))) + ((a(4) + a(5)) + a(6)),
+        _ => reduce_lanes(core::array::from_fn(a)),
     }
 }
