@@ -293,7 +293,7 @@ macro_rules! q4_row {
 /// Rows `4k..4k + 4` of a group block: their exact sums (`$row!`) in r0, r2, r4, r8, into
 /// lanes 0..4 of q2 (`vmov q2[2], q2[0], r0, r4` fills lane 0 from r0 and lane 2 from r4),
 /// less `$bias` (q4_0's `8 * sum(a)`), converted to f32 there (exactly: they are far below
-/// 2^24, so no rounding and no subnormals), then each row's [`term!`].
+/// 2^24, so no rounding and no subnormals), then each row's `term!`.
 macro_rules! quad {
     ($row:ident, $kind:ident, $bias:literal, $d0:literal, $d1:literal, $d2:literal, $d3:literal,
      $o0:literal, $o1:literal, $o2:literal, $o3:literal) => {
@@ -314,7 +314,7 @@ macro_rules! quad {
     };
 }
 
-/// [`quad!`] for the 16 rows of a group block.
+/// `quad!` for the 16 rows of a group block.
 macro_rules! rows16 {
     ($row:ident, $kind:ident, $bias:literal) => {
         concat!(
