@@ -1,36 +1,53 @@
 //! Sets `--cfg kvm_arm_dsp` when the target is 32-bit Arm and its code generation has the
-//! DSP extension (`smlad`, `sxtb16`), which selects the `dsp` kernel tier at compile time.
+//! DSP extension (`smlad`, `sxtb16`), and `--cfg kvm_mve` when it has Helium (MVE): they
+//! select the `dsp` and `helium` kernel tiers at compile time.
 //!
-//! rustc does not expose Arm's `dsp` as a stable `target_feature`, so this asks the
-//! compiler itself: it compiles one `smlad` for the target with the build's own flags
-//! (`thumbv7em` has the extension; `thumbv8m.main` has it with `-C target-cpu=cortex-m33`
-//! or `-C target-feature=+dsp`; `thumbv6m` and `thumbv7m` never do).
+//! rustc exposes neither as a stable `target_feature`, so this asks the compiler itself: it
+//! compiles one instruction of each extension for the target with the build's own flags
+//! (`thumbv7em` has DSP; `thumbv8m.main` has it with `-C target-cpu=cortex-m33` or
+//! `-C target-feature=+dsp`, and MVE as well with `-C target-cpu=cortex-m55`; `thumbv6m`
+//! and `thumbv7m` have neither).
 
 use std::env;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-const PROBE: &str = r#"#![no_std]
-pub fn probe(a: u32, b: u32, c: u32) -> u32 {
-    let r: u32;
-    unsafe { core::arch::asm!("smlad {0}, {1}, {2}, {3}", out(reg) r, in(reg) a, in(reg) b, in(reg) c) };
-    r
-}
-"#;
+/// One instruction of each extension, as a function `asm!` must assemble.
+const PROBES: [(&str, &str); 2] = [
+    ("kvm_arm_dsp", r#"smlad {0}, {1}, {2}, {0}", inout(reg) r, in(reg) a, in(reg) b"#),
+    (
+        "kvm_mve",
+        r#"vdup.8 q0, {a}", "vdup.8 q1, {b}", "vmlava.s8 r0, q0, q1", a = in(reg) a, b = in(reg) b,
+        inout("r0") r, out("q0") _, out("q1") _"#,
+    ),
+];
 
 fn main() {
-    println!("cargo::rustc-check-cfg=cfg(kvm_arm_dsp)");
     println!("cargo:rerun-if-changed=build.rs");
-    if env::var("CARGO_CFG_TARGET_ARCH").as_deref() == Ok("arm") && has_dsp() {
-        println!("cargo:rustc-cfg=kvm_arm_dsp");
+    println!("cargo:rerun-if-env-changed=CARGO_ENCODED_RUSTFLAGS");
+    for (cfg, _) in PROBES {
+        println!("cargo::rustc-check-cfg=cfg({cfg})");
+    }
+    if env::var("CARGO_CFG_TARGET_ARCH").as_deref() != Ok("arm") {
+        return;
+    }
+    for (cfg, asm) in PROBES {
+        if assembles(cfg, asm) {
+            println!("cargo:rustc-cfg={cfg}");
+        }
     }
 }
 
-/// Whether an `smlad` compiles for the target with the flags cargo passes this build.
-fn has_dsp() -> bool {
+/// Whether `asm` (the arguments of one `asm!`, over `r`, `a` and `b`) compiles for the
+/// target with the flags cargo passes this build.
+fn assembles(name: &str, asm: &str) -> bool {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let src = out.join("dsp_probe.rs");
-    if std::fs::write(&src, PROBE).is_err() {
+    let src = out.join(format!("{name}_probe.rs"));
+    let probe = format!(
+        "#![no_std]\npub fn probe(a: u32, b: u32) -> u32 {{\n    let mut r = 0u32;\n    \
+         unsafe {{ core::arch::asm!(\"{asm}) }};\n    r\n}}\n"
+    );
+    if std::fs::write(&src, probe).is_err() {
         return false;
     }
     let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
@@ -40,7 +57,7 @@ fn has_dsp() -> bool {
         .args(["--crate-type=lib", "--emit=obj", "--edition=2021", "--target", &target])
         .args(flags.split('\x1f').filter(|f| !f.is_empty()))
         .arg("-o")
-        .arg(out.join("dsp_probe.o"))
+        .arg(out.join(format!("{name}_probe.o")))
         .arg(&src)
         .stdout(Stdio::null())
         .stderr(Stdio::null())

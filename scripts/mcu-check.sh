@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Runs the kvm firmware (examples/mcu) on both QEMU boards and checks its text.
+# Runs the kvm firmware (examples/mcu) on the QEMU boards and checks its text.
 #
 # usage: scripts/mcu-check.sh [--no-host] [--icount] [--dtype D [--cache C] [--no-repack] | MODEL]
 #
 # MODEL defaults to the bundled models/tiny-kjv-q8_0.kvm; --dtype converts models/tiny-kjv
 # with kvm-export first (--cache f16: sessions store attention rows as f16; --no-repack:
 # q8_0/q4_0 matrices row-major instead of interleaved). Checks:
-# - the text of an386 and an505 is identical;
+# - the text of an386 (Cortex-M4F, scalar kernels), an505 (Cortex-M33) and an547 (Cortex-M55,
+#   Helium kernels) is identical;
 # - it equals the reference implementation's greedy continuation
 #   (models/tiny-kjv/reference/greedy.json) when the weights are exact (--dtype f32, f16
 #   or bf16: the checkpoint is bf16);
@@ -61,6 +62,8 @@ check() { # name, command...
 check "an386 runs" "$run" --board an386 ${icount[@]+"${icount[@]}"} --out "$work/an386.txt" "$model"
 check "an505 runs" "$run" --board an505 ${icount[@]+"${icount[@]}"} --out "$work/an505.txt" "$model"
 check "an386 and an505 agree" cmp "$work/an386.txt" "$work/an505.txt"
+check "an547 runs" "$run" --board an547 --out "$work/an547.txt" "$model"
+check "an386 and an547 agree" cmp "$work/an386.txt" "$work/an547.txt"
 
 prompt="And God said"
 case "$dtype-$cache" in

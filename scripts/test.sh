@@ -55,10 +55,11 @@ bench=$(target/release/kvm bench --model target/tiny-kjv-f32.kvm --gen 4 --promp
 awk -v a="$packed" -v b="$stored" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-6) }'
 echo "bits per byte: packed $packed, as stored $stored"
 
-step "kernel conformance on the boards: the compiled tier (dsp) against scalar on an386 (Cortex-M4F) and an505 (Cortex-M33)"
+step "kernel conformance on the boards: the compiled tier against scalar on an386 (Cortex-M4F, dsp), an505 (Cortex-M33, dsp) and an547 (Cortex-M55, helium)"
 bash scripts/mcu-conformance.sh
+bash examples/mcu/run-qemu.sh --board an547 --conformance
 
-step "firmware in QEMU: Rust on Cortex-M4F (an386) and Cortex-M33 (an505), C on an386, all equal to the host (q8_0x16, f32/f16/q8 attention caches; row-major q8_0; q4_0x16)"
+step "firmware in QEMU: Rust on Cortex-M4F (an386), Cortex-M33 (an505) and Cortex-M55 (an547, Helium), C on an386, all equal to the host (q8_0x16, f32/f16/q8 attention caches; row-major q8_0; q4_0x16)"
 bash scripts/mcu-check.sh
 bash scripts/mcu-check.sh --dtype q8_0 --cache f16
 bash scripts/mcu-check.sh --dtype q8_0 --cache q8

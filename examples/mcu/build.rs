@@ -5,7 +5,12 @@
 //! Inputs (environment):
 //! - `KVM_MCU_MODEL`: the `.kvm` file to flash; relative paths are taken from this
 //!   directory. Default `../../models/tiny-kjv-q8_0.kvm`.
-//! - `KVM_MCU_BOARD`: `an386` or `an505`; default from the target (`thumbv8m.*` is an505).
+//! - `KVM_MCU_BOARD`: `an386`, `an505` or `an547`; default from the target (`thumbv8m.*` is
+//!   an505).
+//!
+//! A memory map that places a `.kvm_model` section (an547: the model is too big for its
+//! ITCM and goes in QSPI ROM) makes the firmware put the model there (`cfg(model_section)`);
+//! the others keep it in `.rodata`, in FLASH with the code.
 //! - `KVM_MCU_ARENA_LEN`: overrides the arena size the firmware is built with (only to
 //!   exercise its start-up check).
 
@@ -28,6 +33,10 @@ fn main() {
         .unwrap_or_else(|_| if target.starts_with("thumbv8m") { "an505" } else { "an386" }.to_owned());
     let memory = manifest.join(format!("memory-{board}.x"));
     let map = fs::read(&memory).unwrap_or_else(|e| fail(&format!("board `{board}`: {}: {e}", memory.display())));
+    println!("cargo::rustc-check-cfg=cfg(model_section)");
+    if String::from_utf8_lossy(&map).contains(".kvm_model") {
+        println!("cargo:rustc-cfg=model_section");
+    }
     fs::write(out.join("memory.x"), map).expect("write memory.x");
     println!("cargo:rerun-if-changed={}", memory.display());
     println!("cargo:rustc-link-search={}", out.display());
@@ -56,7 +65,10 @@ fn main() {
         "/// Bytes of the session arena (the model's `arena_len` when this was built).\n\
          pub const ARENA_LEN: usize = {arena_len};\n\
          /// The model's vocabulary size when this was built.\n\
-         pub const VOCAB_LEN: usize = {vocab_len};\n"
+         pub const VOCAB_LEN: usize = {vocab_len};\n\
+         /// Bytes of the model file.\n\
+         pub const MODEL_LEN: usize = {model_len};\n",
+        model_len = blob.len()
     );
     fs::write(out.join("model_info.rs"), info).expect("write model_info.rs");
     println!("cargo:rustc-env=KVM_MCU_MODEL_PATH={}", model_path.display());

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Builds the kvm firmware for a QEMU board and runs it, under a timeout.
 #
-# usage: examples/mcu/run-qemu.sh [--board an386|an505] [--echo-prompt] [--dtype D] [--icount]
+# usage: examples/mcu/run-qemu.sh [--board an386|an505|an547] [--echo-prompt] [--dtype D] [--icount]
 #                                 [--out FILE] [--expect FILE] [--timeout SECS] [MODEL]
+#        examples/mcu/run-qemu.sh [--board B] --conformance
 #
 #   --board an386   Cortex-M4F, thumbv7em-none-eabihf (default)
 #   --board an505   Cortex-M33, thumbv8m.main-none-eabihf
+#   --board an547   Cortex-M55 (Helium), thumbv8m.main-none-eabihf -C target-cpu=cortex-m55
 #   MODEL           the .kvm file to flash (default: models/tiny-kjv-q8_0.kvm)
 #   --dtype D       instead of MODEL, convert models/tiny-kjv with kvm-export --dtype D
 #                   into examples/mcu/target/ and flash that
@@ -15,6 +17,9 @@
 #   --timeout SECS  QEMU wall-clock limit (default 300); on expiry exit 124
 #   --icount        run QEMU with -icount shift=0 (one instruction per virtual ns) and
 #                   turn the firmware's SysTick tick counts into instruction counts
+#   --conformance   instead of generating text, run the kernel conformance firmware
+#                   (src/bin/conformance.rs): the board's kernel tier against the scalar
+#                   oracle, bit for bit; exits 0 when all match, 1 on a mismatch
 #
 # Prints everything the firmware prints. The text is the bytes after the line
 # `--- kvm output ---` and before the newline that precedes the line `--- end ---`: the
@@ -37,6 +42,7 @@ expect=""
 timeout_s=300
 features=()
 icount=()
+bin=kvm-mcu
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --board) board="${2:?--board needs a value}"; shift 2 ;;
@@ -46,6 +52,7 @@ while [[ $# -gt 0 ]]; do
         --out) out="${2:?--out needs a file}"; shift 2 ;;
         --expect) expect="${2:?--expect needs a file}"; shift 2 ;;
         --icount) icount=(-icount shift=0); shift ;;
+        --conformance) bin=kvm-mcu-conformance; shift ;;
         --timeout) timeout_s="${2:?--timeout needs seconds}"; shift 2 ;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         -*) echo "run-qemu.sh: unknown option $1" >&2; exit 2 ;;
@@ -53,11 +60,18 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 
+# rustflags: what the board's CPU adds to the target; builds with them go to their own
+# target directory, so that switching boards does not rebuild everything.
+rustflags=""
+target_dir="$here/target"
 case "$board" in
     # sysclk: the SysTick processor clock QEMU gives the board (Hz).
     an386) target=thumbv7em-none-eabihf; machine=mps2-an386; cpu=cortex-m4; sysclk=25000000 ;;
     an505) target=thumbv8m.main-none-eabihf; machine=mps2-an505; cpu=cortex-m33; sysclk=20000000 ;;
-    *) echo "run-qemu.sh: unknown board '$board' (an386 or an505)" >&2; exit 2 ;;
+    # Rust has no Armv8.1-M target: the M55's Helium (MVE) comes from target-cpu.
+    an547) target=thumbv8m.main-none-eabihf; machine=mps3-an547; cpu=cortex-m55; sysclk=32000000
+        rustflags="-C target-cpu=cortex-m55"; target_dir="$here/target/an547" ;;
+    *) echo "run-qemu.sh: unknown board '$board' (an386, an505 or an547)" >&2; exit 2 ;;
 esac
 
 if [[ -n "$dtype" ]]; then
@@ -75,13 +89,16 @@ if [[ ! -f "$model" ]]; then
 fi
 model="$(cd "$(dirname "$model")" && pwd)/$(basename "$model")"
 
-elf="$here/target/$target/release/kvm-mcu"
-(cd "$here" && KVM_MCU_MODEL="$model" KVM_MCU_BOARD="$board" \
-    cargo build --quiet --release --target "$target" ${features[@]+"${features[@]}"}) || exit 2
+elf="$target_dir/$target/release/$bin"
+(cd "$here" && KVM_MCU_MODEL="$model" KVM_MCU_BOARD="$board" RUSTFLAGS="$rustflags" \
+    cargo build --quiet --release --target "$target" --target-dir "$target_dir" --bin "$bin" \
+    ${features[@]+"${features[@]}"}) || exit 2
 
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 run_qemu "$log" "$timeout_s" -M "$machine" -cpu "$cpu" ${icount[@]+"${icount[@]}"} -kernel "$elf"
+# The conformance firmware's exit code is its verdict (run_qemu exits on a failure).
+[[ $bin == kvm-mcu ]] || exit 0
 if [[ ${#icount[@]} -gt 0 ]]; then
     # Under -icount shift=0 virtual time is 1 ns per instruction, so a tick of the
     # sysclk-Hz SysTick is 1e9 / sysclk instructions.

@@ -31,7 +31,7 @@ use semihosting::sys::arm_compat::{sys_elapsed, sys_tickfreq};
 mod model_info {
     include!(concat!(env!("OUT_DIR"), "/model_info.rs"));
 }
-use model_info::{ARENA_LEN, VOCAB_LEN};
+use model_info::{ARENA_LEN, MODEL_LEN, VOCAB_LEN};
 
 /// The prompt, as bytes (the model is byte-level: token id = byte value).
 const PROMPT: &[u8] = b"And God said";
@@ -45,8 +45,10 @@ struct Aligned<T: ?Sized>(T);
 
 const _: () = assert!(core::mem::align_of::<Aligned<u8>>() == kvm_core::state::ARENA_ALIGN);
 
-/// The model file, in flash, decoded in place (never copied to RAM).
-static MODEL: &Aligned<[u8]> = &Aligned(*include_bytes!(env!("KVM_MCU_MODEL_PATH")));
+/// The model file, in flash, decoded in place (never copied to RAM); in the board's
+/// `.kvm_model` region where its memory map has one (see build.rs).
+#[cfg_attr(model_section, link_section = ".kvm_model")]
+static MODEL: Aligned<[u8; MODEL_LEN]> = Aligned(*include_bytes!(env!("KVM_MCU_MODEL_PATH")));
 
 #[entry]
 fn main() -> ! {
@@ -115,6 +117,7 @@ fn run(arena: &'static mut [u8; ARENA_LEN], candidates: &mut [Candidate]) -> Res
         arena.len(),
         arena.as_ptr() as usize
     );
+    println!("kvm-mcu: kernel tier {}", kvm_core::kernels::tier());
 
     // Validate the blob twice to report what the tensor-data CRCs cost at boot; the
     // checked model is the one used.

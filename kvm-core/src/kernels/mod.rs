@@ -16,9 +16,9 @@
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
-// On the host only for its tests, which run the DSP kernels' arithmetic on emulated
-// instructions.
-#[cfg(any(kvm_arm_dsp, test))]
+// The dsp kernels also on the host, for their tests, which run their arithmetic on
+// emulated instructions.
+#[cfg(any(kvm_arm_dsp, kvm_mve, test))]
 mod arm;
 mod prefetch;
 pub mod scalar;

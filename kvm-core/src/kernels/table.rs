@@ -3,7 +3,7 @@
 
 #[cfg(target_arch = "aarch64")]
 use super::aarch64;
-#[cfg(kvm_arm_dsp)]
+#[cfg(any(kvm_arm_dsp, kvm_mve))]
 use super::arm;
 use super::walk::{prepared, rows, run};
 #[cfg(target_arch = "x86_64")]
@@ -158,7 +158,24 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         f16: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
         i8: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
     };
+    // Integer products only; the float kernels are the scalar ones (see `arm::helium`).
+    #[cfg(all(target_arch = "arm", kvm_mve))]
+    static HELIUM: Table = Table {
+        decode: decode::<arm::helium::Helium, 1, 1>(),
+        matmul: run::<arm::helium::Helium, 1, 1, 1>,
+        quantize_act: <arm::helium::Helium as Kernels>::quantize_act,
+        dequant_row: arm::helium::Helium::dequant_row,
+        max: scalar::max,
+        find: scalar::find,
+        exp_sub: scalar::exp_sub,
+        narrow_f16: scalar::narrow_f16,
+        f32: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
+        f16: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
+        i8: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
+    };
     match tier {
+        #[cfg(all(target_arch = "arm", kvm_mve))]
+        Tier::Helium => &HELIUM,
         #[cfg(kvm_arm_dsp)]
         Tier::Dsp => &DSP,
         #[cfg(target_arch = "x86_64")]

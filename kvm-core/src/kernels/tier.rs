@@ -28,11 +28,15 @@ pub enum Tier {
     NeonDot = 4,
     /// 32-bit Arm with the DSP extension (Cortex-M4/M7/M33): `smlad` integer products.
     Dsp = 5,
+    /// Armv8.1-M Helium (MVE), Cortex-M55: compiled only with `-C target-cpu=cortex-m55`
+    /// (or `-C target-feature=+mve`), which the crate's build script sees as `kvm_mve`.
+    Helium = 6,
 }
 
 impl Tier {
     /// Every tier, best last within each architecture.
-    pub const ALL: [Tier; 6] = [Tier::Scalar, Tier::Avx2, Tier::Avx512, Tier::Neon, Tier::NeonDot, Tier::Dsp];
+    pub const ALL: [Tier; 7] =
+        [Tier::Scalar, Tier::Avx2, Tier::Avx512, Tier::Neon, Tier::NeonDot, Tier::Dsp, Tier::Helium];
 
     /// The name `KVM_KERNELS` takes (`avx2`).
     pub const fn name(self) -> &'static str {
@@ -43,6 +47,7 @@ impl Tier {
             Tier::Neon => "neon",
             Tier::NeonDot => "neondot",
             Tier::Dsp => "dsp",
+            Tier::Helium => "helium",
         }
     }
 
@@ -58,6 +63,7 @@ impl Tier {
             Tier::Avx2 | Tier::Avx512 => cfg!(target_arch = "x86_64"),
             Tier::Neon | Tier::NeonDot => cfg!(target_arch = "aarch64"),
             Tier::Dsp => cfg!(kvm_arm_dsp),
+            Tier::Helium => cfg!(all(target_arch = "arm", kvm_mve)),
         }
     }
 
@@ -69,6 +75,7 @@ impl Tier {
             3 => Some(Tier::Neon),
             4 => Some(Tier::NeonDot),
             5 => Some(Tier::Dsp),
+            6 => Some(Tier::Helium),
             _ => None,
         }
     }
@@ -84,8 +91,11 @@ impl fmt::Display for Tier {
 /// AVX-512 machine gives [`Tier::Avx512`] with no run-time check). Arm's DSP extension is
 /// not a stable `target_feature`; the crate's build script sets `kvm_arm_dsp` when the
 /// target's code generation has it (`thumbv7em`, or `thumbv8m.main` with
-/// `-C target-cpu=cortex-m33`).
-pub const COMPILED: Tier = if cfg!(all(
+/// `-C target-cpu=cortex-m33`), and `kvm_mve` for Helium (`-C target-cpu=cortex-m55`):
+/// microcontrollers have no run-time detection.
+pub const COMPILED: Tier = if cfg!(all(target_arch = "arm", kvm_mve)) {
+    Tier::Helium
+} else if cfg!(all(
     target_arch = "x86_64",
     target_feature = "avx2",
     target_feature = "fma",
@@ -159,7 +169,7 @@ pub fn supported(t: Tier) -> bool {
             Tier::Scalar => true,
             Tier::Avx2 => avx2,
             Tier::Avx512 => avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512vnni"),
-            Tier::Neon | Tier::NeonDot | Tier::Dsp => false,
+            Tier::Neon | Tier::NeonDot | Tier::Dsp | Tier::Helium => false,
         }
     }
     #[cfg(target_arch = "aarch64")]
@@ -169,19 +179,20 @@ pub fn supported(t: Tier) -> bool {
             Tier::Scalar => true,
             Tier::Neon => has!("neon"),
             Tier::NeonDot => has!("neon") && has!("dotprod"),
-            Tier::Avx2 | Tier::Avx512 | Tier::Dsp => false,
+            Tier::Avx2 | Tier::Avx512 | Tier::Dsp | Tier::Helium => false,
         }
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
-        t == Tier::Scalar || (t == Tier::Dsp && cfg!(kvm_arm_dsp))
+        // The dsp tier runs on every core that compiles it, Helium's among them.
+        t == Tier::Scalar || t == COMPILED || (t == Tier::Dsp && cfg!(kvm_arm_dsp))
     }
 }
 
 /// The best tier the running CPU supports.
 #[cfg(feature = "std")]
 pub fn detect() -> Tier {
-    [Tier::Avx512, Tier::Avx2, Tier::NeonDot, Tier::Neon, Tier::Dsp]
+    [Tier::Avx512, Tier::Avx2, Tier::NeonDot, Tier::Neon, Tier::Helium, Tier::Dsp]
         .into_iter()
         .find(|&t| supported(t))
         .unwrap_or(Tier::Scalar)
@@ -204,7 +215,7 @@ impl fmt::Display for TierError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TierError::UnknownName => {
-                f.write_str("KVM_KERNELS must be one of scalar, avx2, avx512, neon, neondot, dsp")
+                f.write_str("KVM_KERNELS must be one of scalar, avx2, avx512, neon, neondot, dsp, helium")
             }
             TierError::Unsupported(t) => write!(f, "KVM_KERNELS={t}: this CPU does not support it"),
         }
@@ -214,7 +225,7 @@ impl fmt::Display for TierError {
 #[cfg(feature = "std")]
 impl core::error::Error for TierError {}
 
-/// Activates the tier named by `KVM_KERNELS` (`scalar|avx2|avx512|neon|neondot|dsp`), or the
+/// Activates the tier named by `KVM_KERNELS` (`scalar|avx2|avx512|neon|neondot|dsp|helium`), or the
 /// detected best when it is unset or empty, and returns it; CI uses it to run every tier on
 /// one machine.
 ///

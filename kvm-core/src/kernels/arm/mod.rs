@@ -1,4 +1,7 @@
-//! 32-bit Arm tiers: [`dsp`] for Armv7E-M and Armv8-M Mainline cores with the DSP extension
-//! (Cortex-M4, M7, M33, M35P, M55).
+//! 32-bit Arm (Cortex-M) tiers: [`dsp`] for Armv7E-M and Armv8-M Mainline cores with the
+//! DSP extension (Cortex-M4, M7, M33, M35P), [`helium`] for Armv8.1-M with MVE (Cortex-M55).
 
+#[cfg(any(kvm_arm_dsp, test))]
 pub(crate) mod dsp;
+#[cfg(all(target_arch = "arm", kvm_mve))]
+pub(crate) mod helium;

@@ -1,0 +1,465 @@
+//! The Helium tier: Armv8.1-M's M-profile Vector Extension (MVE) on Cortex-M55, for the
+//! integer formats.
+//!
+//! A block's exact i32 sum comes from `vmladav.s8`, which multiplies 16 byte pairs and adds
+//! them all into a general-purpose register (the next 16 with `vmladava`). Row-major q8_0
+//! and q4_0 blocks are 32 contiguous bytes (q4_0: 16 nibble bytes, split with `vand` and
+//! `vshr`); an interleaved q8_0x16 / q4_0x16 block holds each row's bytes in 4-byte pieces
+//! 64 bytes apart, which one gather load (`vldrw.u32` with a vector of addresses, stepping
+//! to the next row as it loads) puts back in order. q4_0's weights are nibbles plus 8: the
+//! sums take `8 * sum(a)` off once per row instead of 8 off every weight.
+//!
+//! Everything in floating point stays in the scalar FPU, in [`scalar`]'s operations and
+//! order, written in assembly so that the compiler cannot vectorize it: QEMU runs MVE's
+//! floating-point instructions with flush-to-zero (the standard FPSCR value), which would
+//! change bits on tiny scales. The f16 scales widen with the FPU's exact `vcvtb.f32.f16`.
+//! So every result is the scalar tier's bits. Float weights, attention and the rest run the
+//! scalar kernels.
+//!
+//! MVE lives in the floating-point register file (q0-q7 are d0-d15) and Rust's `asm!` has no
+//! register class for it on Arm: each block below names its vector registers itself and
+//! declares the d registers they overlap as clobbered. The across-vector sums need an even
+//! destination register, so those are named too.
+
+use core::arch::asm;
+use core::marker::PhantomData;
+use core::mem::MaybeUninit;
+
+use crate::kernels::scalar::{self, reduce_lanes, LANES};
+use crate::kernels::{GroupKernel, Kernel, Kernels, BF16, F16, F32, F32P};
+use crate::quant::{DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
+
+/// The Helium tier.
+#[derive(Debug)]
+pub(crate) struct Helium;
+
+impl Kernels for Helium {
+    type F32 = scalar::Float<F32>;
+    type F16 = scalar::Float<F16>;
+    type BF16 = scalar::Float<BF16>;
+    type Q8_0 = Rows<Q8>;
+    type Q4_0 = Rows<Q4>;
+    type Q4_0x16 = Groups<Q4>;
+    type Q8_0x16 = Groups<Q8>;
+    type F32P = scalar::Float<F32P>;
+
+    unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
+        scalar::quantize_act(x, out)
+    }
+
+    unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
+        scalar::dequant_row(dtype, row, out)
+    }
+}
+
+/// `acc + (d_w * d_a) * s` for the little-endian f16 scale `d_w` at `dw`, as
+/// [`scalar::block_term`] and [`scalar::sum_blocks`] compute it, in the FPU (`vcvtb.f32.f16`
+/// widens the scale exactly, subnormals kept: flush-to-zero is off, as at reset). In
+/// assembly so that the compiler cannot move it to MVE's floating point, which QEMU runs with
+/// flush-to-zero.
+///
+/// # Safety
+/// `dw` points at 2 readable bytes.
+#[inline(always)]
+unsafe fn add_term(acc: f32, dw: *const u8, da: f32, s: i32) -> f32 {
+    let mut acc = acc;
+    // SAFETY: reads the 2 bytes at `dw`; FPU registers only otherwise.
+    unsafe {
+        asm!(
+            "vldr.16 {t}, [{dw}]",
+            "vcvtb.f32.f16 {t}, {t}",
+            "vmul.f32 {t}, {t}, {da}",
+            "vmov {u}, {s}",
+            "vcvt.f32.s32 {u}, {u}",
+            "vmul.f32 {t}, {t}, {u}",
+            "vadd.f32 {acc}, {acc}, {t}",
+            acc = inout(sreg) acc,
+            t = out(sreg) _,
+            u = out(sreg) _,
+            da = in(sreg) da,
+            s = in(reg) s,
+            dw = in(reg) dw,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    acc
+}
+
+/// The activation block scale `d_a` of block `b` of the q8 activation `a` of `cols` values.
+///
+/// # Safety
+/// `a` holds a whole activation of `cols` values.
+#[inline(always)]
+unsafe fn act_scale(a: *const u8, cols: usize, b: usize) -> f32 {
+    // SAFETY: the scales follow the `cols` values, 4 bytes per block.
+    f32::from_le_bytes(unsafe { a.add(cols + 4 * b).cast::<[u8; 4]>().read() })
+}
+
+/// A plain (row-major) integer block format.
+pub(crate) trait Block {
+    const DTYPE: DType;
+
+    /// The exact i32 sum of the weights of the block at `w` times the 32 activation bytes
+    /// at `a`.
+    ///
+    /// # Safety
+    /// MVE is present; `w` points at one whole block, `a` at 32 readable bytes.
+    unsafe fn isum(w: *const u8, a: *const u8) -> i32;
+}
+
+/// q8_0 blocks.
+#[derive(Debug)]
+pub(crate) struct Q8;
+/// q4_0 blocks.
+#[derive(Debug)]
+pub(crate) struct Q4;
+
+impl Block for Q8 {
+    const DTYPE: DType = DType::Q8_0;
+
+    #[inline(always)]
+    unsafe fn isum(w: *const u8, a: *const u8) -> i32 {
+        let s: i32;
+        // SAFETY: 32 weights after the 2 scale bytes, 32 activation bytes; byte loads need
+        // no alignment.
+        unsafe {
+            asm!(
+                "vldrb.s8 q0, [{w}, #2]",
+                "vldrb.s8 q1, [{a}]",
+                "vmladav.s8 r0, q0, q1",
+                "vldrb.s8 q0, [{w}, #18]",
+                "vldrb.s8 q1, [{a}, #16]",
+                "vmladava.s8 r0, q0, q1",
+                w = in(reg) w,
+                a = in(reg) a,
+                out("r0") s,
+                out("d0") _, out("d1") _, out("d2") _, out("d3") _,
+                options(pure, readonly, nostack, preserves_flags),
+            );
+        }
+        s
+    }
+}
+
+impl Block for Q4 {
+    const DTYPE: DType = DType::Q4_0;
+
+    #[inline(always)]
+    unsafe fn isum(w: *const u8, a: *const u8) -> i32 {
+        let s: i32;
+        // SAFETY: 16 nibble bytes after the 2 scale bytes, 32 activation bytes. Weight `i`
+        // (low nibble of byte `i`) meets `a[i]`, weight `16 + i` (its high nibble) `a[16 + i]`;
+        // the sums of nibbles (`0..16`) are `8 * sum(a)` above the weights' (`-8..8`).
+        unsafe {
+            asm!(
+                "vldrb.u8 q0, [{w}, #2]",
+                "vmov.i8 q2, #15",
+                "vand q1, q0, q2",
+                "vshr.u8 q0, q0, #4",
+                "vldrb.s8 q2, [{a}]",
+                "vldrb.s8 q3, [{a}, #16]",
+                "vmladav.s8 r0, q1, q2",
+                "vmladava.s8 r0, q0, q3",
+                "vaddv.s8 r2, q2",
+                "vaddva.s8 r2, q3",
+                "sub.w r0, r0, r2, lsl #3",
+                w = in(reg) w,
+                a = in(reg) a,
+                out("r0") s,
+                out("r2") _,
+                out("d0") _, out("d1") _, out("d2") _, out("d3") _,
+                out("d4") _, out("d5") _, out("d6") _, out("d7") _,
+                options(pure, readonly, nostack, preserves_flags),
+            );
+        }
+        s
+    }
+}
+
+/// Row-major q8_0 / q4_0 kernel: each row's exact block sums from [`Block::isum`], scaled
+/// and summed as [`scalar::dot_q8_0`] does.
+#[derive(Debug)]
+pub(crate) struct Rows<B>(PhantomData<B>);
+
+impl<B: Block> Kernel for Rows<B> {
+    type Act = u8;
+
+    unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[u8]; T], cols: usize) -> [[f32; T]; R] {
+        let bb = B::DTYPE.block_bytes();
+        let nb = cols / QK;
+        let mut acc = [[[0.0f32; LANES]; T]; R];
+        for b in 0..nb {
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: every row holds `nb` blocks and every activation `cols` values
+                // and their scales.
+                unsafe {
+                    let wb = w[r].as_ptr().add(b * bb);
+                    for (t, acc) in acc.iter_mut().enumerate() {
+                        let isum = B::isum(wb, a[t].as_ptr().add(b * QK));
+                        let da = act_scale(a[t].as_ptr(), cols, b);
+                        acc[b % LANES] = add_term(acc[b % LANES], wb, da, isum);
+                    }
+                }
+            }
+        }
+        acc.map(|acc| acc.map(reduce_lanes))
+    }
+}
+
+/// An interleaved integer format ([`crate::quant::Group`]).
+pub(crate) trait GroupBlock {
+    /// Bytes of one group block (16 scales, then the quant bytes).
+    const BYTES: usize;
+
+    /// Adds the 16 rows' terms of the group block at `g` with the activation block at `a`
+    /// (32 bytes, scale `da`) to their accumulators `acc[0..16]`: the exact block sum `s`,
+    /// then `acc += (d_w * d_a) * s` in the FPU as [`scalar::block_term`] does; with
+    /// `FIRST`, `acc = 0.0 + (d_w * d_a) * s` (the canonical sum's first term of a lane)
+    /// without reading `acc`.
+    ///
+    /// # Safety
+    /// MVE is present; `g` points at one whole group block, `a` at 32 readable bytes and
+    /// `acc` at 16 writable floats (initialized unless `FIRST`).
+    unsafe fn add_terms<const FIRST: bool>(g: *const u8, a: *const u8, da: f32, acc: *mut f32);
+}
+
+/// Byte offsets of a row's 4-byte pieces `0..4` in a group block: pieces are 64 bytes
+/// apart (16 rows of 4 bytes).
+static PIECES: [u32; 4] = [0, 64, 128, 192];
+
+/// Bytes before a group block's quant bytes: the 16 f16 scales.
+const SCALES: usize = 2 * X16;
+
+/// Row `r`'s term in the FPU from its exact sum (as f32 in `$s`), the activation scale in
+/// s14 and its f16 scale at `{g} + 2 r`: `(d_w * d_a) * s`, added to its accumulator at
+/// `{acc} + 4 r`, or (`first`) to s15's +0.0.
+macro_rules! term {
+    (add, $s:literal, $ds:literal, $off:literal) => {
+        concat!(
+            term!(@scaled $s, $ds),
+            "vldr s13, [{acc}, #", $off, "]\n",
+            "vadd.f32 s13, s13, s12\n",
+            "vstr s13, [{acc}, #", $off, "]\n",
+        )
+    };
+    (first, $s:literal, $ds:literal, $off:literal) => {
+        concat!(term!(@scaled $s, $ds), "vadd.f32 s13, s15, s12\n", "vstr s13, [{acc}, #", $off, "]\n")
+    };
+    (@scaled $s:literal, $ds:literal) => {
+        concat!(
+            "vldr.16 s12, [{g}, #", $ds, "]\n",
+            "vcvtb.f32.f16 s12, s12\n",
+            "vmul.f32 s12, s12, s14\n",
+            "vmul.f32 s12, s12, ", $s, "\n",
+        )
+    };
+}
+
+/// The next row of a q8_0x16 block into `$r`: its weights `0..16` and `16..32` gathered
+/// into q0 and q1 (the addresses in q4 step on by one row), summed against q6 and q7.
+macro_rules! q8_row {
+    ($r:literal) => {
+        concat!(
+            "vldrw.u32 q0, [q4, #4]!\n",
+            "vldrw.u32 q1, [q4, #256]\n",
+            "vmladav.s8 ",
+            $r,
+            ", q0, q6\n",
+            "vmladava.s8 ",
+            $r,
+            ", q1, q7\n",
+        )
+    };
+}
+
+/// The next row of a q4_0x16 block into `$r`: its 16 nibble bytes gathered into q0, the
+/// low nibbles (weights `0..16`) against q6 and the high ones (`16..32`) against q7.
+macro_rules! q4_row {
+    ($r:literal) => {
+        concat!(
+            "vldrw.u32 q0, [q4, #4]!\n",
+            "vand q1, q0, q5\n",
+            "vshr.u8 q0, q0, #4\n",
+            "vmladav.s8 ",
+            $r,
+            ", q1, q6\n",
+            "vmladava.s8 ",
+            $r,
+            ", q0, q7\n",
+        )
+    };
+}
+
+/// Rows `4k..4k + 4` of a group block: their exact sums (`$row!`) in r0, r2, r4, r8, into
+/// lanes 0..4 of q2 (`vmov q2[2], q2[0], r0, r4` fills lane 0 from r0 and lane 2 from r4),
+/// less `$bias` (q4_0's `8 * sum(a)`), converted to f32 there (exactly: they are far below
+/// 2^24, so no rounding and no subnormals), then each row's `term!`.
+macro_rules! quad {
+    ($row:ident, $kind:ident, $bias:literal, $d0:literal, $d1:literal, $d2:literal, $d3:literal,
+     $o0:literal, $o1:literal, $o2:literal, $o3:literal) => {
+        concat!(
+            $row!("r0"),
+            $row!("r2"),
+            $row!("r4"),
+            $row!("r8"),
+            "vmov q2[2], q2[0], r0, r4\n",
+            "vmov q2[3], q2[1], r2, r8\n",
+            $bias,
+            "vcvt.f32.s32 q2, q2\n",
+            term!($kind, "s8", $d0, $o0),
+            term!($kind, "s9", $d1, $o1),
+            term!($kind, "s10", $d2, $o2),
+            term!($kind, "s11", $d3, $o3),
+        )
+    };
+}
+
+/// `quad!` for the 16 rows of a group block.
+macro_rules! rows16 {
+    ($row:ident, $kind:ident, $bias:literal) => {
+        concat!(
+            quad!($row, $kind, $bias, "0", "2", "4", "6", "0", "4", "8", "12"),
+            quad!($row, $kind, $bias, "8", "10", "12", "14", "16", "20", "24", "28"),
+            quad!($row, $kind, $bias, "16", "18", "20", "22", "32", "36", "40", "44"),
+            quad!($row, $kind, $bias, "24", "26", "28", "30", "48", "52", "56", "60"),
+        )
+    };
+}
+
+/// The asm block of [`GroupBlock::add_terms`]: `$setup` (after the addresses in q4, the
+/// activation in q6 and q7, d_a in s14 and +0.0 in s15), then the 16 rows.
+macro_rules! group_asm {
+    ($g:ident, $a:ident, $da:ident, $acc:ident, $setup:literal, $rows:expr) => {
+        // SAFETY (for the caller): every gather reads 4 bytes of the block's quant bytes:
+        // row `r`'s piece `v` is at `SCALES + 64 v + 4 r` (q4 starts one row early; q8_0's
+        // `#256` is pieces 4..8); the scales are the block's first 32 bytes, the activation
+        // block 32 bytes and the accumulators the caller's 16 floats.
+        asm!(
+            "vldrw.u32 q4, [{pieces}]",
+            "vadd.i32 q4, q4, {base}",
+            "vldrb.s8 q6, [{a}]",
+            "vldrb.s8 q7, [{a}, #16]",
+            "vmov s14, {da}",
+            "vmov s15, {zero}",
+            $setup,
+            $rows,
+            g = in(reg) $g,
+            a = in(reg) $a,
+            da = in(reg) $da.to_bits(),
+            zero = in(reg) 0u32,
+            acc = in(reg) $acc,
+            pieces = in(reg) PIECES.as_ptr(),
+            base = in(reg) $g.add(SCALES - 4),
+            out("r0") _, out("r2") _, out("r4") _, out("r8") _, out("r10") _,
+            out("d0") _, out("d1") _, out("d2") _, out("d3") _, out("d4") _, out("d5") _,
+            out("d6") _, out("d7") _, out("d8") _, out("d9") _, out("d10") _, out("d11") _,
+            out("d12") _, out("d13") _, out("d14") _, out("d15") _,
+            options(nostack, preserves_flags),
+        )
+    };
+}
+
+impl GroupBlock for Q8 {
+    const BYTES: usize = core::mem::size_of::<GroupQ8_0x16>();
+
+    #[inline(always)]
+    unsafe fn add_terms<const FIRST: bool>(g: *const u8, a: *const u8, da: f32, acc: *mut f32) {
+        // SAFETY: see `group_asm!`; the caller guarantees the pointers.
+        unsafe {
+            if FIRST {
+                group_asm!(g, a, da, acc, "", rows16!(q8_row, first, ""));
+            } else {
+                group_asm!(g, a, da, acc, "", rows16!(q8_row, add, ""));
+            }
+        }
+    }
+}
+
+impl GroupBlock for Q4 {
+    const BYTES: usize = core::mem::size_of::<GroupQ4_0x16>();
+
+    #[inline(always)]
+    unsafe fn add_terms<const FIRST: bool>(g: *const u8, a: *const u8, da: f32, acc: *mut f32) {
+        // The nibbles' sums are `8 * sum(a)` above the weights' (r10, taken off four rows
+        // at a time), and q5 holds the low-nibble mask.
+        // SAFETY: see `group_asm!`; the caller guarantees the pointers.
+        unsafe {
+            if FIRST {
+                group_asm!(
+                    g,
+                    a,
+                    da,
+                    acc,
+                    "vaddv.s8 r10, q6\nvaddva.s8 r10, q7\nlsl.w r10, r10, #3\nvmov.i8 q5, #15",
+                    rows16!(q4_row, first, "vsub.i32 q2, q2, r10\n")
+                );
+            } else {
+                group_asm!(
+                    g,
+                    a,
+                    da,
+                    acc,
+                    "vaddv.s8 r10, q6\nvaddva.s8 r10, q7\nlsl.w r10, r10, #3\nvmov.i8 q5, #15",
+                    rows16!(q4_row, add, "vsub.i32 q2, q2, r10\n")
+                );
+            }
+        }
+    }
+}
+
+/// q8_0x16 / q4_0x16 kernel: each group block's 16 terms per token from
+/// [`GroupBlock::add_terms`] into accumulator `b % 8` of each row, then
+/// [`scalar::reduce_lanes`]' tree: [`scalar::dot_q8_0x16`]'s bits. The accumulators are
+/// lane-major (`[8][16]` per token) and never zeroed: the first 8 blocks write their lanes,
+/// and a row of fewer than 8 blocks leaves the other lanes out of the tree ([`reduce`]).
+#[derive(Debug)]
+pub(crate) struct Groups<B>(PhantomData<B>);
+
+impl<B: GroupBlock> GroupKernel for Groups<B> {
+    unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
+        let nb = cols / QK;
+        let mut acc = [[[MaybeUninit::<f32>::uninit(); X16]; LANES]; T];
+        for b in 0..nb {
+            for (acc, a) in acc.iter_mut().zip(a) {
+                // SAFETY: `g` holds `nb` group blocks and every activation `cols` values and
+                // their scales; lane `b % 8` is 16 floats, written first by block `b < 8`.
+                unsafe {
+                    let da = act_scale(a.as_ptr(), cols, b);
+                    let lane = acc[b % LANES].as_mut_ptr().cast::<f32>();
+                    let (gb, ab) = (g.as_ptr().add(b * B::BYTES), a.as_ptr().add(b * QK));
+                    if b < LANES {
+                        B::add_terms::<true>(gb, ab, da, lane);
+                    } else {
+                        B::add_terms::<false>(gb, ab, da, lane);
+                    }
+                }
+            }
+        }
+        // SAFETY: lanes `0..min(nb, 8)` were written by their first block.
+        acc.map(|acc| core::array::from_fn(|r| unsafe { reduce(&acc, r, nb.min(LANES)) }))
+    }
+}
+
+/// Row `r`'s [`scalar::reduce_lanes`] of `acc` when only lanes `0..used` hold terms and
+/// the others would be `+0.0`: the same value with those additions left out, since each
+/// lane is `0.0 + term` or more terms, never `-0.0`, nor is any sum of them, and adding
+/// `+0.0` to anything else changes nothing (NaNs and infinities included).
+///
+/// # Safety
+/// Lanes `0..used` of row `r` are initialized.
+#[inline(always)]
+unsafe fn reduce(acc: &[[MaybeUninit<f32>; X16]; LANES], r: usize, used: usize) -> f32 {
+    // SAFETY: only lanes below `used` are read.
+    let a = |l: usize| unsafe { acc[l][r].assume_init() };
+    match used {
+        0 => 0.0,
+        1 => a(0),
+        2 => a(0) + a(1),
+        3 => (a(0) + a(1)) + a(2),
+        4 => (a(0) + a(1)) + (a(2) + a(3)),
+        5 => ((a(0) + a(1)) + (a(2) + a(3))) + a(4),
+        6 => ((a(0) + a(1)) + (a(2) + a(3))) + (a(4) + a(5)),
+        7 => ((a(0) + a(1)) + (a(2) + a(3))) + ((a(4) + a(5)) + a(6)),
+        _ => reduce_lanes(core::array::from_fn(a)),
+    }
+}
