@@ -1,11 +1,14 @@
-//! Picks the board's memory map, links with `cortex-m-rt`'s `link.x`, and reads the model
+//! Picks the board's memory map, links with the runtime's `link.x`, and reads the model
 //! file at build time: it is validated here, its path is handed to `include_bytes!`, and
 //! its arena and vocabulary sizes become the consts that size the firmware's statics.
 //!
 //! Inputs (environment):
 //! - `KVM_MCU_MODEL`: the `.kvm` file to flash; relative paths are taken from this
 //!   directory. Default `../../models/tiny-kjv-q8_0.kvm`.
-//! - `KVM_MCU_BOARD`: `an386` or `an505`; default from the target (`thumbv8m.*` is an505).
+//! - `KVM_MCU_BOARD`: `an386`, `an505` or `riscv32`; default from the target
+//!   (`thumbv8m.*` is an505, `riscv32*` riscv32).
+//! - `KVM_MCU_RAM_KIB`: shrinks the board's RAM region to this many KiB, so that statics
+//!   and the reserved stack that do not fit fail the link.
 //! - `KVM_MCU_ARENA_LEN`: overrides the arena size the firmware is built with (only to
 //!   exercise its start-up check).
 
@@ -14,20 +17,47 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 const DEFAULT_MODEL: &str = "../../models/tiny-kjv-q8_0.kvm";
+/// Stack the link reserves below the top of RAM: the firmware's high-water mark is 5-6 KiB
+/// on every board, dtype and cache.
+const STACK_RESERVE: usize = 8 * 1024;
 
 fn main() {
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    for var in ["KVM_MCU_MODEL", "KVM_MCU_BOARD", "KVM_MCU_ARENA_LEN"] {
+    for var in ["KVM_MCU_MODEL", "KVM_MCU_BOARD", "KVM_MCU_RAM_KIB", "KVM_MCU_ARENA_LEN"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
 
     // Memory map.
     let target = env::var("TARGET").unwrap_or_default();
-    let board = env::var("KVM_MCU_BOARD")
-        .unwrap_or_else(|_| if target.starts_with("thumbv8m") { "an505" } else { "an386" }.to_owned());
+    let board = env::var("KVM_MCU_BOARD").unwrap_or_else(|_| {
+        if target.starts_with("thumbv8m") {
+            "an505"
+        } else if target.starts_with("riscv32") {
+            "riscv32"
+        } else {
+            "an386"
+        }
+        .to_owned()
+    });
     let memory = manifest.join(format!("memory-{board}.x"));
-    let map = fs::read(&memory).unwrap_or_else(|e| fail(&format!("board `{board}`: {}: {e}", memory.display())));
+    let map =
+        fs::read_to_string(&memory).unwrap_or_else(|e| fail(&format!("board `{board}`: {}: {e}", memory.display())));
+    let map = match env::var("KVM_MCU_RAM_KIB") {
+        Ok(v) => {
+            let kib: usize = v.parse().unwrap_or_else(|_| fail(&format!("KVM_MCU_RAM_KIB=`{v}` is not a KiB count")));
+            with_ram_len(&map, kib)
+                .unwrap_or_else(|| fail(&format!("{}: no `RAM : ... LENGTH =` line", memory.display())))
+        }
+        Err(_) => map,
+    };
+    let (stack_bottom, arch_runtime) =
+        if target.starts_with("riscv") { ("__estack", "riscv-rt") } else { ("_stack_end", "cortex-m-rt") };
+    let map = format!(
+        "{map}\n/* Added by build.rs: the statics leave at least {STACK_RESERVE} bytes of stack ({arch_runtime}'s \
+         stack region is the rest of RAM). */\nASSERT(_stack_start - {stack_bottom} >= {STACK_RESERVE}, \
+         \"kvm-mcu: the statics leave less than {STACK_RESERVE} bytes of RAM for the stack\");\n"
+    );
     fs::write(out.join("memory.x"), map).expect("write memory.x");
     println!("cargo:rerun-if-changed={}", memory.display());
     println!("cargo:rustc-link-search={}", out.display());
@@ -60,6 +90,22 @@ fn main() {
     );
     fs::write(out.join("model_info.rs"), info).expect("write model_info.rs");
     println!("cargo:rustc-env=KVM_MCU_MODEL_PATH={}", model_path.display());
+}
+
+/// `map` with the length of its `RAM` region replaced by `kib` KiB.
+fn with_ram_len(map: &str, kib: usize) -> Option<String> {
+    let mut found = false;
+    let lines: Vec<String> = map
+        .lines()
+        .map(|line| match (line.trim_start().starts_with("RAM"), line.find("LENGTH")) {
+            (true, Some(at)) => {
+                found = true;
+                format!("{}LENGTH = {kib}K", &line[..at])
+            }
+            _ => line.to_owned(),
+        })
+        .collect();
+    found.then(|| lines.join("\n") + "\n")
 }
 
 fn absolute(base: &Path, p: &Path) -> PathBuf {

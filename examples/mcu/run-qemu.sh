@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
 # Builds the kvm firmware for a QEMU board and runs it, under a timeout.
 #
-# usage: examples/mcu/run-qemu.sh [--board an386|an505] [--echo-prompt] [--dtype D] [--icount]
-#                                 [--out FILE] [--expect FILE] [--timeout SECS] [MODEL]
+# usage: examples/mcu/run-qemu.sh [--board B] [--echo-prompt] [--dtype D [--cache C]]
+#                                 [--ram-kib K] [--icount] [--out FILE] [--expect FILE]
+#                                 [--timeout SECS] [MODEL]
 #
 #   --board an386   Cortex-M4F, thumbv7em-none-eabihf (default)
 #   --board an505   Cortex-M33, thumbv8m.main-none-eabihf
+#   --board riscv32 RV32IMAC, riscv32imac-unknown-none-elf (QEMU virt, -bios none)
 #   MODEL           the .kvm file to flash (default: models/tiny-kjv-q8_0.kvm)
 #   --dtype D       instead of MODEL, convert models/tiny-kjv with kvm-export --dtype D
 #                   into examples/mcu/target/ and flash that
+#   --cache C       with --dtype: export with --cache C (f32, f16, q8)
+#   --ram-kib K     link with the board's RAM region cut to K KiB: statics plus the
+#                   reserved stack that do not fit fail the build. Without MODEL or
+#                   --dtype, flashes the 256 KiB configuration of tiny-kjv (README.md)
 #   --echo-prompt   print the prompt before the continuation, as `kvm generate` does
 #   --out FILE      write the text (exactly the bytes between the markers) to FILE
 #   --expect FILE   fail (exit 3) unless the text is exactly FILE's bytes
 #   --timeout SECS  QEMU wall-clock limit (default 300); on expiry exit 124
 #   --icount        run QEMU with -icount shift=0 (one instruction per virtual ns) and
-#                   turn the firmware's SysTick tick counts into instruction counts
+#                   turn the firmware's tick counts into instruction counts
 #
 # Prints everything the firmware prints. The text is the bytes after the line
 # `--- kvm output ---` and before the newline that precedes the line `--- end ---`: the
@@ -32,6 +38,8 @@ source "$root/scripts/firmware-lib.sh"
 board=an386
 model=""
 dtype=""
+cache=""
+ram_kib=""
 out=""
 expect=""
 timeout_s=300
@@ -42,6 +50,8 @@ while [[ $# -gt 0 ]]; do
         --board) board="${2:?--board needs a value}"; shift 2 ;;
         --board=*) board="${1#*=}"; shift ;;
         --dtype) dtype="${2:?--dtype needs a value}"; shift 2 ;;
+        --cache) cache="${2:?--cache needs a value}"; shift 2 ;;
+        --ram-kib) ram_kib="${2:?--ram-kib needs a size}"; shift 2 ;;
         --echo-prompt) features=(--features echo-prompt); shift ;;
         --out) out="${2:?--out needs a file}"; shift 2 ;;
         --expect) expect="${2:?--expect needs a file}"; shift 2 ;;
@@ -53,18 +63,25 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 
+# One line per board: the Rust target, the QEMU command line, and sysclk, the rate (Hz) of
+# the firmware's tick counter: SysTick's processor clock on the Cortex-M boards, mcycle on
+# RISC-V (QEMU counts it in instructions under -icount, so 1e9 there).
 case "$board" in
-    # sysclk: the SysTick processor clock QEMU gives the board (Hz).
-    an386) target=thumbv7em-none-eabihf; machine=mps2-an386; cpu=cortex-m4; sysclk=25000000 ;;
-    an505) target=thumbv8m.main-none-eabihf; machine=mps2-an505; cpu=cortex-m33; sysclk=20000000 ;;
-    *) echo "run-qemu.sh: unknown board '$board' (an386 or an505)" >&2; exit 2 ;;
+    an386) target=thumbv7em-none-eabihf; qemu=(qemu-system-arm -M mps2-an386 -cpu cortex-m4); sysclk=25000000 ;;
+    an505) target=thumbv8m.main-none-eabihf; qemu=(qemu-system-arm -M mps2-an505 -cpu cortex-m33); sysclk=20000000 ;;
+    riscv32) target=riscv32imac-unknown-none-elf; qemu=(qemu-system-riscv32 -M virt -bios none); sysclk=1000000000 ;;
+    *) echo "run-qemu.sh: unknown board '$board' (an386, an505 or riscv32)" >&2; exit 2 ;;
 esac
 
+[[ -z "$cache" || -n "$dtype" ]] || { echo "run-qemu.sh: --cache needs --dtype" >&2; exit 2; }
+if [[ -n "$ram_kib" && -z "$model" && -z "$dtype" ]]; then
+    model="$(tiny_kjv_256k "$root" "$here/target")"
+fi
 if [[ -n "$dtype" ]]; then
     [[ -z "$model" ]] || { echo "run-qemu.sh: give MODEL or --dtype, not both" >&2; exit 2; }
     mkdir -p "$here/target"
-    model="$here/target/tiny-kjv-$dtype.kvm"
-    convert_tiny_kjv "$root" "$dtype" "$model"
+    model="$here/target/tiny-kjv-$dtype${cache:+-$cache-cache}.kvm"
+    convert_tiny_kjv "$root" "$dtype" "$model" ${cache:+--cache "$cache"}
 fi
 model="${model:-$root/models/tiny-kjv-q8_0.kvm}"
 if [[ ! -f "$model" ]]; then
@@ -76,15 +93,17 @@ fi
 model="$(cd "$(dirname "$model")" && pwd)/$(basename "$model")"
 
 elf="$here/target/$target/release/kvm-mcu"
-(cd "$here" && KVM_MCU_MODEL="$model" KVM_MCU_BOARD="$board" \
+ram=()
+[[ -z "$ram_kib" ]] || ram=(KVM_MCU_RAM_KIB="$ram_kib")
+(cd "$here" && env KVM_MCU_MODEL="$model" KVM_MCU_BOARD="$board" ${ram[@]+"${ram[@]}"} \
     cargo build --quiet --release --target "$target" ${features[@]+"${features[@]}"}) || exit 2
 
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
-run_qemu "$log" "$timeout_s" -M "$machine" -cpu "$cpu" ${icount[@]+"${icount[@]}"} -kernel "$elf"
+run_qemu "$log" "$timeout_s" "${qemu[@]}" ${icount[@]+"${icount[@]}"} -kernel "$elf"
 if [[ ${#icount[@]} -gt 0 ]]; then
     # Under -icount shift=0 virtual time is 1 ns per instruction, so a tick of the
-    # sysclk-Hz SysTick is 1e9 / sysclk instructions.
+    # sysclk-Hz counter is 1e9 / sysclk instructions.
     perl -ne 'BEGIN { $per = 1e9 / '"$sysclk"' }
         next unless /^kvm-mcu: (.*?(?:(\d+) tokens)?): .* (\d+) ticks/;
         my $n = $3 * $per;

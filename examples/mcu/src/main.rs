@@ -1,10 +1,14 @@
-//! kvm on a Cortex-M: greedy text generation from a model in flash, with constant memory.
+//! kvm on a microcontroller (Cortex-M or RISC-V): greedy text generation from a model in
+//! flash, with constant memory.
 //!
 //! The model file is linked into flash with `include_bytes!` (64-byte aligned) and decoded
 //! in place; the session lives in one `static` arena whose size comes from the model at
 //! build time and is checked against it again at start. Nothing allocates: there is no
 //! heap. Text and reports go out over semihosting; the exit code is 0 on success, 1 on an
 //! error, 101 on a panic and 102 on a hard fault.
+//!
+//! Everything but start-up is shared: `arch/arm.rs` (cortex-m-rt) and `arch/riscv.rs`
+//! (riscv-rt) each give the tick counter, the stack region and the fault handler.
 //!
 //! Output, in order (see README.md for the exact contract):
 //! ```text
@@ -19,14 +23,15 @@
 
 use core::fmt;
 
-// Links the critical-section implementation the semihosting crate needs.
-use cortex_m as _;
-use cortex_m_rt::{entry, exception, ExceptionFrame};
 use kvm_core::format::TokenizerKind;
 use kvm_core::sampler::{scratch_len, Candidate, Sampler, SamplerConfig};
 use kvm_core::{Model, Session};
 use semihosting::println;
 use semihosting::sys::arm_compat::{sys_elapsed, sys_tickfreq};
+
+#[cfg_attr(target_arch = "arm", path = "arch/arm.rs")]
+#[cfg_attr(target_arch = "riscv32", path = "arch/riscv.rs")]
+mod arch;
 
 mod model_info {
     include!(concat!(env!("OUT_DIR"), "/model_info.rs"));
@@ -48,16 +53,19 @@ const _: () = assert!(core::mem::align_of::<Aligned<u8>>() == kvm_core::state::A
 /// The model file, in flash, decoded in place (never copied to RAM).
 static MODEL: &Aligned<[u8]> = &Aligned(*include_bytes!(env!("KVM_MCU_MODEL_PATH")));
 
-#[entry]
-fn main() -> ! {
-    // `#[entry]` turns these into `&'static mut`: they live in .bss, not on the stack.
-    static mut ARENA: Aligned<[u8; ARENA_LEN]> = Aligned([0; ARENA_LEN]);
-    static mut CANDIDATES: [Candidate; scratch_len(VOCAB_LEN)] = [Candidate::EMPTY; scratch_len(VOCAB_LEN)];
+/// The session arena (`.bss`).
+static mut ARENA: Aligned<[u8; ARENA_LEN]> = Aligned([0; ARENA_LEN]);
+/// The sampler's scratch (`.bss`).
+static mut CANDIDATES: [Candidate; scratch_len(VOCAB_LEN)] = [Candidate::EMPTY; scratch_len(VOCAB_LEN)];
 
-    if let Some(p) = cortex_m::Peripherals::take() {
-        cycles::start(p.SYST);
-    }
-    let code = match run(&mut ARENA.0, CANDIDATES) {
+#[cfg_attr(target_arch = "arm", cortex_m_rt::entry)]
+#[cfg_attr(target_arch = "riscv32", riscv_rt::entry)]
+fn main() -> ! {
+    arch::init();
+    // SAFETY: the entry runs once and nothing else names these statics, so these are the
+    // only references to them.
+    let (arena, candidates) = unsafe { (&mut (*&raw mut ARENA).0, &mut *&raw mut CANDIDATES) };
+    let code = match run(arena, candidates) {
         Ok(()) => 0,
         Err(e) => {
             println!("kvm-mcu: error: {e}");
@@ -186,7 +194,7 @@ fn print_bytes(bytes: &[u8]) {
 }
 
 /// A reading of two clocks: the host's, through semihosting (QEMU's wall clock; absent on
-/// hardware without a debugger), and the processor clock counted by SysTick.
+/// hardware without a debugger), and the processor clock (see `arch::ticks`).
 #[derive(Debug, Clone, Copy)]
 struct Stamp {
     host_ns: Option<u64>,
@@ -200,7 +208,7 @@ impl Stamp {
             let freq = sys_tickfreq().ok()? as u64;
             (freq != 0).then(|| ticks.saturating_mul(1_000_000_000 / freq.min(1_000_000_000)))
         })();
-        Stamp { host_ns, ticks: cycles::now() }
+        Stamp { host_ns, ticks: arch::ticks() }
     }
 }
 
@@ -239,74 +247,25 @@ impl fmt::Display for TokPerS {
     }
 }
 
-/// A 64-bit count of processor clock ticks from SysTick (24 bits) and its wrap interrupt.
-/// On hardware that is CPU cycles; in QEMU it follows virtual time, which under
-/// `-icount shift=0` advances 1 ns per instruction (see README.md).
-mod cycles {
-    use core::sync::atomic::{AtomicU32, Ordering};
-    use cortex_m::peripheral::syst::SystClkSource;
-    use cortex_m::peripheral::{SCB, SYST};
-    use cortex_m_rt::exception;
-
-    const RELOAD: u32 = 0x00ff_ffff;
-    static WRAPS: AtomicU32 = AtomicU32::new(0);
-
-    pub fn start(mut syst: SYST) {
-        syst.set_clock_source(SystClkSource::Core);
-        syst.set_reload(RELOAD);
-        syst.clear_current();
-        syst.enable_interrupt();
-        syst.enable_counter();
-        // The count reads 0 until the first tick loads RELOAD; wait for it so that the
-        // first reading is not a whole period ahead of the next.
-        while SYST::get_current() == 0 {}
-    }
-
-    /// Ticks since [`start`].
-    pub fn now() -> u64 {
-        loop {
-            let before = WRAPS.load(Ordering::Relaxed);
-            let (mut wraps, mut current) = (before, SYST::get_current());
-            // Wrapped but the interrupt is not taken yet (QEMU takes it only at the end of
-            // a translation block): count that wrap, with a count read after it.
-            if SCB::is_pendst_pending() {
-                wraps += 1;
-                current = SYST::get_current();
-            }
-            // The interrupt ran in between: start again.
-            if WRAPS.load(Ordering::Relaxed) == before {
-                return u64::from(wraps) * (u64::from(RELOAD) + 1) + u64::from(RELOAD - current);
-            }
-        }
-    }
-
-    #[exception]
-    fn SysTick() {
-        WRAPS.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// Stack high-water mark: `cortex-m-rt`'s `paint-stack` fills the stack region with a
-/// fixed word at reset; the deepest word that no longer holds it is how far the stack has
-/// reached.
+/// Stack high-water mark: the stack region is painted with a fixed word at start-up (by
+/// `cortex-m-rt`'s `paint-stack` on Arm, by `arch::init` on RISC-V); the deepest word that
+/// no longer holds it is how far the stack has reached.
 mod stack {
-    extern "C" {
-        static _stack_start: u32;
-        static _stack_end: u32;
-    }
+    use crate::arch::stack_region;
 
-    const PAINT: u32 = 0xcccc_cccc;
+    pub const PAINT: u32 = 0xcccc_cccc;
 
     /// Bytes between the bottom of the stack region and the top of RAM.
     pub fn size() -> usize {
-        top() - bottom()
+        let (bottom, top) = stack_region();
+        top - bottom
     }
 
     /// Bytes the stack has reached below its top so far.
     pub fn used() -> usize {
-        let mut p = bottom();
+        let (mut p, top) = stack_region();
         // Scan up from the bottom of the stack region until the paint is gone.
-        while p < top() {
+        while p < top {
             // SAFETY: `[bottom, top)` is the stack region, word-aligned RAM that the
             // linker script reserves; reading it is always defined.
             if unsafe { core::ptr::read_volatile(p as *const u32) } != PAINT {
@@ -314,16 +273,7 @@ mod stack {
             }
             p += 4;
         }
-        top() - p
-    }
-
-    // Only the symbols' addresses are taken; `link.x` defines both.
-    fn top() -> usize {
-        &raw const _stack_start as usize
-    }
-
-    fn bottom() -> usize {
-        &raw const _stack_end as usize
+        top - p
     }
 }
 
@@ -331,10 +281,4 @@ mod stack {
 fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
     println!("kvm-mcu: panic: {info}");
     semihosting::process::exit(101)
-}
-
-#[exception]
-unsafe fn HardFault(frame: &ExceptionFrame) -> ! {
-    println!("kvm-mcu: hard fault at pc {:#010x}", frame.pc());
-    semihosting::process::exit(102)
 }
