@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Runs the kvm firmware (examples/mcu) on both QEMU boards and checks its text.
+# Runs the kvm firmware (examples/mcu) on every QEMU board and checks its text.
 #
-# usage: scripts/mcu-check.sh [--no-host] [--dtype D [--cache C] [--no-repack] | MODEL]
+# usage: scripts/mcu-check.sh [--no-host] [--ram-kib K] [--dtype D [--cache C] [--no-repack] | MODEL]
 #
 # MODEL defaults to the bundled models/tiny-kjv-q8_0.kvm; --dtype converts models/tiny-kjv
 # with kvm-export first (--cache f16: sessions store attention rows as f16; --no-repack:
-# q8_0/q4_0 matrices row-major instead of interleaved). Checks:
-# - the text of an386 and an505 is identical;
+# q8_0/q4_0 matrices row-major instead of interleaved). --ram-kib K links every board with
+# K KiB of RAM; without MODEL or --dtype it runs the 256 KiB configuration of tiny-kjv
+# (examples/mcu/README.md). Boards: $KVM_MCU_BOARDS, default "an386 an505 riscv32". Checks:
+# - every board's text is the first board's;
 # - it equals the reference implementation's greedy continuation
 #   (models/tiny-kjv/reference/greedy.json) when the weights are exact (--dtype f32, f16
 #   or bf16: the checkpoint is bf16);
@@ -23,6 +25,10 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 run="$root/examples/mcu/run-qemu.sh"
+# shellcheck source=firmware-lib.sh
+source "$root/scripts/firmware-lib.sh"
+read -r -a boards <<<"${KVM_MCU_BOARDS:-an386 an505 riscv32}"
+ram=()
 dtype=""
 cache=f32
 repack=()
@@ -33,6 +39,7 @@ while [[ $# -gt 0 ]]; do
         --dtype) dtype="${2:?--dtype needs a value}"; shift 2 ;;
         --cache) cache="${2:?--cache needs a value}"; shift 2 ;;
         --no-host) host=0; shift ;;
+        --ram-kib) ram=(--ram-kib "${2:?--ram-kib needs a size}"); shift 2 ;;
         --no-repack) repack=(--no-repack); shift ;;
         *) model="$1"; shift ;;
     esac
@@ -46,6 +53,10 @@ if [[ -n "$dtype" ]]; then
     (cd "$root" && cargo run --quiet --release -p kvm-export -- \
         convert models/tiny-kjv -o "$model" --dtype "$dtype" --cache "$cache" "${repack[@]}" --quiet)
 fi
+if [[ ${#ram[@]} -gt 0 && -z "$model" ]]; then
+    mkdir -p "$root/examples/mcu/target"
+    model="$(tiny_kjv_256k "$root" "$root/examples/mcu/target")"
+fi
 model="${model:-$root/models/tiny-kjv-q8_0.kvm}"
 
 passed=0
@@ -55,9 +66,11 @@ check() { # name, command...
     if "$@"; then passed=$((passed + 1)); echo "ok: $name"; else failed=$((failed + 1)); echo "FAILED: $name"; fi
 }
 
-check "an386 runs" "$run" --board an386 --out "$work/an386.txt" "$model"
-check "an505 runs" "$run" --board an505 --out "$work/an505.txt" "$model"
-check "an386 and an505 agree" cmp "$work/an386.txt" "$work/an505.txt"
+first="${boards[0]}"
+for board in "${boards[@]}"; do
+    check "$board runs${ram[*]:+ (${ram[*]})}" "$run" --board "$board" ${ram[@]+"${ram[@]}"} --out "$work/$board.txt" "$model"
+    [[ $board == "$first" ]] || check "$board and $first agree" cmp "$work/$board.txt" "$work/$first.txt"
+done
 
 prompt="And God said"
 case "$dtype-$cache" in
@@ -67,12 +80,12 @@ import json, sys
 cases = {c["prompt"]: c for c in json.load(open(sys.argv[1]))}
 sys.stdout.buffer.write(bytes(cases[sys.argv[2]]["greedy_ids"]))
 EOF
-        check "an386 equals the reference continuation" cmp "$work/an386.txt" "$work/ref.txt" ;;
+        check "$first equals the reference continuation" cmp "$work/$first.txt" "$work/ref.txt" ;;
 esac
 
-if [[ -f "$root/kvm-runtime/include/kvm.h" ]]; then
+if [[ -f "$root/kvm-runtime/include/kvm.h" && ${#ram[@]} -eq 0 ]]; then
     check "the C firmware (examples/c-firmware) prints the same text" \
-        "$root/examples/c-firmware/run-qemu.sh" --expect "$work/an386.txt" "$model"
+        "$root/examples/c-firmware/run-qemu.sh" --expect "$work/$first.txt" "$model"
 fi
 
 if [[ $host -eq 1 ]]; then
@@ -83,8 +96,8 @@ if [[ $host -eq 1 ]]; then
     env -u KVM_KERNELS "${kernels[@]}" "$root/target/release/kvm" generate --model "$model" --prompt "$prompt" -n 64 \
         --temperature 0 >"$work/host-stdout.txt" 2>/dev/null
     head -c $((${#prompt} + 64)) "$work/host-stdout.txt" >"$work/host.txt"
-    printf '%s' "$prompt" | cat - "$work/an386.txt" >"$work/an386-full.txt"
-    check "prompt + an386 text equals kvm generate (${kernels[*]:-default kernel tier})" cmp "$work/an386-full.txt" "$work/host.txt"
+    printf '%s' "$prompt" | cat - "$work/$first.txt" >"$work/$first-full.txt"
+    check "prompt + $first text equals kvm generate (${kernels[*]:-default kernel tier})" cmp "$work/$first-full.txt" "$work/host.txt"
 fi
 
 echo "$passed passed, $failed failed"

@@ -1,6 +1,7 @@
 //! Picks the board's memory map, links with the runtime's `link.x`, and reads the model
 //! file at build time: it is validated here, its path is handed to `include_bytes!`, and
-//! its arena and vocabulary sizes become the consts that size the firmware's statics.
+//! its arena and vocabulary sizes become the consts that size the firmware's statics. The
+//! `heap` build links no model: only the heap's size is decided here.
 //!
 //! Inputs (environment):
 //! - `KVM_MCU_MODEL`: the `.kvm` file to flash; relative paths are taken from this
@@ -11,12 +12,16 @@
 //!   and the reserved stack that do not fit fail the link.
 //! - `KVM_MCU_ARENA_LEN`: overrides the arena size the firmware is built with (only to
 //!   exercise its start-up check).
+//! - `KVM_MCU_HEAP_KIB`: the `heap` build's heap, in KiB (default 1024).
 
 use std::env;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 const DEFAULT_MODEL: &str = "../../models/tiny-kjv-q8_0.kvm";
+/// The `heap` build's default heap: tiny-kjv's largest arena (the f32 cache's, 560,832
+/// bytes) and its sampler scratch, with room for a model twice its width.
+const HEAP_KIB: usize = 1024;
 /// Stack the link reserves below the top of RAM: the firmware's high-water mark is 5-6 KiB
 /// on every board, dtype and cache.
 const STACK_RESERVE: usize = 8 * 1024;
@@ -24,7 +29,7 @@ const STACK_RESERVE: usize = 8 * 1024;
 fn main() {
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    for var in ["KVM_MCU_MODEL", "KVM_MCU_BOARD", "KVM_MCU_RAM_KIB", "KVM_MCU_ARENA_LEN"] {
+    for var in ["KVM_MCU_MODEL", "KVM_MCU_BOARD", "KVM_MCU_RAM_KIB", "KVM_MCU_ARENA_LEN", "KVM_MCU_HEAP_KIB"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
 
@@ -63,6 +68,19 @@ fn main() {
     println!("cargo:rustc-link-search={}", out.display());
     // Exactly once, and only here: twice fails with "region FLASH already defined".
     println!("cargo:rustc-link-arg-bins=-Tlink.x");
+
+    if env::var_os("CARGO_FEATURE_HEAP").is_some() {
+        let kib = match env::var("KVM_MCU_HEAP_KIB") {
+            Ok(v) => v.parse().unwrap_or_else(|_| fail(&format!("KVM_MCU_HEAP_KIB=`{v}` is not a KiB count"))),
+            Err(_) => HEAP_KIB,
+        };
+        let info = format!(
+            "/// Bytes of the heap the arena and sampler scratch come from.\npub const HEAP_LEN: usize = {};\n",
+            kib * 1024
+        );
+        fs::write(out.join("model_info.rs"), info).expect("write model_info.rs");
+        return;
+    }
 
     // Model.
     let model_path = env::var("KVM_MCU_MODEL").unwrap_or_else(|_| DEFAULT_MODEL.to_owned());

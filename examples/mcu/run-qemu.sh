@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the kvm firmware for a QEMU board and runs it, under a timeout.
 #
-# usage: examples/mcu/run-qemu.sh [--board B] [--echo-prompt] [--dtype D [--cache C]]
-#                                 [--ram-kib K] [--icount] [--out FILE] [--expect FILE]
-#                                 [--timeout SECS] [MODEL]
+# usage: examples/mcu/run-qemu.sh [--board B] [--echo-prompt] [--dtype D] [--cache C]
+#                                 [--ram-kib K] [--heap] [--icount] [--out FILE]
+#                                 [--expect FILE] [--timeout SECS] [MODEL]
 #
 #   --board an386   Cortex-M4F, thumbv7em-none-eabihf (default)
 #   --board an505   Cortex-M33, thumbv8m.main-none-eabihf
@@ -11,7 +11,10 @@
 #   MODEL           the .kvm file to flash (default: models/tiny-kjv-q8_0.kvm)
 #   --dtype D       instead of MODEL, convert models/tiny-kjv with kvm-export --dtype D
 #                   into examples/mcu/target/ and flash that
-#   --cache C       with --dtype: export with --cache C (f32, f16, q8)
+#   --cache C       with --dtype: export with --cache C (f32, f16, q8); with --heap: the
+#                   firmware's choice at run time (its command line)
+#   --heap          the `heap` build: the model is not linked in but loaded into the
+#                   board's model slot, and the arena comes from an embedded-alloc heap
 #   --ram-kib K     link with the board's RAM region cut to K KiB: statics plus the
 #                   reserved stack that do not fit fail the build. Without MODEL or
 #                   --dtype, flashes the 256 KiB configuration of tiny-kjv (README.md)
@@ -44,6 +47,7 @@ out=""
 expect=""
 timeout_s=300
 features=()
+heap=0
 icount=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -52,10 +56,11 @@ while [[ $# -gt 0 ]]; do
         --dtype) dtype="${2:?--dtype needs a value}"; shift 2 ;;
         --cache) cache="${2:?--cache needs a value}"; shift 2 ;;
         --ram-kib) ram_kib="${2:?--ram-kib needs a size}"; shift 2 ;;
-        --echo-prompt) features=(--features echo-prompt); shift ;;
+        --echo-prompt) features+=(--features echo-prompt); shift ;;
         --out) out="${2:?--out needs a file}"; shift 2 ;;
         --expect) expect="${2:?--expect needs a file}"; shift 2 ;;
         --icount) icount=(-icount shift=0); shift ;;
+        --heap) heap=1; shift ;;
         --timeout) timeout_s="${2:?--timeout needs seconds}"; shift 2 ;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         -*) echo "run-qemu.sh: unknown option $1" >&2; exit 2 ;;
@@ -63,25 +68,28 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 
-# One line per board: the Rust target, the QEMU command line, and sysclk, the rate (Hz) of
-# the firmware's tick counter: SysTick's processor clock on the Cortex-M boards, mcycle on
-# RISC-V (QEMU counts it in instructions under -icount, so 1e9 there).
+# One line per board: the Rust target, the QEMU command line, sysclk, the rate (Hz) of the
+# firmware's tick counter (SysTick's processor clock on the Cortex-M boards; mcycle on
+# RISC-V, which QEMU counts in instructions under -icount), and slot, the address of the
+# `heap` build's model slot (as in the board's memory-*.x).
 case "$board" in
-    an386) target=thumbv7em-none-eabihf; qemu=(qemu-system-arm -M mps2-an386 -cpu cortex-m4); sysclk=25000000 ;;
-    an505) target=thumbv8m.main-none-eabihf; qemu=(qemu-system-arm -M mps2-an505 -cpu cortex-m33); sysclk=20000000 ;;
-    riscv32) target=riscv32imac-unknown-none-elf; qemu=(qemu-system-riscv32 -M virt -bios none); sysclk=1000000000 ;;
+    an386) target=thumbv7em-none-eabihf; qemu=(qemu-system-arm -M mps2-an386 -cpu cortex-m4); sysclk=25000000; slot=0x21000000 ;;
+    an505) target=thumbv8m.main-none-eabihf; qemu=(qemu-system-arm -M mps2-an505 -cpu cortex-m33); sysclk=20000000; slot=0x80000000 ;;
+    riscv32) target=riscv32imac-unknown-none-elf; qemu=(qemu-system-riscv32 -M virt -bios none); sysclk=1000000000; slot=0x22000000 ;;
     *) echo "run-qemu.sh: unknown board '$board' (an386, an505 or riscv32)" >&2; exit 2 ;;
 esac
 
-[[ -z "$cache" || -n "$dtype" ]] || { echo "run-qemu.sh: --cache needs --dtype" >&2; exit 2; }
+[[ -z "$cache" || -n "$dtype" || $heap -eq 1 ]] || { echo "run-qemu.sh: --cache needs --dtype or --heap" >&2; exit 2; }
+export_cache="$cache"
+[[ $heap -eq 0 ]] || export_cache=""
 if [[ -n "$ram_kib" && -z "$model" && -z "$dtype" ]]; then
     model="$(tiny_kjv_256k "$root" "$here/target")"
 fi
 if [[ -n "$dtype" ]]; then
     [[ -z "$model" ]] || { echo "run-qemu.sh: give MODEL or --dtype, not both" >&2; exit 2; }
     mkdir -p "$here/target"
-    model="$here/target/tiny-kjv-$dtype${cache:+-$cache-cache}.kvm"
-    convert_tiny_kjv "$root" "$dtype" "$model" ${cache:+--cache "$cache"}
+    model="$here/target/tiny-kjv-$dtype${export_cache:+-$export_cache-cache}.kvm"
+    convert_tiny_kjv "$root" "$dtype" "$model" ${export_cache:+--cache "$export_cache"}
 fi
 model="${model:-$root/models/tiny-kjv-q8_0.kvm}"
 if [[ ! -f "$model" ]]; then
@@ -95,12 +103,18 @@ model="$(cd "$(dirname "$model")" && pwd)/$(basename "$model")"
 elf="$here/target/$target/release/kvm-mcu"
 ram=()
 [[ -z "$ram_kib" ]] || ram=(KVM_MCU_RAM_KIB="$ram_kib")
+load=()
+if [[ $heap -eq 1 ]]; then
+    features+=(--features heap)
+    load=(-device "loader,file=$model,addr=$slot")
+    [[ -z "$cache" ]] || load+=(-append "--cache $cache")
+fi
 (cd "$here" && env KVM_MCU_MODEL="$model" KVM_MCU_BOARD="$board" ${ram[@]+"${ram[@]}"} \
     cargo build --quiet --release --target "$target" ${features[@]+"${features[@]}"}) || exit 2
 
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
-run_qemu "$log" "$timeout_s" "${qemu[@]}" ${icount[@]+"${icount[@]}"} -kernel "$elf"
+run_qemu "$log" "$timeout_s" "${qemu[@]}" ${icount[@]+"${icount[@]}"} ${load[@]+"${load[@]}"} -kernel "$elf"
 if [[ ${#icount[@]} -gt 0 ]]; then
     # Under -icount shift=0 virtual time is 1 ns per instruction, so a tick of the
     # sysclk-Hz counter is 1e9 / sysclk instructions.
