@@ -54,11 +54,15 @@ bench=$(target/release/kvm bench --model target/tiny-kjv-f32.kvm --gen 4 --promp
 awk -v a="$packed" -v b="$stored" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-6) }'
 echo "bits per byte: packed $packed, as stored $stored"
 
-step "firmware in QEMU: Rust on Cortex-M4F (an386) and Cortex-M33 (an505), C on an386, all equal to the host (q8_0x16, f32/f16/q8 attention caches; row-major q8_0; q4_0x16)"
+step "firmware in QEMU: Rust on Cortex-M4F (an386), Cortex-M33 (an505) and RV32IMAC (riscv32), C on an386, all equal to the host (q8_0x16, f32/f16/q8 attention caches; row-major q8_0; q4_0x16)"
 bash scripts/mcu-check.sh
 bash scripts/mcu-check.sh --dtype q8_0 --cache f16
 bash scripts/mcu-check.sh --dtype q8_0 --cache q8
 bash scripts/mcu-check.sh --dtype q8_0 --no-repack
 bash scripts/mcu-check.sh --dtype q4_0
+
+step "firmware in 256 KiB of RAM on every board, and the heap build (model loaded apart, cache chosen at run time) on an386: equal to the host"
+bash scripts/mcu-check.sh --ram-kib 256
+KVM_MCU_BOARDS=an386 bash scripts/mcu-check.sh --heap --cache q8
 
 step "all checks passed"
