@@ -26,9 +26,10 @@ static mut CANDIDATES: [Candidate; scratch_len(VOCAB_LEN)] = [Candidate::EMPTY; 
 /// The linked model, validated, with the arena and sampler scratch it was built for.
 /// Call once.
 pub fn open() -> Result<(Model<'static>, &'static mut [u8], &'static mut [Candidate]), Fail> {
+    let (arena, candidates) = (&raw mut ARENA, &raw mut CANDIDATES);
     // SAFETY: called once, from the entry, and nothing else names these statics, so these
     // are the only references to them.
-    let (arena, candidates) = unsafe { (&mut (*&raw mut ARENA).0, &mut *&raw mut CANDIDATES) };
+    let (arena, candidates) = unsafe { (&mut (*arena).0, &mut *candidates) };
     let blob: &'static [u8] = &MODEL.0;
     println!(
         "kvm-mcu: model {} bytes at {:#010x} (flash), arena {} bytes at {:#010x}",
