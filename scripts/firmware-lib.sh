@@ -4,20 +4,53 @@
 # build or conversion, 124 on timeout, the firmware's own code when it fails, 1 when the
 # output markers are missing, 3 when the text differs from the expected one.
 
-# convert_tiny_kjv ROOT DTYPE OUT: models/tiny-kjv as a DTYPE model file at OUT.
+# convert_tiny_kjv ROOT DTYPE OUT [EXPORT_ARGS...]: models/tiny-kjv as a DTYPE model file
+# at OUT, with kvm-export's further EXPORT_ARGS (--cache C, --no-repack).
 convert_tiny_kjv() {
-    (cd "$1" && cargo run --quiet --release -p kvm-export -- \
-        convert models/tiny-kjv -o "$3" --dtype "$2" --quiet) || exit 2
+    local root="$1" dtype="$2" out="$3"
+    shift 3
+    convert_checkpoint "$root" "$root/models/tiny-kjv" "$dtype" "$out" "$@"
 }
 
-# run_qemu LOG TIMEOUT QEMU_ARGS...: runs qemu-system-arm (no display, no monitor,
-# semihosting) with QEMU_ARGS, its output into LOG and echoed; exits on timeout or on a
-# failing firmware.
+# convert_checkpoint ROOT DIR DTYPE OUT [EXPORT_ARGS...]: as convert_tiny_kjv, from the
+# checkpoint directory DIR.
+convert_checkpoint() {
+    local root="$1" dir="$2" dtype="$3" out="$4"
+    shift 4
+    (cd "$root" && cargo run --quiet --release -p kvm-export -- \
+        convert "$dir" -o "$out" --dtype "$dtype" "$@" --quiet) || exit 2
+}
+
+# tiny_kjv_256k ROOT WORK: converts the 256 KiB configuration of tiny-kjv (examples/mcu/
+# README.md: its q8_0 weights, a window of one chunk, the q8 cache) into WORK and prints
+# the model file's path. The checkpoint directory WORK/tiny-kjv-window32 links the weights
+# and holds a config.json with n_bswa_chunks = 1.
+tiny_kjv_256k() {
+    local root="$1" work="$2" dir="$2/tiny-kjv-window32"
+    mkdir -p "$dir"
+    ln -sf "$root/models/tiny-kjv/model.safetensors" "$dir/model.safetensors"
+    python3 - "$root/models/tiny-kjv/config.json" "$dir/config.json" <<'EOF_PY' || exit 2
+import json, sys
+config = json.load(open(sys.argv[1]))
+config["n_bswa_chunks"] = 1
+json.dump(config, open(sys.argv[2], "w"), indent=2)
+EOF_PY
+    convert_checkpoint "$root" "$dir" q8_0 "$work/tiny-kjv-256k.kvm" --cache q8
+    echo "$work/tiny-kjv-256k.kvm"
+}
+
+# run_qemu LOG TIMEOUT [QEMU_BINARY] QEMU_ARGS...: runs QEMU_BINARY (a `qemu-system-*`;
+# default qemu-system-arm) with no display, no monitor and semihosting, with QEMU_ARGS, its
+# output into LOG and echoed; exits on timeout or on a failing firmware.
 run_qemu() {
-    local log="$1" timeout_s="$2" rc
+    local log="$1" timeout_s="$2" qemu=qemu-system-arm rc
     shift 2
+    if [[ "${1:-}" == qemu-system-* ]]; then
+        qemu="$1"
+        shift
+    fi
     set +e
-    timeout --foreground "$timeout_s" qemu-system-arm -nographic -monitor none \
+    timeout --foreground "$timeout_s" "$qemu" -nographic -monitor none \
         -semihosting-config enable=on,target=native "$@" </dev/null >"$log"
     rc=$?
     set -e

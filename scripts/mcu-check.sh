@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Runs the kvm firmware (examples/mcu) on the QEMU boards and checks its text.
+# Runs the kvm firmware (examples/mcu) on every QEMU board and checks its text.
 #
-# usage: scripts/mcu-check.sh [--no-host] [--icount] [--dtype D [--cache C] [--no-repack] | MODEL]
+# usage: scripts/mcu-check.sh [--no-host] [--ram-kib K | --heap] [--cache C]
+#                             [--dtype D [--no-repack] | MODEL]
 #
 # MODEL defaults to the bundled models/tiny-kjv-q8_0.kvm; --dtype converts models/tiny-kjv
 # with kvm-export first (--cache f16: sessions store attention rows as f16; --no-repack:
-# q8_0/q4_0 matrices row-major instead of interleaved). Checks:
-# - the text of an386 (Cortex-M4F, scalar kernels), an505 (Cortex-M33) and an547 (Cortex-M55,
-#   Helium kernels) is identical;
+# q8_0/q4_0 matrices row-major instead of interleaved). --ram-kib K links every board with
+# K KiB of RAM; without MODEL or --dtype it runs the 256 KiB configuration of tiny-kjv
+# (examples/mcu/README.md). --heap runs the heap build, which loads MODEL apart from the
+# firmware and chooses the cache C at run time (the host runs with --cache C). Boards: $KVM_MCU_BOARDS, default "an386 an505 an547 riscv32". Checks:
+# - every board's text is the first board's;
 # - it equals the reference implementation's greedy continuation
 #   (models/tiny-kjv/reference/greedy.json) when the weights are exact (--dtype f32, f16
 #   or bf16: the checkpoint is bf16);
@@ -19,36 +22,54 @@
 #   kernels' bits) and with the scalar tier for float ones (--dtype f32/f16/bf16, whose
 #   SIMD tiers sum in another order and may pick another token at a near tie). Builds the
 #   host `kvm` (skip: --no-host).
-# --icount runs the boards under QEMU -icount and prints their instruction counts
-# (run-qemu.sh --icount). Prints "N passed, N failed"; exits non-zero on any failure.
+# Prints "N passed, N failed"; exits non-zero on any failure.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 run="$root/examples/mcu/run-qemu.sh"
+# shellcheck source=firmware-lib.sh
+source "$root/scripts/firmware-lib.sh"
+read -r -a boards <<<"${KVM_MCU_BOARDS:-an386 an505 an547 riscv32}"
+ram=()
+heap=0
 dtype=""
 cache=f32
 repack=()
 model=""
 host=1
-icount=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --dtype) dtype="${2:?--dtype needs a value}"; shift 2 ;;
         --cache) cache="${2:?--cache needs a value}"; shift 2 ;;
         --no-host) host=0; shift ;;
-        --icount) icount=(--icount); shift ;;
+        --ram-kib) ram=(--ram-kib "${2:?--ram-kib needs a size}"); shift 2 ;;
+        --heap) heap=1; shift ;;
         --no-repack) repack=(--no-repack); shift ;;
         *) model="$1"; shift ;;
     esac
 done
 
+# The heap build's cache is chosen at run time: its model keeps the default f32 cache.
+variant=()
+host_cache=()
+export_cache="$cache"
+if [[ $heap -eq 1 ]]; then
+    variant=(--heap --cache "$cache")
+    host_cache=(--cache "$cache")
+    export_cache=f32
+fi
+
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 if [[ -n "$dtype" ]]; then
-    model="$root/examples/mcu/target/tiny-kjv-$dtype-$cache-cache${repack:+-plain}.kvm"
+    model="$root/examples/mcu/target/tiny-kjv-$dtype-$export_cache-cache${repack:+-plain}.kvm"
     mkdir -p "$(dirname "$model")"
     (cd "$root" && cargo run --quiet --release -p kvm-export -- \
-        convert models/tiny-kjv -o "$model" --dtype "$dtype" --cache "$cache" "${repack[@]}" --quiet)
+        convert models/tiny-kjv -o "$model" --dtype "$dtype" --cache "$export_cache" "${repack[@]}" --quiet)
+fi
+if [[ ${#ram[@]} -gt 0 && -z "$model" ]]; then
+    mkdir -p "$root/examples/mcu/target"
+    model="$(tiny_kjv_256k "$root" "$root/examples/mcu/target")"
 fi
 model="${model:-$root/models/tiny-kjv-q8_0.kvm}"
 
@@ -59,11 +80,13 @@ check() { # name, command...
     if "$@"; then passed=$((passed + 1)); echo "ok: $name"; else failed=$((failed + 1)); echo "FAILED: $name"; fi
 }
 
-check "an386 runs" "$run" --board an386 ${icount[@]+"${icount[@]}"} --out "$work/an386.txt" "$model"
-check "an505 runs" "$run" --board an505 ${icount[@]+"${icount[@]}"} --out "$work/an505.txt" "$model"
-check "an386 and an505 agree" cmp "$work/an386.txt" "$work/an505.txt"
-check "an547 runs" "$run" --board an547 --out "$work/an547.txt" "$model"
-check "an386 and an547 agree" cmp "$work/an386.txt" "$work/an547.txt"
+first="${boards[0]}"
+for board in "${boards[@]}"; do
+    how="${ram[*]}${variant[*]}"
+    check "$board runs${how:+ ($how)}" "$run" --board "$board" ${ram[@]+"${ram[@]}"} ${variant[@]+"${variant[@]}"} \
+        --out "$work/$board.txt" "$model"
+    [[ $board == "$first" ]] || check "$board and $first agree" cmp "$work/$board.txt" "$work/$first.txt"
+done
 
 prompt="And God said"
 case "$dtype-$cache" in
@@ -73,12 +96,12 @@ import json, sys
 cases = {c["prompt"]: c for c in json.load(open(sys.argv[1]))}
 sys.stdout.buffer.write(bytes(cases[sys.argv[2]]["greedy_ids"]))
 EOF
-        check "an386 equals the reference continuation" cmp "$work/an386.txt" "$work/ref.txt" ;;
+        check "$first equals the reference continuation" cmp "$work/$first.txt" "$work/ref.txt" ;;
 esac
 
-if [[ -f "$root/kvm-runtime/include/kvm.h" ]]; then
+if [[ -f "$root/kvm-runtime/include/kvm.h" && ${#ram[@]} -eq 0 && $heap -eq 0 ]]; then
     check "the C firmware (examples/c-firmware) prints the same text" \
-        "$root/examples/c-firmware/run-qemu.sh" --expect "$work/an386.txt" "$model"
+        "$root/examples/c-firmware/run-qemu.sh" --expect "$work/$first.txt" "$model"
 fi
 
 if [[ $host -eq 1 ]]; then
@@ -86,11 +109,11 @@ if [[ $host -eq 1 ]]; then
     # Prompt then 64 one-byte tokens; what follows them (a final newline) is not text.
     kernels=()
     case "$dtype" in f32|f16|bf16) kernels=(KVM_KERNELS=scalar) ;; esac
-    env -u KVM_KERNELS "${kernels[@]}" "$root/target/release/kvm" generate --model "$model" --prompt "$prompt" -n 64 \
-        --temperature 0 >"$work/host-stdout.txt" 2>/dev/null
+    env -u KVM_KERNELS "${kernels[@]}" "$root/target/release/kvm" generate --model "$model" ${host_cache[@]+"${host_cache[@]}"} \
+        --prompt "$prompt" -n 64 --temperature 0 >"$work/host-stdout.txt" 2>/dev/null
     head -c $((${#prompt} + 64)) "$work/host-stdout.txt" >"$work/host.txt"
-    printf '%s' "$prompt" | cat - "$work/an386.txt" >"$work/an386-full.txt"
-    check "prompt + an386 text equals kvm generate (${kernels[*]:-default kernel tier})" cmp "$work/an386-full.txt" "$work/host.txt"
+    printf '%s' "$prompt" | cat - "$work/$first.txt" >"$work/$first-full.txt"
+    check "prompt + $first text equals kvm generate (${kernels[*]:-default kernel tier})" cmp "$work/$first-full.txt" "$work/host.txt"
 fi
 
 echo "$passed passed, $failed failed"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what kvm's full test run needs beyond a Rust toolchain: cross targets,
-# QEMU, cross C compilers, valgrind and cbindgen. Idempotent; safe to re-run.
+# QEMU (the Arm and RISC-V boards), cross C compilers, valgrind and cbindgen. Idempotent;
+# safe to re-run.
 set -euo pipefail
 
 sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -10,7 +11,7 @@ rustup target add thumbv7em-none-eabihf thumbv6m-none-eabi thumbv8m.main-none-ea
     riscv32imac-unknown-none-elf aarch64-unknown-linux-gnu >/dev/null
 
 need=()
-for pkg in qemu-system-arm qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
+for pkg in qemu-system-arm qemu-system-misc qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
            gcc-arm-none-eabi libnewlib-arm-none-eabi valgrind; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done

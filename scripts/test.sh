@@ -59,11 +59,15 @@ step "kernel conformance on the boards: the compiled tier against scalar on an38
 bash scripts/mcu-conformance.sh
 bash examples/mcu/run-qemu.sh --board an547 --conformance
 
-step "firmware in QEMU: Rust on Cortex-M4F (an386), Cortex-M33 (an505) and Cortex-M55 (an547, Helium), C on an386, all equal to the host (q8_0x16, f32/f16/q8 attention caches; row-major q8_0; q4_0x16)"
+step "firmware in QEMU: Rust on Cortex-M4F (an386), Cortex-M33 (an505), Cortex-M55 (an547, Helium) and RV32IMAC (riscv32), C on an386, all equal to the host (q8_0x16, f32/f16/q8 attention caches; row-major q8_0; q4_0x16)"
 bash scripts/mcu-check.sh
 bash scripts/mcu-check.sh --dtype q8_0 --cache f16
 bash scripts/mcu-check.sh --dtype q8_0 --cache q8
 bash scripts/mcu-check.sh --dtype q8_0 --no-repack
 bash scripts/mcu-check.sh --dtype q4_0
+
+step "firmware in 256 KiB of RAM on every board, and the heap build (model loaded apart, cache chosen at run time) on an386: equal to the host"
+bash scripts/mcu-check.sh --ram-kib 256
+KVM_MCU_BOARDS=an386 bash scripts/mcu-check.sh --heap --cache q8
 
 step "all checks passed"

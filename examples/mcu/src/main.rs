@@ -1,10 +1,18 @@
-//! kvm on a Cortex-M: greedy text generation from a model in flash, with constant memory.
+//! kvm on a microcontroller (Cortex-M or RISC-V): greedy text generation from a model in
+//! flash, with constant memory.
 //!
-//! The model file is linked into flash with `include_bytes!` (64-byte aligned) and decoded
-//! in place; the session lives in one `static` arena whose size comes from the model at
-//! build time and is checked against it again at start. Nothing allocates: there is no
-//! heap. Text and reports go out over semihosting; the exit code is 0 on success, 1 on an
-//! error, 101 on a panic and 102 on a hard fault.
+//! By default the model file is linked into flash with `include_bytes!` (64-byte aligned)
+//! and decoded in place; the session lives in one `static` arena whose size comes from the
+//! model at build time and is checked against it again at start. Nothing allocates: there
+//! is no heap. The `heap` build instead finds its model in the board's model slot, takes
+//! the attention cache from its command line and allocates the arena from a heap
+//! (`source/heap.rs`). Text and reports go out over semihosting; the exit code is 0 on
+//! success, 1 on an error, 101 on a panic and 102 on a hard fault.
+//!
+//! Everything but start-up is shared: `arch/arm.rs` (cortex-m-rt) and `arch/riscv.rs`
+//! (riscv-rt) each give the tick counter, the stack region and the fault handler;
+//! `source/linked.rs` and `source/heap.rs` each give a model, an arena and the sampler's
+//! scratch.
 //!
 //! Output, in order (see README.md for the exact contract):
 //! ```text
@@ -17,49 +25,39 @@
 #![no_std]
 #![no_main]
 
+#[cfg(feature = "heap")]
+extern crate alloc;
+
 use core::fmt;
 
-// Links the critical-section implementation the semihosting crate needs.
-use cortex_m as _;
-use cortex_m_rt::{entry, exception, ExceptionFrame};
 use kvm_core::format::TokenizerKind;
-use kvm_core::sampler::{scratch_len, Candidate, Sampler, SamplerConfig};
+use kvm_core::sampler::{Candidate, Sampler, SamplerConfig};
 use kvm_core::{Model, Session};
 use semihosting::println;
 use semihosting::sys::arm_compat::{sys_elapsed, sys_tickfreq};
 
+#[cfg_attr(target_arch = "arm", path = "arch/arm.rs")]
+#[cfg_attr(target_arch = "riscv32", path = "arch/riscv.rs")]
+mod arch;
+
+#[cfg_attr(not(feature = "heap"), path = "source/linked.rs")]
+#[cfg_attr(feature = "heap", path = "source/heap.rs")]
+mod source;
+
 mod model_info {
     include!(concat!(env!("OUT_DIR"), "/model_info.rs"));
 }
-use model_info::{ARENA_LEN, MODEL_LEN, VOCAB_LEN};
 
 /// The prompt, as bytes (the model is byte-level: token id = byte value).
 const PROMPT: &[u8] = b"And God said";
 /// Tokens to generate.
 const N_GEN: usize = 64;
 
-/// A value on a 64-byte boundary: tensor data is 64-aligned within the model file, and the
-/// arena must start on [`kvm_core::state::ARENA_ALIGN`].
-#[repr(C, align(64))]
-struct Aligned<T: ?Sized>(T);
-
-const _: () = assert!(core::mem::align_of::<Aligned<u8>>() == kvm_core::state::ARENA_ALIGN);
-
-/// The model file, in flash, decoded in place (never copied to RAM); in the board's
-/// `.kvm_model` region where its memory map has one (see build.rs).
-#[cfg_attr(model_section, link_section = ".kvm_model")]
-static MODEL: Aligned<[u8; MODEL_LEN]> = Aligned(*include_bytes!(env!("KVM_MCU_MODEL_PATH")));
-
-#[entry]
+#[cfg_attr(target_arch = "arm", cortex_m_rt::entry)]
+#[cfg_attr(target_arch = "riscv32", riscv_rt::entry)]
 fn main() -> ! {
-    // `#[entry]` turns these into `&'static mut`: they live in .bss, not on the stack.
-    static mut ARENA: Aligned<[u8; ARENA_LEN]> = Aligned([0; ARENA_LEN]);
-    static mut CANDIDATES: [Candidate; scratch_len(VOCAB_LEN)] = [Candidate::EMPTY; scratch_len(VOCAB_LEN)];
-
-    if let Some(p) = cortex_m::Peripherals::take() {
-        cycles::start(p.SYST);
-    }
-    let code = match run(&mut ARENA.0, CANDIDATES) {
+    arch::init();
+    let code = match source::open().and_then(|(model, arena, candidates)| run(model, arena, candidates)) {
         Ok(()) => 0,
         Err(e) => {
             println!("kvm-mcu: error: {e}");
@@ -69,22 +67,49 @@ fn main() -> ! {
     semihosting::process::exit(code)
 }
 
+/// Validates the model file twice to report what the tensor-data CRCs cost at boot; the
+/// checked model is the one returned.
+fn validate(blob: &'static [u8]) -> Result<Model<'static>, Fail> {
+    let t0 = Stamp::now();
+    let model = Model::from_bytes(blob)?;
+    let t1 = Stamp::now();
+    Model::from_bytes_trusted(blob)?;
+    let t2 = Stamp::now();
+    println!("kvm-mcu: from_bytes (all CRCs): {}", Span(t0, t1));
+    println!("kvm-mcu: from_bytes_trusted: {}", Span(t1, t2));
+    Ok(model)
+}
+
 /// Everything that stops the firmware.
 #[derive(Debug)]
 enum Fail {
     Core(kvm_core::Error),
     /// The arena was sized for another model.
+    #[cfg(not(feature = "heap"))]
     ArenaLen {
         built: usize,
         model: usize,
     },
     /// The sampler scratch was sized for another vocabulary.
+    #[cfg(not(feature = "heap"))]
     VocabLen {
         built: usize,
         model: usize,
     },
     /// Only byte-level models map token ids to text without a tokenizer here.
     NotByteLevel,
+    /// The model slot holds no model file that fits in it.
+    #[cfg(feature = "heap")]
+    NoModel,
+    /// The command line is not `[--cache f32|f16|q8]`.
+    #[cfg(feature = "heap")]
+    Usage,
+    /// The heap cannot hold the arena and the sampler scratch.
+    #[cfg(feature = "heap")]
+    HeapFull {
+        need: usize,
+        heap: usize,
+    },
 }
 
 impl From<kvm_core::Error> for Fail {
@@ -97,76 +122,58 @@ impl fmt::Display for Fail {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             Fail::Core(e) => write!(f, "{e}"),
+            #[cfg(not(feature = "heap"))]
             Fail::ArenaLen { built, model } => {
                 write!(f, "firmware arena is {built} bytes but the model needs {model}; rebuild for this model")
             }
+            #[cfg(not(feature = "heap"))]
             Fail::VocabLen { built, model } => {
                 write!(f, "firmware was built for a vocabulary of {built}, the model has {model}")
             }
             Fail::NotByteLevel => f.write_str("this firmware needs a byte-level model"),
+            #[cfg(feature = "heap")]
+            Fail::NoModel => f.write_str("no model file in the model slot"),
+            #[cfg(feature = "heap")]
+            Fail::Usage => f.write_str("usage: kvm-mcu [--cache f32|f16|q8]"),
+            #[cfg(feature = "heap")]
+            Fail::HeapFull { need, heap } => {
+                write!(f, "the arena and sampler scratch need {need} bytes, the heap has {heap}")
+            }
         }
     }
 }
 
-fn run(arena: &'static mut [u8; ARENA_LEN], candidates: &mut [Candidate]) -> Result<(), Fail> {
-    let blob: &'static [u8] = &MODEL.0;
-    println!(
-        "kvm-mcu: model {} bytes at {:#010x} (flash), arena {} bytes at {:#010x}",
-        blob.len(),
-        blob.as_ptr() as usize,
-        arena.len(),
-        arena.as_ptr() as usize
-    );
-    println!("kvm-mcu: kernel tier {}", kvm_core::kernels::tier());
-
-    // Validate the blob twice to report what the tensor-data CRCs cost at boot; the
-    // checked model is the one used.
-    let t0 = Stamp::now();
-    let model = Model::from_bytes(blob)?;
-    let t1 = Stamp::now();
-    Model::from_bytes_trusted(blob)?;
-    let t2 = Stamp::now();
-    println!("kvm-mcu: from_bytes (all CRCs): {}", Span(t0, t1));
-    println!("kvm-mcu: from_bytes_trusted: {}", Span(t1, t2));
-
-    if model.arena_len() != ARENA_LEN {
-        return Err(Fail::ArenaLen { built: ARENA_LEN, model: model.arena_len() });
-    }
-    let vocab_len = model.config().vocab_len as usize;
-    if vocab_len != VOCAB_LEN {
-        return Err(Fail::VocabLen { built: VOCAB_LEN, model: vocab_len });
-    }
+fn run(model: Model<'static>, arena: &'static mut [u8], candidates: &mut [Candidate]) -> Result<(), Fail> {
     if model.header().tokenizer_kind != TokenizerKind::Bytes {
         return Err(Fail::NotByteLevel);
     }
-
+    let arena_len = arena.len();
     let mut session = Session::new(model, arena)?;
     let state_bytes = session.layout().snapshot_len();
     println!(
         "kvm-mcu: arena = state {} bytes ({} slots) + scratch {} bytes",
         state_bytes,
         session.layout().state_len,
-        ARENA_LEN - state_bytes
+        arena_len - state_bytes
     );
     let mut sampler = Sampler::new(SamplerConfig::greedy(), 0);
     // Prompt then generated ids, oldest first: the sampler's repetition window.
-    let mut history = [0u32; PROMPT.len() + N_GEN];
-    for (h, &b) in history.iter_mut().zip(PROMPT) {
-        *h = u32::from(b);
-    }
+    let mut history: heapless::Vec<u32, { PROMPT.len() + N_GEN }> = PROMPT.iter().map(|&b| u32::from(b)).collect();
 
     let t3 = Stamp::now();
-    let mut logits = session.prefill(&history[..PROMPT.len()])?;
+    let mut logits = session.prefill(&history)?;
     let t4 = Stamp::now();
-    for len in PROMPT.len()..history.len() {
-        let id = sampler.sample(logits, &history[..len], candidates)?;
-        history[len] = id;
+    while !history.is_full() {
+        let id = sampler.sample(logits, &history, candidates)?;
+        // Cannot fail: the loop runs only while there is room.
+        let _ = history.push(id);
         logits = session.decode(id)?;
     }
     let t5 = Stamp::now();
 
-    // Ids below 256 are bytes; the checks above make every sampled id one.
-    let text = history.map(|id| id as u8);
+    // Ids below 256 are bytes; a byte-level model's ids above (padding) decode to nothing.
+    let text: heapless::Vec<u8, { PROMPT.len() + N_GEN }> =
+        history.iter().filter_map(|&id| u8::try_from(id).ok()).collect();
     println!("--- kvm output ---");
     let shown = if cfg!(feature = "echo-prompt") { &text[..] } else { &text[PROMPT.len()..] };
     print_bytes(shown);
@@ -189,7 +196,7 @@ fn print_bytes(bytes: &[u8]) {
 }
 
 /// A reading of two clocks: the host's, through semihosting (QEMU's wall clock; absent on
-/// hardware without a debugger), and the processor clock counted by SysTick.
+/// hardware without a debugger), and the processor clock (see `arch::ticks`).
 #[derive(Debug, Clone, Copy)]
 struct Stamp {
     host_ns: Option<u64>,
@@ -203,7 +210,7 @@ impl Stamp {
             let freq = sys_tickfreq().ok()? as u64;
             (freq != 0).then(|| ticks.saturating_mul(1_000_000_000 / freq.min(1_000_000_000)))
         })();
-        Stamp { host_ns, ticks: cycles::now() }
+        Stamp { host_ns, ticks: arch::ticks() }
     }
 }
 
@@ -242,74 +249,25 @@ impl fmt::Display for TokPerS {
     }
 }
 
-/// A 64-bit count of processor clock ticks from SysTick (24 bits) and its wrap interrupt.
-/// On hardware that is CPU cycles; in QEMU it follows virtual time, which under
-/// `-icount shift=0` advances 1 ns per instruction (see README.md).
-mod cycles {
-    use core::sync::atomic::{AtomicU32, Ordering};
-    use cortex_m::peripheral::syst::SystClkSource;
-    use cortex_m::peripheral::{SCB, SYST};
-    use cortex_m_rt::exception;
-
-    const RELOAD: u32 = 0x00ff_ffff;
-    static WRAPS: AtomicU32 = AtomicU32::new(0);
-
-    pub fn start(mut syst: SYST) {
-        syst.set_clock_source(SystClkSource::Core);
-        syst.set_reload(RELOAD);
-        syst.clear_current();
-        syst.enable_interrupt();
-        syst.enable_counter();
-        // The count reads 0 until the first tick loads RELOAD; wait for it so that the
-        // first reading is not a whole period ahead of the next.
-        while SYST::get_current() == 0 {}
-    }
-
-    /// Ticks since [`start`].
-    pub fn now() -> u64 {
-        loop {
-            let before = WRAPS.load(Ordering::Relaxed);
-            let (mut wraps, mut current) = (before, SYST::get_current());
-            // Wrapped but the interrupt is not taken yet (QEMU takes it only at the end of
-            // a translation block): count that wrap, with a count read after it.
-            if SCB::is_pendst_pending() {
-                wraps += 1;
-                current = SYST::get_current();
-            }
-            // The interrupt ran in between: start again.
-            if WRAPS.load(Ordering::Relaxed) == before {
-                return u64::from(wraps) * (u64::from(RELOAD) + 1) + u64::from(RELOAD - current);
-            }
-        }
-    }
-
-    #[exception]
-    fn SysTick() {
-        WRAPS.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// Stack high-water mark: `cortex-m-rt`'s `paint-stack` fills the stack region with a
-/// fixed word at reset; the deepest word that no longer holds it is how far the stack has
-/// reached.
+/// Stack high-water mark: the stack region is painted with a fixed word at start-up (by
+/// `cortex-m-rt`'s `paint-stack` on Arm, by `arch::init` on RISC-V); the deepest word that
+/// no longer holds it is how far the stack has reached.
 mod stack {
-    extern "C" {
-        static _stack_start: u32;
-        static _stack_end: u32;
-    }
+    use crate::arch::stack_region;
 
-    const PAINT: u32 = 0xcccc_cccc;
+    pub const PAINT: u32 = 0xcccc_cccc;
 
     /// Bytes between the bottom of the stack region and the top of RAM.
     pub fn size() -> usize {
-        top() - bottom()
+        let (bottom, top) = stack_region();
+        top - bottom
     }
 
     /// Bytes the stack has reached below its top so far.
     pub fn used() -> usize {
-        let mut p = bottom();
+        let (mut p, top) = stack_region();
         // Scan up from the bottom of the stack region until the paint is gone.
-        while p < top() {
+        while p < top {
             // SAFETY: `[bottom, top)` is the stack region, word-aligned RAM that the
             // linker script reserves; reading it is always defined.
             if unsafe { core::ptr::read_volatile(p as *const u32) } != PAINT {
@@ -317,16 +275,7 @@ mod stack {
             }
             p += 4;
         }
-        top() - p
-    }
-
-    // Only the symbols' addresses are taken; `link.x` defines both.
-    fn top() -> usize {
-        &raw const _stack_start as usize
-    }
-
-    fn bottom() -> usize {
-        &raw const _stack_end as usize
+        top - p
     }
 }
 
@@ -334,10 +283,4 @@ mod stack {
 fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
     println!("kvm-mcu: panic: {info}");
     semihosting::process::exit(101)
-}
-
-#[exception]
-unsafe fn HardFault(frame: &ExceptionFrame) -> ! {
-    println!("kvm-mcu: hard fault at pc {:#010x}", frame.pc());
-    semihosting::process::exit(102)
 }

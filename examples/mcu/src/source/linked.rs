@@ -1,0 +1,53 @@
+//! The default build's model and memory: the model file linked into flash, the arena and
+//! the sampler scratch in statics sized at build time.
+
+use kvm_core::sampler::{scratch_len, Candidate};
+use kvm_core::Model;
+use semihosting::println;
+
+use crate::model_info::{ARENA_LEN, MODEL_LEN, VOCAB_LEN};
+use crate::Fail;
+
+/// A value on a 64-byte boundary: tensor data is 64-aligned within the model file, and the
+/// arena must start on [`kvm_core::state::ARENA_ALIGN`].
+#[repr(C, align(64))]
+struct Aligned<T: ?Sized>(T);
+
+const _: () = assert!(core::mem::align_of::<Aligned<u8>>() == kvm_core::state::ARENA_ALIGN);
+
+/// The model file, in flash, decoded in place (never copied to RAM); in the board's
+/// `.kvm_model` region where its memory map has one (see build.rs).
+#[cfg_attr(model_section, link_section = ".kvm_model")]
+static MODEL: Aligned<[u8; MODEL_LEN]> = Aligned(*include_bytes!(env!("KVM_MCU_MODEL_PATH")));
+
+/// The session arena (`.bss`).
+static mut ARENA: Aligned<[u8; ARENA_LEN]> = Aligned([0; ARENA_LEN]);
+/// The sampler's scratch (`.bss`).
+static mut CANDIDATES: [Candidate; scratch_len(VOCAB_LEN)] = [Candidate::EMPTY; scratch_len(VOCAB_LEN)];
+
+/// The linked model, validated, with the arena and sampler scratch it was built for.
+/// Call once.
+pub fn open() -> Result<(Model<'static>, &'static mut [u8], &'static mut [Candidate]), Fail> {
+    let (arena, candidates) = (&raw mut ARENA, &raw mut CANDIDATES);
+    // SAFETY: called once, from the entry, and nothing else names these statics, so these
+    // are the only references to them.
+    let (arena, candidates) = unsafe { (&mut (*arena).0, &mut *candidates) };
+    let blob: &'static [u8] = &MODEL.0;
+    println!(
+        "kvm-mcu: model {} bytes at {:#010x} (flash), arena {} bytes at {:#010x}",
+        blob.len(),
+        blob.as_ptr() as usize,
+        arena.len(),
+        arena.as_ptr() as usize
+    );
+    println!("kvm-mcu: kernel tier {}", kvm_core::kernels::tier());
+    let model = crate::validate(blob)?;
+    if model.arena_len() != ARENA_LEN {
+        return Err(Fail::ArenaLen { built: ARENA_LEN, model: model.arena_len() });
+    }
+    let vocab_len = model.config().vocab_len as usize;
+    if vocab_len != VOCAB_LEN {
+        return Err(Fail::VocabLen { built: VOCAB_LEN, model: vocab_len });
+    }
+    Ok((model, arena, candidates))
+}

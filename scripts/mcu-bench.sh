@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Instruction counts and memory of the kvm firmware (examples/mcu) on every QEMU board,
+# for tiny-kjv in each weight dtype and attention cache.
+#
+# usage: scripts/mcu-bench.sh [--table]
+#
+# For each board x dtype (q8_0, q4_0: kvm-export's default layouts, q8_0x16 and q4_0x16) x
+# cache (f32, f16, q8), runs `examples/mcu/run-qemu.sh --icount` and prints one JSON line:
+#   {"board":"an386","dtype":"q8_0","cache":"f32","prefill_instructions_per_token":N,
+#    "decode_instructions_per_step":N,"model_flash_bytes":N,"arena_bytes":N,"stack_bytes":N}
+# (prefill: the 12 prompt tokens; decode: the mean of 64 steps; model_flash_bytes: the
+# model file linked into read-only memory; stack_bytes: the painted stack's high-water
+# mark). With --table a Markdown table of the same numbers follows. Boards:
+# $KVM_MCU_BOARDS, default "an386 an505 riscv32". Exits non-zero if a run fails.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+run="$root/examples/mcu/run-qemu.sh"
+read -r -a boards <<<"${KVM_MCU_BOARDS:-an386 an505 riscv32}"
+dtypes=(q8_0 q4_0)
+caches=(f32 f16 q8)
+table=0
+case "${1:-}" in
+    --table) table=1 ;;
+    "") ;;
+    *) echo "usage: scripts/mcu-bench.sh [--table]" >&2; exit 2 ;;
+esac
+
+log="$(mktemp)"
+lines="$(mktemp)"
+trap 'rm -f "$log" "$lines"' EXIT
+for board in "${boards[@]}"; do
+    for dtype in "${dtypes[@]}"; do
+        for cache in "${caches[@]}"; do
+            if ! "$run" --board "$board" --dtype "$dtype" --cache "$cache" --icount >"$log" 2>&1; then
+                cat "$log" >&2
+                echo "mcu-bench.sh: $board $dtype $cache failed" >&2
+                exit 1
+            fi
+            BOARD="$board" DTYPE="$dtype" CACHE="$cache" perl -ne '
+                $model = $1, $arena = $2 if /^kvm-mcu: model (\d+) bytes .* arena (\d+) bytes/;
+                $stack = $1 if /^kvm-mcu: stack used (\d+) of/;
+                $prefill = $1 if /^run-qemu.sh: icount: prefill .*\((\d+) per token\)/;
+                $decode = $1 if /^run-qemu.sh: icount: decode .*\((\d+) per token\)/;
+                END {
+                    die "mcu-bench.sh: a report line is missing\n" unless defined $model && defined $arena
+                        && defined $stack && defined $prefill && defined $decode;
+                    printf "{\"board\":\"%s\",\"dtype\":\"%s\",\"cache\":\"%s\",\"prefill_instructions_per_token\":%d,"
+                        . "\"decode_instructions_per_step\":%d,\"model_flash_bytes\":%d,\"arena_bytes\":%d,"
+                        . "\"stack_bytes\":%d}\n", @ENV{qw(BOARD DTYPE CACHE)}, $prefill, $decode, $model, $arena, $stack;
+                }' "$log" | tee -a "$lines"
+        done
+    done
+done
+
+if [[ $table -eq 1 ]]; then
+    echo
+    echo "| board | dtype | cache | prefill, instructions per token | decode, instructions per step | model (flash), bytes | arena, bytes | stack, bytes |"
+    echo "|---|---|---|---:|---:|---:|---:|---:|"
+    perl -ne '
+        my %f = /"(\w+)":"?([^",}]+)"?/g;
+        sub commas { my $n = reverse shift; $n =~ s/(\d{3})(?=\d)/$1,/g; return scalar reverse $n }
+        printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", @f{qw(board dtype cache)},
+            map { commas($f{$_}) } qw(prefill_instructions_per_token decode_instructions_per_step
+                model_flash_bytes arena_bytes stack_bytes);' "$lines"
+fi
