@@ -406,7 +406,9 @@ impl Quant for Q4 {
         assert!(qs.len() == QK / 8 && c + CHUNK <= X16);
         #[cfg(kvm_arm_dsp)]
         {
-            let (mut s0, mut s1, mut s2, mut s3) = (0i32, 0i32, 0i32, 0i32);
+            // sum (n - 8) * a = sum n * a - 8 * sum a: the sums start at the second term.
+            let off = asum.wrapping_mul(8).wrapping_neg();
+            let (mut s0, mut s1, mut s2, mut s3) = (off, off, off, off);
             // SAFETY: as in `Q8::chunk`, for `[4][16]` words.
             unsafe {
                 core::arch::asm!(
@@ -422,8 +424,7 @@ impl Quant for Q4 {
                     options(pure, readonly, nostack),
                 );
             }
-            let off = asum.wrapping_mul(8);
-            [s0, s1, s2, s3].map(|s| s.wrapping_sub(off))
+            [s0, s1, s2, s3]
         }
         #[cfg(not(kvm_arm_dsp))]
         {
