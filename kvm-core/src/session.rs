@@ -144,7 +144,7 @@ impl<'m, 'a> Session<'m, 'a> {
     /// # Errors
     /// [`Error::BufferTooSmall`] for a short `batch` or `Logits::All` buffer;
     /// [`Error::InvalidArgument`] for no tokens; as [`Session::step`]. Nothing is
-    /// consumed on error.
+    /// consumed on error, but for [`Error::NonFiniteLogits`]: the batch was fed.
     pub fn step_batch(
         &mut self,
         tokens: &[u32],

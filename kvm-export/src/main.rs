@@ -1,6 +1,6 @@
 //! `kvm-export`: converts checkpoints into kvm model files, or makes random-weight ones.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -14,6 +14,7 @@ use kvm_core::format::{canonical_tensors, Role};
 use kvm_core::quant::DType;
 use kvm_export::convert::{convert, TokenizerSource};
 use kvm_export::synth::{synth, Preset};
+use kvm_write::atomic::AtomicFile;
 use kvm_write::policy::Policy;
 use kvm_write::writer::{error_table, peak_rss_bytes, TensorReport, WriteReport};
 
@@ -65,6 +66,15 @@ enum Cmd {
         /// Print nothing but errors.
         #[arg(short, long)]
         quiet: bool,
+    },
+    /// Write the tokenizer section a model file would hold for a tokenizer.json (to inspect
+    /// it, or to seed the tokenizer fuzz target).
+    Tokenizer {
+        /// An HF tokenizer.json.
+        json: PathBuf,
+        /// Output file: the section's bytes.
+        #[arg(short, long)]
+        out: PathBuf,
     },
     /// Write a model with random weights and the shapes of a preset (for benchmarks).
     Synth {
@@ -190,6 +200,14 @@ fn run() -> Result<()> {
                     .with_context(|| format!("converting {}", dir.display()))?;
                 Ok(report)
             })
+        }
+        Cmd::Tokenizer { json, out } => {
+            let text = std::fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?;
+            let section =
+                kvm_write::tokenizer::build_section(&text).with_context(|| format!("in {}", json.display()))?;
+            let mut file = AtomicFile::create(&out).with_context(|| format!("creating {}", out.display()))?;
+            file.file().write_all(&section).with_context(|| format!("writing {}", out.display()))?;
+            file.commit()
         }
         Cmd::Synth { preset, out, storage, seed, quiet } => {
             let names = Preset::ALL.map(Preset::name).join(", ");

@@ -402,10 +402,11 @@ fn packing_at_load_checks_every_tensor_and_leaves_quantized_models_alone() {
         let n = UNIQUE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path = std::env::temp_dir().join(format!("kvm-test-{}-pack-{n}.kvm", std::process::id()));
         std::fs::write(&path, bytes).unwrap();
-        // A file shorter than its header says is refused at open, before packing.
-        let file = ModelFile::open(&path, Pages::Mapped);
+        // A damaged header or a cut file is refused as it is opened, before any packing.
+        let packed = ModelFile::open(&path, Pages::Mapped)
+            .and_then(|file| file.pack_f32().map(|packed| packed.map(|p| p.bytes().len())));
         std::fs::remove_file(&path).ok();
-        file?.pack_f32().map(|packed| packed.map(|p| p.bytes().len()))
+        packed
     };
     let blob = fixed_basic();
     assert!(pack(&blob).unwrap().is_some_and(|len| len < blob.len()));

@@ -4,7 +4,7 @@
 //! The arena is one `[f32]` carved, in a fixed order, into:
 //!
 //! ```text
-//! counters   [16]                       pos, slots, coverage, layout stamp
+//! counters   [16]                       pos, slots, coverage, layout stamp, model identity
 //! per layer  sk [n_heads, state_len, d_qk]    key sums
 //!            sv [n_heads, state_len, d_v]     value sums
 //!            r  [n_heads, state_len]          read radius (vlens) or fold count

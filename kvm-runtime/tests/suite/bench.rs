@@ -96,3 +96,26 @@ fn long_run_reports_each_checkpoint() {
     }
     assert!(r["rss_spread"].as_f64().unwrap() < 0.05, "{r}");
 }
+
+#[test]
+fn long_run_round_trips_snapshots_bit_exactly() {
+    // A growable (power-law) model, so the state changes shape along the run.
+    let mut cfg = Preset::Tiny.config();
+    cfg.budget = kvm_core::config::StateBudget::PowerLaw { factor: 1.0, exponent: 0.5 };
+    cfg.validate().unwrap();
+    let path = std::env::temp_dir().join(format!("kvm-bench-test-{}-soak.kvm", std::process::id()));
+    synth(&path, &cfg, &Policy::uniform(DType::F32), 7, &mut |_| {}).unwrap();
+    let m = path.to_str().unwrap();
+    let args = ["--model", m, "--gen", "600", "--checkpoints", "64,200,600", "--window", "32", "--bw-mib", "0"];
+    let r = bench_json(&[&args[..], &["--threads", "1", "--round-trip", "16"]].concat());
+    assert_eq!(r["round_trips"], 3, "{r}");
+    assert!(r["rss_spread"].as_f64().unwrap() < 0.05, "{r}");
+    // The round trips leave the run as it was: the same state at every checkpoint.
+    let plain = bench_json(&[&args[..], &["--threads", "1"]].concat());
+    let slots = |r: &serde_json::Value| -> Vec<u64> {
+        r["checkpoints"].as_array().unwrap().iter().map(|c| c["state_slots"].as_u64().unwrap()).collect()
+    };
+    assert_eq!(slots(&r), slots(&plain));
+    assert_eq!(plain["round_trips"], 0);
+    std::fs::remove_file(&path).ok();
+}

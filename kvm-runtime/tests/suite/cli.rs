@@ -366,18 +366,27 @@ fn errors_name_the_flag_the_range_and_the_position() {
     std::fs::remove_file(model).ok();
 }
 
-/// Peak resident memory of `kvm ARGS`, which must succeed.
+/// Peak resident memory of `kvm ARGS`, which must succeed, as its `VmHWM` last read before
+/// it exits. (Not `wait4`'s `ru_maxrss`: a spawned child's counts this test process's own
+/// peak, recorded when the child execs.)
 fn peak_rss(args: &[&str]) -> u64 {
     use std::process::Stdio;
-    let child = Command::new(env!("CARGO_BIN_EXE_kvm")).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn();
-    let pid = child.unwrap().id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: `rusage` is plain integers, for which all zeros is a valid value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `pid` is our child; `status` and `usage` are live locals.
-    assert_eq!(unsafe { libc::wait4(pid, &mut status, 0, &mut usage) }, pid);
-    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{args:?}: status {status}");
-    usage.ru_maxrss as u64 * 1024
+    let mut child =
+        Command::new(env!("CARGO_BIN_EXE_kvm")).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut peak = 0;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "{args:?}: {status:?}");
+            return peak;
+        }
+        let status = std::fs::read_to_string(&status_file).unwrap_or_default();
+        let hwm = status.lines().find_map(|l| l.strip_prefix("VmHWM:"));
+        if let Some(kb) = hwm.and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()) {
+            peak = peak.max(kb * 1024);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
 }
 
 #[test]
@@ -393,7 +402,7 @@ fn logits_stream_to_the_file_in_constant_memory() {
         peak_rss(&[&args[..], &[out.to_str().unwrap()]].concat())
     };
     let (rss_short, rss_long) = (run(64, &short), run(1024, &long));
-    // The long run's logits are 32 MiB; held in memory they would show here.
+    // The long run.s logits are 32 MiB; held in memory they would show here.
     assert!(rss_long < rss_short + (8 << 20), "peak memory {rss_short} for 64 tokens, {rss_long} for 1024");
     let (shape, a) = read_npy(&short);
     let (long_shape, b) = read_npy(&long);

@@ -66,6 +66,11 @@ pub struct Args {
     /// every token (much faster for big models; the state evolves the same way).
     #[arg(long)]
     fast_forward: bool,
+    /// Long run: at every checkpoint also snapshot the session, decode this many random
+    /// tokens, restore and decode them again, and fail unless the logits are the same bits
+    /// (then go on from the snapshot, so the run itself is unchanged); 0 skips it.
+    #[arg(long, default_value_t = 0)]
+    round_trip: usize,
     /// MiB read to measure memory bandwidth (0 skips it); keep it well above the L3.
     #[arg(long, default_value_t = 1024)]
     bw_mib: usize,
@@ -375,6 +380,9 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
             "peak_rss_bytes": status_bytes("VmHWM:"),
             "state_slots": session.state_slots(),
         });
+        if a.round_trip > 0 {
+            round_trip(&mut session, pool, &token_stream(u64::from(stream.next_u32()), a.round_trip, vocab_len))?;
+        }
         if std::io::stderr().is_terminal() {
             eprintln!("reached {cp} tokens after {:.0} s", started.elapsed().as_secs_f64());
         }
@@ -396,6 +404,30 @@ fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Res
     report["checkpoints"] = Value::Array(rows);
     report["fast_forward"] = json!(a.fast_forward);
     report["long_run_secs"] = json!(started.elapsed().as_secs_f64());
+    report["round_trips"] = json!(if a.round_trip > 0 { checkpoints.len() } else { 0 });
+    Ok(())
+}
+
+/// Snapshots `session`, decodes `tokens`, restores the snapshot and decodes them again;
+/// fails unless both passes give the same logits, bit for bit. Leaves the session at the
+/// snapshot.
+fn round_trip(session: &mut Session<'_, '_>, pool: &Pool, tokens: &[u32]) -> Result<()> {
+    let mut snap = vec![0u8; session.snapshot_len()];
+    session.snapshot(&mut snap)?;
+    let pass = |session: &mut Session<'_, '_>| -> Result<Vec<u32>> {
+        let mut bits = Vec::with_capacity(tokens.len() * session.model().config().vocab_len as usize);
+        for &t in tokens {
+            bits.extend(session.decode_with(t, pool)?.iter().map(|x| x.to_bits()));
+        }
+        Ok(bits)
+    };
+    let first = pass(session)?;
+    session.restore(&snap)?;
+    let second = pass(session)?;
+    session.restore(&snap)?;
+    if first != second {
+        bail!("the logits after restoring the snapshot at position {} differ from the first pass", session.pos());
+    }
     Ok(())
 }
 

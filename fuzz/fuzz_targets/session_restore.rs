@@ -1,0 +1,46 @@
+//! `Session::restore` on untrusted snapshots: never panics, and whatever it accepts
+//! decodes without panicking. The input's first bytes pick a prompt; a real snapshot of
+//! that session is then damaged as the rest of the input says (a run of `(offset, xor)`
+//! pairs, so mutations reach the counters and the state behind the length check), and
+//! the input itself is tried as a snapshot too.
+#![no_main]
+
+use kvm_core::{Model, Session};
+use libfuzzer_sys::fuzz_target;
+
+static BLOB: &[u8] = include_bytes!("../../models/tiny-kjv-q8_0.kvm");
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(model) = Model::from_bytes_trusted(BLOB) else { return };
+    let len = model.arena_len();
+    let mut buf = vec![0u128; len / 16 + 4];
+    // SAFETY: u128 storage viewed as bytes; any bytes are valid u8.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut u8, buf.len() * 16) };
+    let off = bytes.as_ptr().align_offset(64);
+    let Ok(mut s) = Session::new(model, &mut bytes[off..off + len]) else { return };
+    let (prompt_len, rest) = match data.split_first() {
+        Some((&n, rest)) => (usize::from(n % 80) + 1, rest),
+        None => (1, data),
+    };
+    let prompt: Vec<u32> = (0..prompt_len).map(|i| (i as u32 * 31 + 7) % 256).collect();
+    let _ = s.prefill(&prompt);
+    let mut snap = vec![0u8; s.snapshot_len()];
+    if s.snapshot(&mut snap).is_err() {
+        return;
+    }
+    // Offsets land in the counters block half the time, anywhere the other half.
+    for pair in rest.chunks_exact(4) {
+        let raw = u32::from(pair[0]) << 16 | u32::from(pair[1]) << 8 | u32::from(pair[2]);
+        let at = if raw & 1 == 0 { (raw as usize >> 1) % 64 } else { (raw as usize >> 1) % snap.len() };
+        snap[at] ^= pair[3];
+    }
+    let mut again = vec![0u8; snap.len()];
+    for candidate in [&snap[..], rest] {
+        if s.restore(candidate).is_ok() {
+            for t in 0..4 {
+                let _ = s.decode(t * 67 % 256);
+            }
+            let _ = s.snapshot(&mut again);
+        }
+    }
+});
