@@ -166,7 +166,7 @@ impl Layout {
     }
 
     /// f32s of the activations of `n` tokens processed together (the `batch` of
-    /// [`Session::step_batch`]).
+    /// [`crate::Session::step_batch`]).
     pub fn acts_len(&self, n: usize) -> Option<usize> {
         let rows = self.row_widths.iter().try_fold(0usize, |acc, &w| acc.checked_add(pad(w.checked_mul(n)?)))?;
         rows.checked_add(pad(kernels::matmul_scratch_len(self.widest_input, n).div_ceil(4)))
@@ -216,7 +216,7 @@ impl Layout {
         LayerParts { sk, sv, r, wk, wv }
     }
 
-    /// Bytes of a [`Session::snapshot`].
+    /// Bytes of a [`crate::Session::snapshot`].
     #[inline]
     pub fn snapshot_len(&self) -> usize {
         self.state_floats() * 4

@@ -1,7 +1,7 @@
 //! A session's decode state and its updates (spec §3), in the caller's arena, in the order
-//! a step uses them: [`arena`] (the layout and the views carved from it) -> [`plan`] (what
-//! this token does to the state) -> [`means`] (the compressed state: initial appends,
-//! folds, merges) -> [`attend`] (the window ring and attention reads).
+//! a step uses them: `arena` (the layout and the views carved from it) -> `plan` (what
+//! this token does to the state) -> `means` (the compressed state: initial appends,
+//! folds, merges) -> `attend` (the window ring and attention reads).
 //!
 //! Nothing here knows the model file: weights come in as [`crate::tensor`] views and
 //! splittable work goes through [`crate::exec::Exec`].
