@@ -1,0 +1,166 @@
+//! `kvm bench`: prefill and decode speed, the bytes each decoded token reads, this
+//! machine's memory bandwidth measured in the same run, and (with `--checkpoints`) a
+//! long run showing that per-token latency and memory stay flat.
+//!
+//! Tokens are a fixed pseudo-random stream (prompt) and greedy picks (decode): the
+//! arithmetic of a step does not depend on which token it is, so no text is needed and
+//! any model file, random-weight ones included, can be measured.
+
+mod probe;
+mod report;
+mod runs;
+
+use anyhow::Result;
+use kvm_core::config::Config;
+use kvm_core::format::Role;
+use kvm_core::state::bswa_begin;
+use kvm_core::Model;
+use kvm_runtime::file::Pages;
+use kvm_runtime::pool::{default_threads, Pool};
+use serde_json::{json, Value};
+
+use probe::bandwidth;
+use report::print_report;
+use runs::{long_run, speed, status_bytes};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    model: crate::ModelArg,
+    #[command(flatten)]
+    cache: crate::CacheArg,
+    /// Prompt tokens fed by chunked prefill, timed (`prefill_tok_s`).
+    #[arg(long, default_value_t = 512)]
+    prompt_len: usize,
+    /// Tokens decoded one at a time, timed (`decode_tok_s`; with --checkpoints: the length
+    /// of the long run).
+    #[arg(long, default_value_t = 128)]
+    gen: usize,
+    /// Tokens in the session when the timed decode starts: 0 (the default) decodes from an
+    /// empty context, as llama-bench's tg test does; equal to --prompt-len, it continues
+    /// after the timed prompt; any other value is prefilled, untimed, in a fresh session.
+    #[arg(long, default_value_t = 0)]
+    context: usize,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Repeat the prefill + decode measurement this many times (fresh session each) and
+    /// report the medians.
+    #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    runs: usize,
+    /// Print one JSON object instead of a report.
+    #[arg(long)]
+    json: bool,
+    /// Long-run mode: context positions (comma-separated, at most --gen) at which to
+    /// report per-token latency and resident memory.
+    #[arg(long, value_delimiter = ',')]
+    checkpoints: Vec<usize>,
+    /// Long run: decode steps timed before each checkpoint, rounded up to whole chunks;
+    /// the latency reported is the median over the window's chunks of the mean step time
+    /// (default: 4 chunks, at least 1024 steps).
+    #[arg(long)]
+    window: Option<usize>,
+    /// Long run: reach each checkpoint's window by chunked prefill instead of decoding
+    /// every token (much faster for big models; the state evolves the same way).
+    #[arg(long)]
+    fast_forward: bool,
+    /// Long run: at every checkpoint also snapshot the session, decode this many random
+    /// tokens, restore and decode them again, and fail unless the logits are the same bits
+    /// (then go on from the snapshot, so the run itself is unchanged); 0 skips it.
+    #[arg(long, default_value_t = 0)]
+    round_trip: usize,
+    /// MiB read to measure memory bandwidth (0 skips it); keep it well above the L3.
+    #[arg(long, default_value_t = 1024)]
+    bw_mib: usize,
+    /// Seed of the prompt's token stream.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+pub fn run(a: &Args) -> Result<()> {
+    let file = a.model.open()?;
+    let model = a.cache.apply(file.model()?)?;
+    let pool = Pool::new(a.threads.unwrap_or_else(default_threads))?;
+    // Fault every page of the model in now, so no timed step pays for first touches.
+    std::hint::black_box(file.bytes().iter().step_by(4096).fold(0u8, |s, &b| s ^ b));
+    let mut report = describe(a.model.path(), &model, &pool);
+    report["model_pages"] = json!(match file.pages() {
+        Pages::Huge => "huge",
+        Pages::Mapped => "mapped",
+    });
+    report["packed_at_load"] = json!(file.packed());
+    if a.checkpoints.is_empty() {
+        speed(a, &model, &pool, &mut report)?;
+    } else {
+        long_run(a, &model, &pool, &mut report)?;
+    }
+    // Read before the bandwidth buffer raises it.
+    report["peak_rss_bytes"] = json!(status_bytes("VmHWM:"));
+    if a.bw_mib > 0 {
+        bandwidth(a.bw_mib, pool.threads(), &mut report);
+    }
+    if a.json {
+        println!("{report}");
+    } else {
+        print_report(&report);
+    }
+    Ok(())
+}
+
+/// The model, the machine and the bytes one decode step reads.
+fn describe(path: &std::path::Path, model: &Model<'_>, pool: &Pool) -> Value {
+    let cfg = model.config();
+    let mut weight_bytes = 0u64;
+    let mut params = 0u64;
+    for e in model.tensors() {
+        params += e.rows as u64 * e.cols as u64;
+        // A step reads one embedding row and every other tensor whole.
+        weight_bytes += if e.role == Role::TokEmbed { e.len / e.rows.max(1) as u64 } else { e.len };
+    }
+    let dtype = model.matrix(Role::Wq, 0).dtype.name();
+    // Attention reads every state slot and the window's keys and values, stored as the
+    // cache dtype, for each head of each layer. Steady state: the state is full and the window holds
+    // `window_len - chunk_len + r` tokens, r = 1..=chunk_len, so on average this many.
+    let (c, w) = (cfg.chunk_len as f64, cfg.window_len() as f64);
+    let state_bytes = position_bytes(model) * (cfg.natural_state_len() as f64 + w - c + (c + 1.0) / 2.0);
+    json!({
+        "model": path.display().to_string(),
+        "dtype": dtype,
+        "params": params,
+        "file_bytes": model.blob().len(),
+        "arena_bytes": model.arena_len(),
+        "threads": pool.threads(),
+        "kernel_tier": crate::kernel_tier(),
+        "cache": model.cache().name(),
+        // Other processes' load makes numbers noisy (and 2-thread ones low) on shared machines.
+        "loadavg_1m": std::fs::read_to_string("/proc/loadavg").ok().and_then(|l| l.split(' ').next()?.parse::<f64>().ok()),
+        "weight_bytes_per_token": weight_bytes,
+        "state_bytes_per_token": state_bytes.round() as u64,
+    })
+}
+
+/// Bytes attention reads per position it attends to: a key and a value row, stored as the
+/// cache dtype, in every head of every layer.
+fn position_bytes(model: &Model<'_>) -> f64 {
+    let cfg = model.config();
+    let row_bytes = model.cache().row_bytes(cfg.d_qk as usize) + model.cache().row_bytes(cfg.d_v as usize);
+    (cfg.n_layers * cfg.n_heads) as f64 * row_bytes as f64
+}
+
+/// Positions the step at position `t` attends to: its window's tokens, and once the
+/// context outgrows the window, every state slot (taken as full).
+fn positions_read(cfg: &Config, t: usize) -> usize {
+    let n = t + 1;
+    let window = n - bswa_begin(cfg, n);
+    window + if n > cfg.window_len() { cfg.natural_state_len() } else { 0 }
+}
+
+/// The median of `v` (sorted in place).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
