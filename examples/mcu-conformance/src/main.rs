@@ -23,7 +23,8 @@ use core::fmt;
 use cortex_m as _;
 use cortex_m_rt::{entry, exception, ExceptionFrame};
 use half::f16;
-use kvm_core::kernels::{self, tier::COMPILED, Matrix, Tier};
+use kvm_core::kernels::{self, tier::COMPILED, Tier};
+use kvm_core::tensor::Matrix;
 use kvm_core::quant::DType;
 use semihosting::println;
 

@@ -15,7 +15,8 @@
 
 use cortex_m as _;
 use cortex_m_rt::{entry, exception, ExceptionFrame};
-use kvm_core::kernels::{self, scalar, Matrix};
+use kvm_core::kernels::{self, scalar};
+use kvm_core::tensor::Matrix;
 use kvm_core::quant::{DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
 use semihosting::println;
 
