@@ -43,7 +43,8 @@ const SCALES: [u16; 8] = [0x7bff, 0x0001, 0x03ff, 0x3c00, 0xbc00, 0x0000, 0x8000
 
 /// Scratch, in .bss: weights, activations, the oracle's and the tier's outputs.
 struct Buffers {
-    w: [u8; MAX_ROWS * MAX_BLOCKS * Q8_BLOCK],
+    /// One byte more than the largest matrix: a copy at offset 1 is a blob at an odd address.
+    w: [u8; MAX_ROWS * MAX_BLOCKS * Q8_BLOCK + 1],
     x: [f32; MAX_TOKENS * MAX_COLS],
     act: [u8; MAX_TOKENS * kernels::act_scratch_len(MAX_COLS)],
     want: [f32; MAX_TOKENS * MAX_ROWS],
@@ -53,7 +54,7 @@ struct Buffers {
 #[entry]
 fn main() -> ! {
     static mut BUF: Buffers = Buffers {
-        w: [0; MAX_ROWS * MAX_BLOCKS * Q8_BLOCK],
+        w: [0; MAX_ROWS * MAX_BLOCKS * Q8_BLOCK + 1],
         x: [0.0; MAX_TOKENS * MAX_COLS],
         act: [0; MAX_TOKENS * kernels::act_scratch_len(MAX_COLS)],
         want: [0.0; MAX_TOKENS * MAX_ROWS],
@@ -245,6 +246,16 @@ fn products(buf: &mut Buffers, dtype: DType, report: &mut Report) {
                 kernels::matvec(&w, &x[(n - 1) * cols..], got, &mut buf.act[..per]);
                 report.bits(got, &want[(n - 1) * rows..], format_args!("matvec {dtype:?} [{rows}, {nb} blocks]"));
             }
+            // The same weights one byte further on (a blob at an odd address): the tier
+            // must not fault on them and give the same bits.
+            buf.w.copy_within(..len, 1);
+            let Ok(w) = Matrix::new(dtype, rows, cols, &buf.w[1..len + 1]) else { continue };
+            let x = &buf.x[..cols];
+            let (want, got) = (&mut buf.want[..rows], &mut buf.got[..rows]);
+            oracle(&w, x, &mut buf.act, want);
+            got.fill(f32::NAN);
+            kernels::matvec(&w, x, got, &mut buf.act[..kernels::act_scratch_len(cols)]);
+            report.bits(got, want, format_args!("matvec {dtype:?} [{rows}, {nb} blocks] at an odd address"));
         }
     }
 }
