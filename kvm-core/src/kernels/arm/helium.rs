@@ -98,6 +98,9 @@ unsafe fn act_scale(a: *const u8, cols: usize, b: usize) -> f32 {
 /// A plain (row-major) integer block format.
 pub(crate) trait Block {
     const DTYPE: DType;
+    /// The scalar kernel of the format, for rows whose scales are not 2-byte aligned (a blob
+    /// at an odd address): `vldr.16` would fault on them.
+    type Scalar: Kernel<Act = u8>;
 
     /// The exact i32 sum of the weights of the block at `w` times the 32 activation bytes
     /// at `a`.
@@ -116,6 +119,7 @@ pub(crate) struct Q4;
 
 impl Block for Q8 {
     const DTYPE: DType = DType::Q8_0;
+    type Scalar = scalar::Q8_0;
 
     #[inline(always)]
     unsafe fn isum(w: *const u8, a: *const u8) -> i32 {
@@ -143,6 +147,7 @@ impl Block for Q8 {
 
 impl Block for Q4 {
     const DTYPE: DType = DType::Q4_0;
+    type Scalar = scalar::Q4_0;
 
     #[inline(always)]
     unsafe fn isum(w: *const u8, a: *const u8) -> i32 {
@@ -185,6 +190,10 @@ impl<B: Block> Kernel for Rows<B> {
     type Act = u8;
 
     unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[u8]; T], cols: usize) -> [[f32; T]; R] {
+        if w.iter().any(|w| !(w.as_ptr() as usize).is_multiple_of(2)) {
+            // SAFETY: forwarded.
+            return unsafe { B::Scalar::tile(w, a, cols) };
+        }
         let bb = B::DTYPE.block_bytes();
         let nb = cols / QK;
         let mut acc = [[[0.0f32; LANES]; T]; R];
@@ -210,6 +219,9 @@ impl<B: Block> Kernel for Rows<B> {
 pub(crate) trait GroupBlock {
     /// Bytes of one group block (16 scales, then the quant bytes).
     const BYTES: usize;
+    /// The scalar kernel of the format, for groups that are not 4-byte aligned (a blob at
+    /// an address that is not): the gathers would fault on them.
+    type Scalar: GroupKernel;
 
     /// Adds the 16 rows' terms of the group block at `g` with the activation block at `a`
     /// (32 bytes, scale `da`) to their accumulators `acc[0..16]`: the exact block sum `s`,
@@ -361,6 +373,7 @@ macro_rules! group_asm {
 
 impl GroupBlock for Q8 {
     const BYTES: usize = core::mem::size_of::<GroupQ8_0x16>();
+    type Scalar = scalar::Q8_0x16;
 
     #[inline(always)]
     unsafe fn add_terms<const FIRST: bool>(g: *const u8, a: *const u8, da: f32, acc: *mut f32) {
@@ -377,6 +390,7 @@ impl GroupBlock for Q8 {
 
 impl GroupBlock for Q4 {
     const BYTES: usize = core::mem::size_of::<GroupQ4_0x16>();
+    type Scalar = scalar::Q4_0x16;
 
     #[inline(always)]
     unsafe fn add_terms<const FIRST: bool>(g: *const u8, a: *const u8, da: f32, acc: *mut f32) {
@@ -417,6 +431,10 @@ pub(crate) struct Groups<B>(PhantomData<B>);
 
 impl<B: GroupBlock> GroupKernel for Groups<B> {
     unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
+        if !(g.as_ptr() as usize).is_multiple_of(4) {
+            // SAFETY: forwarded.
+            return unsafe { B::Scalar::group(g, a, cols) };
+        }
         let nb = cols / QK;
         let mut acc = [[[MaybeUninit::<f32>::uninit(); X16]; LANES]; T];
         for b in 0..nb {
