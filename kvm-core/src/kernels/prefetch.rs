@@ -1,9 +1,6 @@
 //! Cache hints: bring lines in before loads or stores need them (a hint never faults and
 //! changes nothing; on architectures without one it is nothing).
 
-#[cfg(target_arch = "aarch64")]
-use core::arch::asm;
-
 /// What [`prefetch_lines`] brings cache lines in for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Access {

@@ -74,7 +74,8 @@ pub(super) fn table(tier: Tier) -> &'static Table {
     // Tile shapes (rows for float, rows for integer weights; tokens for matmul): each
     // activation load serves a tile's rows, which stream from as many runs of the matrix;
     // AVX2's tiles stop where its 16 registers would spill (docs/perf.md, "Kernels").
-    static SCALAR: Table = Table {
+    // The scalar tier; the Cortex-M tiers take its entries but for their integer products.
+    const SCALAR_ENTRIES: Table = Table {
         decode: decode::<scalar::Scalar, 1, 1>(),
         matmul: run::<scalar::Scalar, 1, 1, 1>,
         quantize_act: <scalar::Scalar as Kernels>::quantize_act,
@@ -87,6 +88,7 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         f16: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
         i8: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
     };
+    static SCALAR: Table = SCALAR_ENTRIES;
     #[cfg(target_arch = "x86_64")]
     static AVX2: Table = Table {
         decode: decode::<x86_64::avx2::Avx2, 8, 4>(),
@@ -150,13 +152,7 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         matmul: run::<arm::dsp::Dsp, 1, 4, 1>,
         quantize_act: <arm::dsp::Dsp as Kernels>::quantize_act,
         dequant_row: scalar::dequant_row,
-        max: scalar::max,
-        find: scalar::find,
-        exp_sub: scalar::exp_sub,
-        narrow_f16: scalar::narrow_f16,
-        f32: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
-        f16: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
-        i8: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
+        ..SCALAR_ENTRIES
     };
     // Integer products only; the float kernels are the scalar ones (see `arm::helium`).
     #[cfg(all(target_arch = "arm", kvm_mve))]
@@ -165,13 +161,7 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         matmul: run::<arm::helium::Helium, 1, 1, 1>,
         quantize_act: <arm::helium::Helium as Kernels>::quantize_act,
         dequant_row: arm::helium::Helium::dequant_row,
-        max: scalar::max,
-        find: scalar::find,
-        exp_sub: scalar::exp_sub,
-        narrow_f16: scalar::narrow_f16,
-        f32: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
-        f16: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
-        i8: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
+        ..SCALAR_ENTRIES
     };
     match tier {
         #[cfg(all(target_arch = "arm", kvm_mve))]
