@@ -22,20 +22,11 @@ convert_checkpoint() {
 }
 
 # tiny_kjv_256k ROOT WORK: converts the 256 KiB configuration of tiny-kjv (examples/mcu/
-# README.md: its q8_0 weights, a window of one chunk, the q8 cache) into WORK and prints
-# the model file's path. The checkpoint directory WORK/tiny-kjv-window32 links the weights
-# and holds a config.json with n_bswa_chunks = 1.
+# README.md: the checkpoint unchanged, q8_0 weights, the q8 cache, slot reads recomputed)
+# into WORK and prints the model file's path.
 tiny_kjv_256k() {
-    local root="$1" work="$2" dir="$2/tiny-kjv-window32"
-    mkdir -p "$dir"
-    ln -sf "$root/models/tiny-kjv/model.safetensors" "$dir/model.safetensors"
-    python3 - "$root/models/tiny-kjv/config.json" "$dir/config.json" <<'EOF_PY' || exit 2
-import json, sys
-config = json.load(open(sys.argv[1]))
-config["n_bswa_chunks"] = 1
-json.dump(config, open(sys.argv[2], "w"), indent=2)
-EOF_PY
-    convert_checkpoint "$root" "$dir" q8_0 "$work/tiny-kjv-256k.kvm" --cache q8
+    local root="$1" work="$2"
+    convert_tiny_kjv "$root" q8_0 "$work/tiny-kjv-256k.kvm" --cache q8 --slot-reads recomputed
     echo "$work/tiny-kjv-256k.kvm"
 }
 

@@ -72,6 +72,50 @@ impl CacheDtype {
     }
 }
 
+/// Where the rows a read of a state slot sees live: its normalised key `LN_s_k(sk)` and
+/// the value a read sees, `[n_heads, state_len, d]` each per layer, stored as the cache
+/// dtype. Both choices give the same bits; they trade arena for work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[repr(u32)]
+pub enum SlotReads {
+    /// In every layer's state, refreshed when a slot's sums change.
+    #[default]
+    Stored = 0,
+    /// Not in the state: recomputed from the sums when a layer's attention begins, into
+    /// one layer's worth of scratch, so the arena holds one layer's rows instead of
+    /// `n_layers`. Costs `n_heads * slots * (d_qk + d_v)` normalisations per layer and
+    /// token.
+    Recomputed = 1,
+}
+
+impl SlotReads {
+    /// Both choices.
+    pub const ALL: [SlotReads; 2] = [SlotReads::Stored, SlotReads::Recomputed];
+
+    /// Parses the on-disk tag.
+    pub const fn from_u32(v: u32) -> Option<SlotReads> {
+        match v {
+            0 => Some(SlotReads::Stored),
+            1 => Some(SlotReads::Recomputed),
+            _ => None,
+        }
+    }
+
+    /// `"stored"` or `"recomputed"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            SlotReads::Stored => "stored",
+            SlotReads::Recomputed => "recomputed",
+        }
+    }
+
+    /// Parses [`SlotReads::name`].
+    pub fn from_name(s: &str) -> Option<SlotReads> {
+        SlotReads::ALL.into_iter().find(|r| r.name() == s)
+    }
+}
+
 /// Rows of `n` elements in rows of `d` (0 when `d` is 0): the q8 cache's scale count.
 const fn rows_of(n: usize, d: usize) -> usize {
     match n.checked_div(d) {
@@ -261,16 +305,42 @@ impl<'a> RowsMut<'a> {
                 }
             }
             RowsMut::Q8(x, s) => {
-                // Largest magnitude at +-127; an infinity saturates at 1e38 (127 steps of
-                // f32::MAX / 127 could round past f32::MAX).
-                let amax = (0..d).fold(0.0f32, |m, c| m.max(f(c).abs())).min(1e38);
-                let scale = amax / 127.0;
-                let inv = if scale > 0.0 { 127.0 / amax } else { 0.0 };
-                s[r] = scale;
-                x[r * d..(r + 1) * d].iter_mut().enumerate().for_each(|(c, o)| *o = round_i8(f(c) * inv));
+                // The row is read twice (its largest magnitude, then the quantization):
+                // computed once into `buf` when it fits, since `f` may be a whole
+                // normalisation (the slots' read rows).
+                let mut buf = [0f32; Q8_ROW_BUF];
+                if d <= Q8_ROW_BUF {
+                    buf[..d].iter_mut().enumerate().for_each(|(c, v)| *v = f(c));
+                    set_q8(&mut x[r * d..(r + 1) * d], &mut s[r], |c| buf[c]);
+                } else {
+                    set_q8(&mut x[r * d..(r + 1) * d], &mut s[r], f);
+                }
             }
         }
     }
+}
+
+/// Widest q8 row [`RowsMut::set`] computes once (512 bytes of stack).
+const Q8_ROW_BUF: usize = 128;
+
+/// One q8 row `out` (`[d]`) and its scale from `f(c)`, `c < d`, each read twice.
+fn set_q8(out: &mut [i8], scale: &mut f32, mut f: impl FnMut(usize) -> f32) {
+    // Largest magnitude at +-127; an infinity saturates at 1e38 (127 steps of f32::MAX /
+    // 127 could round past f32::MAX).
+    // A compare, not `f32::max` (a libm call on Armv7E-M); the same result, a NaN
+    // included (never larger).
+    let amax = (0..out.len()).fold(0.0f32, |m, c| {
+        let a = f(c).abs();
+        if a > m {
+            a
+        } else {
+            m
+        }
+    });
+    let amax = if amax > 1e38 { 1e38 } else { amax };
+    *scale = amax / 127.0;
+    let inv = if *scale > 0.0 { 127.0 / amax } else { 0.0 };
+    out.iter_mut().enumerate().for_each(|(c, o)| *o = round_i8(f(c) * inv));
 }
 
 /// The largest finite f16: rows saturate there (an overflow would turn scores into NaN).

@@ -47,7 +47,30 @@ pub enum Error {
     /// The logits of the token at position `pos` (0-based, counting every token the
     /// session has seen) hold a NaN or an infinity: the weights or the state overflowed.
     /// The step was taken, so the session's state may hold them too: reset or restore it.
-    NonFiniteLogits { pos: u32 },
+    /// `origin` is the first stage of the forward pass whose output was not finite.
+    NonFiniteLogits { pos: u32, origin: Origin },
+}
+
+/// Where a forward pass first produced a NaN or an infinity ([`Error::NonFiniteLogits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Origin {
+    /// The token embedding (after its layer norm).
+    Embedding,
+    /// Block `l` (attention or MLP): its input was finite, its output not.
+    Block(u32),
+    /// The head (final layer norm, `lm_head`, soft-cap): every block's output was finite.
+    Head,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Origin::Embedding => f.write_str("the token embedding"),
+            Origin::Block(l) => write!(f, "layer {l}"),
+            Origin::Head => f.write_str("the output head"),
+        }
+    }
 }
 
 /// Which checksum failed.
@@ -93,6 +116,8 @@ pub enum ConfigField {
     StateCapacity,
     /// The header's attention cache dtype.
     CacheDtype,
+    /// The header's slot reads choice.
+    SlotReads,
     Flags,
 }
 
@@ -151,8 +176,11 @@ impl fmt::Display for Error {
             Error::BadTokenizer => f.write_str("malformed tokenizer section"),
             Error::BadSnapshot => f.write_str("state snapshot does not match this session"),
             Error::InvalidArgument => f.write_str("argument out of range"),
-            Error::NonFiniteLogits { pos } => {
-                write!(f, "the logits at position {pos} are not finite (NaN or infinity): the model overflowed")
+            Error::NonFiniteLogits { pos, origin } => {
+                write!(
+                    f,
+                    "the logits at position {pos} are not finite (NaN or infinity): the model overflowed in {origin}"
+                )
             }
         }
     }

@@ -14,7 +14,7 @@
 //! Parsing never panics and never reads out of bounds, whatever the input: every offset is
 //! checked with overflow-free arithmetic before it is sliced.
 
-use crate::cache::CacheDtype;
+use crate::cache::{CacheDtype, SlotReads};
 use crate::config::{Config, StateBudget};
 pub use crate::crc::{crc32, crc32_update};
 use crate::error::{Error, Result, Section};
@@ -25,9 +25,9 @@ pub const MAGIC: [u8; 4] = *b"KVMF";
 /// The major version this build reads; a file with another major is refused.
 pub const VERSION_MAJOR: u16 = 1;
 /// The minor version this build writes (1 added the cache dtype, 2 the q4_0x16 dtype and
-/// the q8 cache, 3 the q8_0x16 dtype); newer minors are read (they only add fields in
+/// the q8 cache, 3 the q8_0x16 dtype, 5 the slot reads); newer minors are read (they only add fields in
 /// reserved space, or tags).
-pub const VERSION_MINOR: u16 = 4;
+pub const VERSION_MINOR: u16 = 5;
 /// Written as a little-endian u32; reads back differently on a byte-swapped file.
 pub const BYTE_ORDER_MARK: u32 = 0x0A0B_0C0D;
 /// Size of the fixed header.
@@ -60,6 +60,8 @@ pub struct Header {
     pub state_capacity: u32,
     /// How sessions store the rows attention reads (minor 1; zero, f32, before).
     pub cache: CacheDtype,
+    /// Where sessions keep the slots' read rows (minor 5; zero, stored, before).
+    pub reads: SlotReads,
     pub n_tensors: u32,
     pub table_offset: u64,
     pub table_len: u64,
@@ -267,6 +269,8 @@ mod at {
     pub const TOK_CRC: usize = 88;
     pub const CACHE: usize = 92;
     pub const CONFIG: usize = 96;
+    /// After the config's last field (`SATURATION_N`, an f64 at `CONFIG + 104`).
+    pub const SLOT_READS: usize = 208;
 }
 
 /// Byte offsets of the config fields, relative to `at::CONFIG`.
@@ -348,12 +352,15 @@ impl Header {
         };
         let cache =
             CacheDtype::from_u32(r.u32(at::CACHE)?).ok_or(Error::BadConfig(crate::error::ConfigField::CacheDtype))?;
+        let reads = SlotReads::from_u32(r.u32(at::SLOT_READS)?)
+            .ok_or(Error::BadConfig(crate::error::ConfigField::SlotReads))?;
         let h = Header {
             minor,
             file_len: r.u64(at::FILE_LEN)?,
             arena_len: r.u64(at::ARENA_LEN)?,
             state_capacity: r.u32(at::STATE_CAPACITY)?,
             cache,
+            reads,
             n_tensors: r.u32(at::N_TENSORS)?,
             table_offset: r.u64(at::TABLE_OFFSET)?,
             table_len: r.u64(at::TABLE_LEN)?,
@@ -433,6 +440,7 @@ impl Header {
         w.put(at::TOK_LEN, &self.tokenizer_len.to_le_bytes());
         w.put(at::TOK_CRC, &self.tokenizer_crc.to_le_bytes());
         w.put(at::CACHE, &(self.cache as u32).to_le_bytes());
+        w.put(at::SLOT_READS, &(self.reads as u32).to_le_bytes());
         let c = at::CONFIG;
         let k = &self.config;
         for (off, v) in [

@@ -2,7 +2,9 @@
 //! §2 "Attn", the state updates of spec §3 through [`crate::state`]) and the MLP, then the
 //! head. One batch of tokens at a time; every step reads like the spec, a comment each.
 
+use crate::cache::SlotReads;
 use crate::config::flags;
+use crate::error::Origin;
 use crate::exec::{Exec, Product};
 use crate::format::Role;
 use crate::kernels;
@@ -32,12 +34,13 @@ pub enum Logits<'o> {
 }
 
 /// Runs `tokens` through the network as one batch, updating the session state token by
-/// token exactly as single steps would (spec §2-3); returns the counters after them.
+/// token exactly as single steps would (spec §2-3); returns the counters after them and
+/// the first stage whose output held a NaN or an infinity (if any did before the head).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn forward(
     model: &Model<'_>,
     lay: &Layout,
-    layers: &mut [f32],
+    (layers, reads): (&mut [f32], &mut [f32]),
     s: &mut Scratch<'_>,
     x: &mut Acts<'_>,
     at: Counters,
@@ -46,7 +49,7 @@ pub(crate) fn forward(
     logits: Logits<'_>,
     exec: &dyn Exec,
     tap: &mut dyn FnMut(Tap, &[f32]),
-) -> Counters {
+) -> (Counters, Option<Origin>) {
     let cfg = model.config();
     let (d, half) = (cfg.d_model as usize, cfg.rope_dim as usize / 2);
 
@@ -65,13 +68,15 @@ pub(crate) fn forward(
         );
     }
 
+    let mut origin = (!all_finite(x.x)).then_some(Origin::Embedding);
+
     // The counters after the batch: every layer's attention makes the same state steps.
     let mut after = at;
     for l in 0..cfg.n_layers as usize {
-        let st = &mut lay.carve_layer(layers, l);
+        let st = &mut lay.carve_layer(layers, reads, l);
         // x = x + residual_scale * Attn(LN_attn(x))
         rows_layer_norm(exec, x.x, x.a, d, model.vector(Role::LnAttnW, l), model.vector(Role::LnAttnB, l));
-        after = attention(model, l, st, s, x, (at, lay.state_len), phase, exec);
+        after = attention(model, l, st, s, x, (at, lay), phase, exec);
         axpy(x.x, cfg.residual_scale, x.a);
         // x = x + residual_scale * MLP(LN_mlp(x))
         rows_layer_norm(exec, x.x, x.a, d, model.vector(Role::LnMlpW, l), model.vector(Role::LnMlpB, l));
@@ -84,6 +89,9 @@ pub(crate) fn forward(
         axpy(x.x, cfg.residual_scale, x.a);
         for row in x.x.chunks_exact(d) {
             tap(Tap::Block(l), row);
+        }
+        if origin.is_none() && !all_finite(x.x) {
+            origin = Some(Origin::Block(l as u32));
         }
     }
 
@@ -112,7 +120,13 @@ pub(crate) fn forward(
             *z = cap * libm::tanhf(*z / cap);
         }
     }
-    after
+    (after, origin)
+}
+
+/// No NaN and no infinity in `x` (one branch-free pass).
+pub(crate) fn all_finite(x: &[f32]) -> bool {
+    const EXP: u32 = 0x7F80_0000;
+    !x.iter().fold(false, |acc, v| acc | (v.to_bits() & EXP == EXP))
 }
 
 /// The products of layer `l`'s first job (attention step 1): `c_q`, `c_k`, `c_v`, and the
@@ -145,16 +159,24 @@ fn attention(
     st: &mut LayerState<'_>,
     s: &mut Scratch<'_>,
     x: &mut Acts<'_>,
-    (at, st_len): (Counters, usize),
+    (at, lay): (Counters, &Layout),
     phase: Phase,
     exec: &dyn Exec,
 ) -> Counters {
+    let st_len = lay.state_len;
     let cfg = model.config();
     let (h_n, dk, dv) = (cfg.n_heads as usize, cfg.d_qk as usize, cfg.d_v as usize);
     let (qd, vd, half) = (cfg.q_dim(), cfg.v_dim(), cfg.rope_dim as usize / 2);
 
     // The state rows the first token writes in step 7, fetched while the products run.
     let ln_sk = (model.vector(Role::LnSkW, l), model.vector(Role::LnSkB, l));
+    // This layer's slot reads, when the arena does not keep them: what stored ones would
+    // hold, from the same sums.
+    if lay.reads == SlotReads::Recomputed {
+        for h in 0..h_n {
+            HeadState::new(st, h, cfg, st_len, ln_sk).refresh(0, at.slots);
+        }
+    }
     let mut segment = Segment::new(cfg, st_len, at, phase, x.n);
     let first = segment.plans()[0];
     for h in 0..h_n {

@@ -1,7 +1,7 @@
 //! The validated weights view ([`Model`]): a blob checked once at load, then read in
 //! place tensor by tensor ([`Model::matrix`], [`Model::vector`]) by the forward pass.
 
-use crate::cache::CacheDtype;
+use crate::cache::{CacheDtype, SlotReads};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::format::{self, Header, Role, TensorEntry, ENTRY_LEN, HEADER_LEN, N_GLOBAL_ROLES};
@@ -78,7 +78,7 @@ impl<'a> Model<'a> {
         };
         // The header's arena_len is what the writer's kvm computed; this build's own layout
         // decides (the two agree within a release), so only the capacity is checked here.
-        let layout = Layout::new(cfg, header.state_capacity as usize, header.cache)?;
+        let layout = Layout::new(cfg, header.state_capacity as usize, header.cache, header.reads)?;
         let mut layer_slot = [u8::MAX; LAYER_ROLES];
         let mut per_layer = 0;
         for (i, role) in Role::ALL[N_GLOBAL_ROLES..].iter().enumerate() {
@@ -128,7 +128,7 @@ impl<'a> Model<'a> {
     /// # Errors
     /// [`Error::BadConfig`] if `state_len` is outside `[chunk_len, natural_state_len]`.
     pub fn arena_len_for(&self, state_len: usize) -> Result<usize> {
-        Ok(Layout::new(self.config(), state_len, self.cache())?.arena_len())
+        Ok(Layout::new(self.config(), state_len, self.cache(), self.slot_reads())?.arena_len())
     }
 
     /// How this model's sessions store the rows attention reads (the file's choice unless
@@ -145,8 +145,28 @@ impl<'a> Model<'a> {
     /// # Errors
     /// [`Error::BadConfig`] if the arena size overflows.
     pub fn with_cache(mut self, cache: CacheDtype) -> Result<Self> {
-        let layout = Layout::new(self.config(), self.header.state_capacity as usize, cache)?;
+        let layout = Layout::new(self.config(), self.header.state_capacity as usize, cache, self.slot_reads())?;
         self.header.cache = cache;
+        self.arena_len = layout.arena_len();
+        Ok(self)
+    }
+
+    /// Where this model's sessions keep the slots' read rows (the file's choice unless
+    /// overridden by [`Model::with_slot_reads`]).
+    #[inline]
+    pub fn slot_reads(&self) -> SlotReads {
+        self.header.reads
+    }
+
+    /// This model with its sessions keeping the slots' read rows as `reads` says:
+    /// [`SlotReads::Recomputed`] trades work for arena, with the same bits
+    /// ([`Model::arena_len`] follows).
+    ///
+    /// # Errors
+    /// [`Error::BadConfig`] if the arena size overflows.
+    pub fn with_slot_reads(mut self, reads: SlotReads) -> Result<Self> {
+        let layout = Layout::new(self.config(), self.header.state_capacity as usize, self.cache(), reads)?;
+        self.header.reads = reads;
         self.arena_len = layout.arena_len();
         Ok(self)
     }

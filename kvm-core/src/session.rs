@@ -4,9 +4,9 @@
 
 use crate::cache::Rows;
 use crate::config::Config;
-use crate::error::{Error, Result};
+use crate::error::{Error, Origin, Result};
 use crate::exec::{Exec, Serial};
-use crate::forward::{forward, Logits, Tap};
+use crate::forward::{all_finite, forward, Logits, Tap};
 use crate::model::Model;
 use crate::state::arena::{ring_index, COUNTERS};
 use crate::state::{bswa_begin, Acts, Counters, Layout, Phase, ARENA_ALIGN};
@@ -55,7 +55,7 @@ impl<'m, 'a> Session<'m, 'a> {
     /// [`Error::BadConfig`] for a capacity out of range, [`Error::ArenaSize`],
     /// [`Error::ArenaMisaligned`].
     pub fn with_state_len(model: Model<'m>, arena: &'a mut [u8], state_len: usize) -> Result<Self> {
-        let layout = Layout::new(model.config(), state_len, model.cache())?;
+        let layout = Layout::new(model.config(), state_len, model.cache(), model.slot_reads())?;
         if arena.len() != layout.arena_len() {
             return Err(Error::ArenaSize { expected: layout.arena_len(), got: arena.len() });
         }
@@ -204,7 +204,19 @@ impl<'m, 'a> Session<'m, 'a> {
             Logits::Last => Logits::Last,
             Logits::All(out) => Logits::All(out),
         };
-        let next = forward(&self.model, &lay, arena.layers, &mut s, &mut acts, at, tokens, phase, asked, exec, tap);
+        let (next, origin) = forward(
+            &self.model,
+            &lay,
+            (arena.layers, arena.reads),
+            &mut s,
+            &mut acts,
+            at,
+            tokens,
+            phase,
+            asked,
+            exec,
+            tap,
+        );
         let c: &mut [u32] = bytemuck::cast_slice_mut(arena.counters);
         c[counter::POS] = next.pos as u32;
         c[counter::SLOTS] = next.slots as u32;
@@ -212,8 +224,8 @@ impl<'m, 'a> Session<'m, 'a> {
         let vocab = vocab_len as usize;
         match logits {
             Logits::None => Ok(()),
-            Logits::Last => check_finite(self.logits(), vocab, at.pos + tokens.len() - 1),
-            Logits::All(out) => check_finite(&out[..tokens.len() * vocab], vocab, at.pos),
+            Logits::Last => check_finite(self.logits(), vocab, at.pos + tokens.len() - 1, origin),
+            Logits::All(out) => check_finite(&out[..tokens.len() * vocab], vocab, at.pos, origin),
         }
     }
 
@@ -329,16 +341,15 @@ impl<'m, 'a> Session<'m, 'a> {
 }
 
 /// [`Error::NonFiniteLogits`] for the first of `rows` (`[n, vocab]`, the logits of the
-/// tokens at positions `pos..pos + n`) that holds a NaN or an infinity.
-fn check_finite(rows: &[f32], vocab: usize, pos: usize) -> Result<()> {
-    const EXP: u32 = 0x7F80_0000;
+/// tokens at positions `pos..pos + n`) that holds a NaN or an infinity; `origin` is where
+/// the forward pass first saw one (none: in the head).
+fn check_finite(rows: &[f32], vocab: usize, pos: usize, origin: Option<Origin>) -> Result<()> {
     // One branch-free pass (it vectorises); the row is looked for only once it fails.
-    let bad = rows.iter().fold(false, |acc, x| acc | (x.to_bits() & EXP == EXP));
-    if !bad {
+    if all_finite(rows) {
         return Ok(());
     }
     let row = rows.chunks(vocab.max(1)).position(|r| r.iter().any(|x| !x.is_finite())).unwrap_or(0);
-    Err(Error::NonFiniteLogits { pos: (pos + row) as u32 })
+    Err(Error::NonFiniteLogits { pos: (pos + row) as u32, origin: origin.unwrap_or(Origin::Head) })
 }
 
 /// Read-only view of one layer's state (see [`Session::layer_view`]).

@@ -111,7 +111,8 @@ pub fn convert(
         to_f32(t.dtype(), t.data()).with_context(|| format!("{st_name}: tensor `{name}`"))
     };
     let dtype_for = |role: Role, rows: u32, cols: u32| policy.dtype_for(role, rows, cols);
-    let report = write_model(out, &cfg, (kind, &section), policy.cache, &dtype_for, &mut source, on_tensor)?;
+    let report =
+        write_model(out, &cfg, (kind, &section), (policy.cache, policy.reads), &dtype_for, &mut source, on_tensor)?;
     Ok((cfg, report))
 }
 

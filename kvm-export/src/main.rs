@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use kvm_core::cache::CacheDtype;
+use kvm_core::cache::{CacheDtype, SlotReads};
 use kvm_core::config::Config;
 use kvm_core::format::{canonical_tensors, Role};
 use kvm_core::quant::DType;
@@ -44,6 +44,12 @@ struct Storage {
     /// override.
     #[arg(long, default_value = "f32")]
     cache: String,
+    /// Where sessions keep each state slot's normalised key and value by default: stored
+    /// (in every layer's state) or recomputed (from the slot's sums as each layer's
+    /// attention begins: the same bits, one layer's worth of them in the arena instead of
+    /// every layer's, for more work per token); runtimes may override.
+    #[arg(long, default_value = "stored", value_name = "stored|recomputed")]
+    slot_reads: String,
     /// Per-tensor override, ROLE=DTYPE (roles: embed, lm_head, wq, wk, wv, wo, up, down, vgate1, vgate2, gate); repeatable.
     #[arg(long = "tensor-dtype", value_name = "ROLE=DTYPE")]
     overrides: Vec<String>,
@@ -117,7 +123,7 @@ fn parse_role(s: &str) -> Result<Role> {
     })
 }
 
-fn parse_policy(Storage { dtype, cache, overrides, no_repack }: &Storage) -> Result<Policy> {
+fn parse_policy(Storage { dtype, cache, slot_reads, overrides, no_repack }: &Storage) -> Result<Policy> {
     let overrides_names: Vec<&str> =
         overrides.iter().map(|o| o.split_once('=').map_or(o.as_str(), |(r, _)| r)).collect();
     let overrides = overrides
@@ -134,7 +140,9 @@ fn parse_policy(Storage { dtype, cache, overrides, no_repack }: &Storage) -> Res
     }
     let cache = CacheDtype::from_name(cache)
         .ok_or_else(|| anyhow!("unknown cache dtype `{cache}` (expected f32, f16 or q8)"))?;
-    Ok(Policy { dtype: parse_dtype(dtype)?, overrides, cache, repack: !no_repack })
+    let reads = SlotReads::from_name(slot_reads)
+        .ok_or_else(|| anyhow!("unknown --slot-reads `{slot_reads}` (expected stored or recomputed)"))?;
+    Ok(Policy { dtype: parse_dtype(dtype)?, overrides, cache, reads, repack: !no_repack })
 }
 
 /// A bar over the tensors of `cfg`, drawn on stderr only when it is a terminal and the

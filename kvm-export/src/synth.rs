@@ -194,7 +194,7 @@ pub fn synth(
 ) -> Result<WriteReport> {
     let mut source = |role: Role, layer: u16, rows: u32, cols: u32| Ok(tensor(seed, role, layer, rows, cols));
     let dtype_for = |role: Role, rows: u32, cols: u32| policy.dtype_for(role, rows, cols);
-    write_model(out, cfg, (TokenizerKind::Bytes, &[]), policy.cache, &dtype_for, &mut source, on_tensor)
+    write_model(out, cfg, (TokenizerKind::Bytes, &[]), (policy.cache, policy.reads), &dtype_for, &mut source, on_tensor)
 }
 
 #[cfg(test)]

@@ -136,7 +136,7 @@ impl ModelFile {
             &mut Cursor::new(&mut anon[start..start + self.len]),
             model.config(),
             (header.tokenizer_kind, model.tokenizer_section()),
-            header.cache,
+            (header.cache, header.reads),
             &dtype_for,
             &mut source,
             &mut |_| {},

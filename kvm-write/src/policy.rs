@@ -1,7 +1,7 @@
 //! How a model's weights are stored: the matrix dtype, per-role overrides, the default
 //! attention cache and whether matrices are interleaved.
 
-use kvm_core::cache::CacheDtype;
+use kvm_core::cache::{CacheDtype, SlotReads};
 use kvm_core::format::Role;
 use kvm_core::quant::DType;
 
@@ -14,6 +14,8 @@ pub struct Policy {
     pub overrides: Vec<(Role, DType)>,
     /// How sessions store attention rows by default (the header's cache dtype).
     pub cache: CacheDtype,
+    /// Where sessions keep the slots' read rows by default (the header's slot reads).
+    pub reads: SlotReads,
     /// Store matrices in their dtype's row-interleaved form where it has one and the
     /// shape allows (q4_0 as q4_0x16: the SIMD kernels read it faster). Off for targets
     /// that run the scalar kernels, which read the plain form a little faster.
@@ -22,9 +24,9 @@ pub struct Policy {
 
 impl Policy {
     /// Every matrix `dtype` (with the q4_0 exceptions of [`Policy::dtype_for`]), no
-    /// overrides, the exact f32 cache, repacked.
+    /// overrides, the exact f32 cache, stored slot reads, repacked.
     pub fn uniform(dtype: DType) -> Policy {
-        Policy { dtype, overrides: vec![], cache: CacheDtype::F32, repack: true }
+        Policy { dtype, overrides: vec![], cache: CacheDtype::F32, reads: SlotReads::Stored, repack: true }
     }
 
     /// The dtype a `[rows, cols]` matrix of `role` gets: the override, else the policy

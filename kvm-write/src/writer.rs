@@ -6,7 +6,7 @@ use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use kvm_core::cache::CacheDtype;
+use kvm_core::cache::{CacheDtype, SlotReads};
 use kvm_core::config::Config;
 use kvm_core::format::{
     self, crc32, crc32_update, Header, Role, TensorEntry, TokenizerKind, ENTRY_LEN, HEADER_LEN, TENSOR_ALIGN,
@@ -115,8 +115,8 @@ fn join<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
 
 /// Writes `path`: `cfg`, the tokenizer section, and every tensor of the config in
 /// canonical order, each fetched from `source` (f32, `[rows, cols]` row-major) and
-/// stored as `dtype_for(role, rows, cols)`; sessions store attention rows as `cache`
-/// unless they override it.
+/// stored as `dtype_for(role, rows, cols)`; sessions store attention rows as `cache` and
+/// keep the slots' read rows as `reads` unless they override them (`sessions`).
 ///
 /// The file appears whole or not at all ([`AtomicFile`]): it is written beside `path`,
 /// loaded back with the runtime's own validation ([`kvm_core::Model::from_bytes`]: every
@@ -130,14 +130,14 @@ pub fn write_model(
     path: &Path,
     cfg: &Config,
     tokenizer: (TokenizerKind, &[u8]),
-    cache: CacheDtype,
+    sessions: (CacheDtype, SlotReads),
     dtype_for: &dyn Fn(Role, u32, u32) -> DType,
     source: &mut dyn FnMut(Role, u16, u32, u32) -> Result<Vec<f32>>,
     on_tensor: &mut dyn FnMut(&TensorReport),
 ) -> Result<WriteReport> {
     let mut out = AtomicFile::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut w = BufWriter::with_capacity(1 << 20, out.file());
-    let report = write_model_to(&mut w, cfg, tokenizer, cache, dtype_for, source, on_tensor)?;
+    let report = write_model_to(&mut w, cfg, tokenizer, sessions, dtype_for, source, on_tensor)?;
     w.flush()?;
     drop(w);
     check_written(out.file())?;
@@ -158,14 +158,15 @@ pub fn write_model_to<W: Write + Seek>(
     w: &mut W,
     cfg: &Config,
     tokenizer: (TokenizerKind, &[u8]),
-    cache: CacheDtype,
+    sessions: (CacheDtype, SlotReads),
     dtype_for: &dyn Fn(Role, u32, u32) -> DType,
     source: &mut dyn FnMut(Role, u16, u32, u32) -> Result<Vec<f32>>,
     on_tensor: &mut dyn FnMut(&TensorReport),
 ) -> Result<WriteReport> {
     cfg.validate().map_err(|e| anyhow::anyhow!("config: {e}"))?;
     let state_capacity = cfg.natural_state_len();
-    let layout = Layout::new(cfg, state_capacity, cache).map_err(|e| anyhow::anyhow!("arena: {e}"))?;
+    let (cache, reads) = sessions;
+    let layout = Layout::new(cfg, state_capacity, cache, reads).map_err(|e| anyhow::anyhow!("arena: {e}"))?;
     let tensors: Vec<(Role, u16)> = format::canonical_tensors(cfg).collect();
     let align = |x: u64| x.div_ceil(TENSOR_ALIGN as u64) * TENSOR_ALIGN as u64;
     let table_offset = HEADER_LEN as u64;
@@ -220,6 +221,7 @@ pub fn write_model_to<W: Write + Seek>(
         arena_len: layout.arena_len() as u64,
         state_capacity: state_capacity as u32,
         cache,
+        reads,
         n_tensors: entries.len() as u32,
         table_offset,
         table_len,

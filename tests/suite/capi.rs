@@ -15,7 +15,8 @@ use std::sync::OnceLock;
 
 use crate::common::*;
 use kvm_core::cache::CacheDtype;
-use kvm_core::error::{ConfigField, Section, Unsupported};
+use kvm_core::error::{ConfigField, Origin, Section, Unsupported};
+use kvm_core::format::Role;
 use kvm_core::quant::DType;
 use kvm_core::sampler::{Candidate, Sampler, SamplerConfig};
 use kvm_core::{Error, Model, Session};
@@ -199,7 +200,7 @@ fn every_core_error_kind_has_its_own_code() {
         Error::BadTokenizer,
         Error::BadSnapshot,
         Error::InvalidArgument,
-        Error::NonFiniteLogits { pos: 0 },
+        Error::NonFiniteLogits { pos: 0, origin: Origin::Head },
         Error::ExtraBytes { file_len: 1, blob_len: 2 },
     ];
     let codes: std::collections::HashSet<i32> = kinds.iter().map(|&e| kvm_status::from(e) as i32).collect();
@@ -841,15 +842,25 @@ fn non_finite_logits_have_their_own_status() {
     assert_eq!(unsafe { kvm_session_reset(s.s) }, KVM_OK);
     assert_eq!(s.pos(), 0);
 
-    // The core says where: the position of the token whose logits overflowed.
+    // The core says where: the position of the token whose logits overflowed, and the
+    // stage of the forward pass that overflowed first.
     let model = Model::from_bytes(blob).unwrap();
     let mut arena = Arena::new(model.arena_len());
     let mut core = Session::new(model, arena.bytes_mut()).unwrap();
     for t in [5, 6] {
         core.step(t, kvm_core::state::Phase::Prefill, false).unwrap();
     }
-    assert_eq!(core.decode(7).map(|_| ()), Err(Error::NonFiniteLogits { pos: 2 }));
+    let head = Err(Error::NonFiniteLogits { pos: 2, origin: Origin::Head });
+    assert_eq!(core.decode(7).map(|_| ()), head);
     assert_eq!(core.pos(), 3);
+    let text = Error::NonFiniteLogits { pos: 2, origin: Origin::Block(1) }.to_string();
+    assert!(text.contains("position 2") && text.contains("layer 1"), "{text}");
+    // Values that overflow in layer 1 (of the tiny preset's 2): found there.
+    let up = leak(model_with_matrix(256, (Role::Wv, 1), f32::MAX));
+    let model = Model::from_bytes(up).unwrap();
+    let mut arena = Arena::new(model.arena_len());
+    let mut core = Session::new(model, arena.bytes_mut()).unwrap();
+    assert_eq!(core.decode(7).map(|_| ()), Err(Error::NonFiniteLogits { pos: 0, origin: Origin::Block(1) }));
     // The same model with ordinary weights decodes.
     let fine = leak(model_with(256, 0.01));
     let model = Model::from_bytes(fine).unwrap();

@@ -61,7 +61,7 @@ fn random_model(cfg: &Config, seed: u64, dtype: DType) -> Vec<u8> {
         &path,
         cfg,
         (TokenizerKind::Bytes, &[]),
-        kvm_core::cache::CacheDtype::F32,
+        (kvm_core::cache::CacheDtype::F32, kvm_core::cache::SlotReads::Stored),
         &|_, _, _| dtype,
         &mut source,
         &mut |_| {},

@@ -2,7 +2,7 @@
 //! version and config tampering, bad arenas, out-of-range tokens.
 
 use crate::common::*;
-use kvm_core::cache::CacheDtype;
+use kvm_core::cache::{CacheDtype, SlotReads};
 use kvm_core::error::{ConfigField, Error, Section, Unsupported};
 use kvm_core::format::{Header, TensorEntry, ENTRY_LEN, HEADER_LEN};
 use kvm_core::quant::DType;
@@ -182,6 +182,15 @@ fn the_cache_dtype_is_read_from_the_header_and_unknown_ones_are_refused() {
     let crc = kvm_core::format::crc32(&bad[..HEADER_LEN]);
     bad[16..20].copy_from_slice(&crc.to_le_bytes());
     assert_eq!(Model::from_bytes(&bad).unwrap_err(), Error::BadConfig(ConfigField::CacheDtype));
+    // Likewise the slot reads (offset 208), whose 1 is recomputed reads.
+    for (tag, want) in [(1u32, Ok(SlotReads::Recomputed)), (2, Err(Error::BadConfig(ConfigField::SlotReads)))] {
+        let mut bad = blob.clone();
+        bad[208..212].copy_from_slice(&tag.to_le_bytes());
+        bad[16..20].copy_from_slice(&0u32.to_le_bytes());
+        let crc = kvm_core::format::crc32(&bad[..HEADER_LEN]);
+        bad[16..20].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(Model::from_bytes(&bad).map(|m| m.slot_reads()), want);
+    }
 }
 
 /// An interleaved tensor must hold whole groups of 16 rows: relabelling a row-major one

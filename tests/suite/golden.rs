@@ -2,7 +2,7 @@
 //! decode and full forward), hidden states and final state to 1e-3.
 
 use crate::common::*;
-use kvm_core::cache::CacheDtype;
+use kvm_core::cache::{CacheDtype, SlotReads};
 use kvm_core::exec::Serial;
 use kvm_core::forward::{Logits, Tap};
 use kvm_core::quant::DType;
@@ -50,6 +50,11 @@ fn run<'m, 'a>(model: Model<'m>, arena: &'a mut Arena, ids: &[u32], prompt_len: 
         run.logits.push(session.logits().to_vec());
     }
     (run, session)
+}
+
+/// Bit-for-bit equality (NaN included).
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
 fn rows(t: &Tensor) -> Vec<&[f32]> {
@@ -112,6 +117,52 @@ fn check_case(name: &str) {
         let mut arena = Arena::new(compact.arena_len());
         let (split, _) = run(compact, &mut arena, &ids, p);
         check_logits(&split.logits, &expected, tol, &format!("{name}: {} cache", cache.name()));
+    }
+
+    // Slot reads recomputed from the sums at every layer: an arena holding one layer's
+    // read rows instead of every layer's, and the stored rows' bits, one token at a time
+    // and in batches, for every cache; its snapshots restore.
+    for cache in CacheDtype::ALL {
+        let stored = model.with_cache(cache).unwrap();
+        let recomputed = stored.with_slot_reads(SlotReads::Recomputed).unwrap();
+        let what = format!("{name}: {} cache, recomputed reads", cache.name());
+        if cfg.n_layers > 1 {
+            assert!(recomputed.arena_len() < stored.arena_len(), "{what}: arena");
+        }
+        let (mut a, mut b) = (Arena::new(stored.arena_len()), Arena::new(recomputed.arena_len()));
+        let ((want, _), (got, mut session)) = (run(stored, &mut a, &ids, p), run(recomputed, &mut b, &ids, p));
+        let first = want.logits.iter().zip(&got.logits).position(|(a, b)| !same_bits(a, b));
+        assert!(first.is_none(), "{what}: logits differ from token {first:?} on");
+        let mut batched = vec![0f32; ids.len() * cfg.vocab_len as usize];
+        session.reset();
+        for (chunk, out) in ids.chunks(5).zip(batched.chunks_mut(5 * cfg.vocab_len as usize)) {
+            let phase = if session.pos() < p { Phase::Prefill } else { Phase::Decode };
+            let mut batch = vec![0f32; session.layout().acts_len(chunk.len()).unwrap()];
+            session.step_batch(chunk, phase, &mut batch, &Serial, Logits::All(out)).unwrap();
+        }
+        let mut one_by_one = vec![0f32; batched.len()];
+        let mut arena = Arena::new(stored.arena_len());
+        let mut plain = Session::new(stored, arena.bytes_mut()).unwrap();
+        for (chunk, out) in ids.chunks(5).zip(one_by_one.chunks_mut(5 * cfg.vocab_len as usize)) {
+            let phase = if plain.pos() < p { Phase::Prefill } else { Phase::Decode };
+            let mut batch = vec![0f32; plain.layout().acts_len(chunk.len()).unwrap()];
+            plain.step_batch(chunk, phase, &mut batch, &Serial, Logits::All(out)).unwrap();
+        }
+        assert!(same_bits(&batched, &one_by_one), "{what}: batches of 5 differ");
+        // A snapshot half way, the rest, then the rest again from the snapshot.
+        session.reset();
+        let half = ids.len() / 2;
+        for &id in &ids[..half] {
+            session.step(id, Phase::Decode, false).unwrap();
+        }
+        let mut snap = vec![0u8; session.snapshot_len()];
+        session.snapshot(&mut snap).unwrap();
+        let tail = |session: &mut Session<'_, '_>| -> Vec<f32> {
+            ids[half..].iter().flat_map(|&id| session.decode(id).unwrap().to_vec()).collect()
+        };
+        let first = tail(&mut session);
+        session.restore(&snap).unwrap();
+        assert!(same_bits(&first, &tail(&mut session)), "{what}: restored session differs");
     }
 
     // The prompt in batches (matrix products over several tokens at once), in

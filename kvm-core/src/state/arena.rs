@@ -19,12 +19,14 @@
 //! ```
 //!
 //! (*) stored as the layout's [`CacheDtype`] (f32; f16 in half the words; q8: the i8 values,
-//! then one f32 scale per row); the rest is f32.
+//! then one f32 scale per row); the rest is f32. With [`SlotReads::Recomputed`] nk and nv
+//! leave the layers: one layer's pair sits in the scratch (`reads`), recomputed from the
+//! sums when each layer's attention begins.
 //!
 //! Everything before `scratch` is the session's state: [`crate::Session::snapshot`] copies
 //! it and nothing else. Every region starts on a 64-byte boundary.
 
-use crate::cache::{CacheDtype, Rows, RowsMut};
+use crate::cache::{CacheDtype, Rows, RowsMut, SlotReads};
 use crate::config::Config;
 use crate::error::{ConfigField, Error, Result};
 use crate::kernels;
@@ -49,6 +51,8 @@ pub struct Layout {
     pub state_len: usize,
     /// How the rows attention reads are stored.
     pub cache: CacheDtype,
+    /// Where the slots' read rows (nk, nv) live.
+    pub reads: SlotReads,
     /// f32s of one layer's state.
     layer_len: usize,
     /// f32s of the per-step scratch.
@@ -66,22 +70,26 @@ pub struct Layout {
 }
 
 const LAYER_PARTS: usize = 12;
-const STEP_PARTS: usize = 7;
+const STEP_PARTS: usize = 8;
 const ROW_PARTS: usize = 13;
 
 impl Layout {
+    /// The parts of a layer's state that [`SlotReads::Recomputed`] moves to the scratch:
+    /// nk, nv.
+    const SLOT_READS: [usize; 2] = [3, 4];
+
     /// The parts of a layer's state stored as the cache dtype: nk, nv, wk, wv.
     const LAYER_CACHED: [bool; LAYER_PARTS] =
         [false, false, false, true, true, true, true, false, false, false, false, false];
 
     /// The layout of a session of `cfg` holding at most `state_len` slots, its attention
-    /// rows stored as `cache`.
+    /// rows stored as `cache`, the slots' read rows where `reads` says.
     ///
     /// # Errors
     /// [`Error::BadConfig`] (`StateCapacity`) if `state_len` is below `chunk_len` (the
     /// first chunk always enters the state whole) or above the model's
     /// [`Config::natural_state_len`]; [`Error::BadConfig`] if the arena size overflows.
-    pub fn new(cfg: &Config, state_len: usize, cache: CacheDtype) -> Result<Layout> {
+    pub fn new(cfg: &Config, state_len: usize, cache: CacheDtype, reads: SlotReads) -> Result<Layout> {
         let too_big = Error::BadConfig(ConfigField::StateCapacity);
         if state_len < cfg.chunk_len as usize || state_len > cfg.natural_state_len() {
             return Err(too_big);
@@ -104,14 +112,20 @@ impl Layout {
             cfg.v_dim(),
             d,
         ];
+        let slot_rows = if reads == SlotReads::Recomputed {
+            pad(cache.words(layer_sizes[3], dk)) + pad(cache.words(layer_sizes[4], dv))
+        } else {
+            0
+        };
         let step_sizes = [
-            cfg.vocab_len as usize,                    // logits of the last token
+            cfg.vocab_len as usize, // logits of the last token (first: see `Session::logits`)
             mul(h, s.checked_add(w).ok_or(too_big)?)?, // attention scores, per head
-            mul(c, dk)?,                               // prepared overflow keys
-            c,                                         // novelty scores
-            c,                                         // appended flags (u32)
-            mul(s, dk)?,                               // merged key deltas
-            mul(s, dv)?,                               // merged value deltas
+            mul(c, dk)?,            // prepared overflow keys
+            c,                      // novelty scores
+            c,                      // appended flags (u32)
+            mul(s, dk)?,            // merged key deltas
+            mul(s, dv)?,            // merged value deltas
+            slot_rows,              // one layer's nk and nv (words)
         ];
         let row_widths = [
             d,                         // x: residual stream
@@ -132,15 +146,13 @@ impl Layout {
         let sum = |sizes: &[usize]| sizes.iter().try_fold(0usize, |acc, &n| acc.checked_add(pad(n)));
         // Row widths of the cached parts (nk, nv, wk, wv).
         let part_widths = [1, 1, 1, dk, dv, dk, dv, 1, 1, 1, 1, 1];
-        let layer_words =
-            core::array::from_fn::<_, LAYER_PARTS, _>(|i| Self::part_words(cache, &part_widths, i, layer_sizes[i]));
-        let layer_len = sum(&layer_words).ok_or(too_big)?;
         let step_len = sum(&step_sizes).ok_or(too_big)?;
         let n_layers = cfg.n_layers as usize;
         let mut lay = Layout {
             state_len,
             cache,
-            layer_len,
+            reads,
+            layer_len: 0,
             scratch_len: 0,
             n_layers,
             layer_sizes,
@@ -149,8 +161,10 @@ impl Layout {
             row_widths,
             widest_input,
         };
+        let layer_words = core::array::from_fn::<_, LAYER_PARTS, _>(|i| lay.layer_part_words(i));
+        lay.layer_len = sum(&layer_words).ok_or(too_big)?;
         lay.scratch_len = step_len.checked_add(lay.acts_len(1).ok_or(too_big)?).ok_or(too_big)?;
-        let total = mul(layer_len, n_layers)?.checked_add(lay.scratch_len + COUNTERS).ok_or(too_big)?;
+        let total = mul(lay.layer_len, n_layers)?.checked_add(lay.scratch_len + COUNTERS).ok_or(too_big)?;
         mul(total, 4)?;
         Ok(lay)
     }
@@ -162,6 +176,17 @@ impl Layout {
             cache.words(n, width[i])
         } else {
             n
+        }
+    }
+
+    /// f32 words part `i` takes in a layer's state (none for the slot reads when they are
+    /// recomputed).
+    #[inline]
+    fn layer_part_words(&self, i: usize) -> usize {
+        if self.reads == SlotReads::Recomputed && Self::SLOT_READS.contains(&i) {
+            0
+        } else {
+            Self::part_words(self.cache, &self.part_widths, i, self.layer_sizes[i])
         }
     }
 
@@ -184,9 +209,10 @@ impl Layout {
         (self.state_floats() + self.scratch_len) * 4
     }
 
-    /// Layer `l`'s state within the layers region (`[n_layers * layer_len]`).
-    pub(crate) fn carve_layer<'s>(&self, layers: &'s mut [f32], l: usize) -> LayerState<'s> {
-        LayerState::carve(&mut layers[l * self.layer_len..(l + 1) * self.layer_len], self)
+    /// Layer `l`'s state within the layers region (`[n_layers * layer_len]`), its slot
+    /// reads in `reads` (the scratch's, [`ArenaParts::reads`]) when they are recomputed.
+    pub(crate) fn carve_layer<'s>(&self, layers: &'s mut [f32], reads: &'s mut [f32], l: usize) -> LayerState<'s> {
+        LayerState::carve(&mut layers[l * self.layer_len..(l + 1) * self.layer_len], reads, self)
     }
 
     /// Cuts the whole arena (`[arena_len / 4]`) for one forward pass.
@@ -195,7 +221,8 @@ impl Layout {
         let (layers, scratch) = rest.split_at_mut(self.state_floats() - COUNTERS);
         let step_len = self.step_sizes.iter().map(|&n| pad(n)).sum();
         let (step, acts) = scratch.split_at_mut(step_len);
-        ArenaParts { counters, layers, scratch: Scratch::carve(step, self), acts }
+        let (step, reads) = step.split_at_mut(step_len - self.step_sizes[STEP_PARTS - 1]);
+        ArenaParts { counters, layers, reads, scratch: Scratch::carve(step, self), acts }
     }
 
     /// Read-only views of layer `l`'s state sums, radii and window rings in `arena`
@@ -204,7 +231,7 @@ impl Layout {
         let (z, widths, cache) = (&self.layer_sizes, &self.part_widths, self.cache);
         let mut off = COUNTERS + l * self.layer_len;
         let mut next = |i: usize| {
-            let words = Layout::part_words(cache, widths, i, z[i]);
+            let words = self.layer_part_words(i);
             let s = &arena[off..off + words];
             off += pad(words);
             s
@@ -229,6 +256,8 @@ pub(crate) struct ArenaParts<'s> {
     pub counters: &'s mut [f32],
     /// `[n_layers * layer_len]`, every layer's state ([`Layout::carve_layer`]).
     pub layers: &'s mut [f32],
+    /// One layer's nk and nv with [`SlotReads::Recomputed`], else empty.
+    pub reads: &'s mut [f32],
     pub scratch: Scratch<'s>,
     /// The rest: one token's activations ([`Acts::carve`] with `n = 1`).
     pub acts: &'s mut [f32],
@@ -274,18 +303,21 @@ pub(crate) struct LayerState<'s> {
 }
 
 impl<'s> LayerState<'s> {
-    fn carve(mut buf: &'s mut [f32], lay: &Layout) -> Self {
+    fn carve(mut buf: &'s mut [f32], mut reads: &'s mut [f32], lay: &Layout) -> Self {
         let z = &lay.layer_sizes;
         let rows = |buf: &mut &'s mut [f32], i: usize| {
             let (d, words) = (lay.part_widths[i], Layout::part_words(lay.cache, &lay.part_widths, i, z[i]));
             RowsMut::from_words(take(buf, words), z[i], d, lay.cache)
         };
+        let (sk, sv, r) = (take(&mut buf, z[0]), take(&mut buf, z[1]), take(&mut buf, z[2]));
+        let home = if lay.reads == SlotReads::Recomputed { &mut reads } else { &mut buf };
+        let (nk, nv) = (rows(home, 3), rows(home, 4));
         LayerState {
-            sk: take(&mut buf, z[0]),
-            sv: take(&mut buf, z[1]),
-            r: take(&mut buf, z[2]),
-            nk: rows(&mut buf, 3),
-            nv: rows(&mut buf, 4),
+            sk,
+            sv,
+            r,
+            nk,
+            nv,
             wk: rows(&mut buf, 5),
             wv: rows(&mut buf, 6),
             wm: take(&mut buf, z[7]),
@@ -322,7 +354,8 @@ pub(crate) struct FoldScratch<'s> {
 
 impl<'s> Scratch<'s> {
     fn carve(mut buf: &'s mut [f32], lay: &Layout) -> Self {
-        let z = &lay.step_sizes;
+        // Without the slot reads, which `Layout::split` hands out apart.
+        let z = &lay.step_sizes[..STEP_PARTS - 1];
         Scratch {
             logits: take(&mut buf, z[0]),
             scores: take(&mut buf, z[1]),

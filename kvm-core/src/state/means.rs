@@ -54,7 +54,7 @@ impl HeadState<'_, '_> {
     }
 
     /// Recomputes what reads of slots `[from, to)` see.
-    fn refresh(&mut self, from: usize, to: usize) {
+    pub(crate) fn refresh(&mut self, from: usize, to: usize) {
         for s in from..to {
             self.refresh_slot(s, true);
         }

@@ -363,7 +363,8 @@ impl SessionCell {
 /// # Errors
 /// `KVM_ERR_BAD_CONFIG` if the layout overflows (not for a loaded model).
 pub(crate) fn state_size(model: &Model<'_>) -> Result<usize, kvm_status> {
-    let layout = Layout::new(model.config(), model.header().state_capacity as usize, model.cache())?;
+    let layout =
+        Layout::new(model.config(), model.header().state_capacity as usize, model.cache(), model.slot_reads())?;
     Ok(snap::CORE + layout.snapshot_len())
 }
 

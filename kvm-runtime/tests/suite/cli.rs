@@ -253,7 +253,7 @@ fn non_finite_logits_are_an_error_naming_the_position() {
     let out = tmp("overflow.npy");
     let (m, t, o) = (model.to_str().unwrap(), text.to_str().unwrap(), out.to_str().unwrap());
     let not_finite = "are not finite (NaN or infinity)";
-    fails_saying(&["perplexity", "--model", m, "--text", t], &[not_finite, "position 0"]);
+    fails_saying(&["perplexity", "--model", m, "--text", t], &[not_finite, "position 0", "in the output head"]);
     fails_saying(&["perplexity", "--model", m, "--text", t, "--json"], &[not_finite, "position 0"]);
     fails_saying(
         &["generate", "--model", m, "--prompt", "ab", "-n", "3", "--temperature", "0"],

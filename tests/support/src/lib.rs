@@ -99,12 +99,18 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 /// output then sums to `d_model`, so with `lm_head = f32::MAX` every logit overflows: the
 /// file is valid, its outputs are not finite.
 pub fn model_with(vocab_len: u32, lm_head: f32) -> Vec<u8> {
+    model_with_matrix(vocab_len, (kvm_core::format::Role::LmHead, 0), lm_head)
+}
+
+/// As [`model_with`], with every weight of matrix `(role, layer)` equal to `value` instead
+/// of lm_head's.
+pub fn model_with_matrix(vocab_len: u32, (which, at): (kvm_core::format::Role, u16), value: f32) -> Vec<u8> {
     use kvm_core::format::{Role, TokenizerKind};
     let cfg = kvm_core::config::Config { vocab_len, ..kvm_export::synth::Preset::Tiny.config() };
     let mut source = |role: Role, layer: u16, rows: u32, cols: u32| -> anyhow::Result<Vec<f32>> {
         let n = rows as usize * cols as usize;
-        if role == Role::LmHead {
-            return Ok(vec![lm_head; n]);
+        if (role, layer) == (which, at) {
+            return Ok(vec![value; n]);
         }
         if !role.is_matrix() {
             return Ok(vec![1.0; n]);
@@ -117,7 +123,7 @@ pub fn model_with(vocab_len: u32, lm_head: f32) -> Vec<u8> {
         &mut out,
         &cfg,
         (TokenizerKind::Bytes, &[]),
-        kvm_core::cache::CacheDtype::F32,
+        (kvm_core::cache::CacheDtype::F32, kvm_core::cache::SlotReads::Stored),
         &|_, _, _| DType::F32,
         &mut source,
         &mut |_| {},

@@ -64,7 +64,7 @@ pub fn run(path: &Path) -> Result<()> {
     // scratch (`kvm_arena_size`).
     for cache in CacheDtype::ALL {
         let m = model.with_cache(cache)?;
-        let state = Layout::new(c, h.state_capacity as usize, cache).map_or(0, |l| l.snapshot_len());
+        let state = Layout::new(c, h.state_capacity as usize, cache, h.reads).map_or(0, |l| l.snapshot_len());
         let c_api = kvm_runtime::capi::arena_size(&m).unwrap_or(0);
         let default = if cache == h.cache { ", the file's default" } else { "" };
         println!(
@@ -73,6 +73,7 @@ pub fn run(path: &Path) -> Result<()> {
             m.arena_len()
         );
     }
+    println!("slot reads     {}", h.reads.name());
     println!("kernel tier    {}", crate::kernel_tier());
     Ok(())
 }
