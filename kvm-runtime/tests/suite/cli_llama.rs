@@ -438,3 +438,71 @@ fn bench_sweeps_comma_lists_in_every_format() {
     assert!(lines[2].contains("pp8") && lines[9].contains("tg4"), "{md}");
     fails_saying(&["bench", "--model", &m, "--gen", "40,50", "--checkpoints", "30"], "one long run");
 }
+
+/// A GPT-2-tokenizer model (50257 tokens) of the tiny preset's shapes whose logits always
+/// favour the end-of-text token (50256) and tie every other: every vector 1 (so the final
+/// norm's output sums to `d_model`), matrices small and deterministic, lm_head zero but
+/// for the end-of-text row.
+fn gpt2_model(path: &Path) {
+    use kvm_core::format::{Role, TokenizerKind};
+    let json = std::fs::read_to_string(repo().join("tests/data/tokenizers/gpt2/tokenizer.json")).unwrap();
+    let section = kvm_write::tokenizer::build_section(&json).unwrap();
+    let cfg = kvm_core::config::Config { vocab_len: 50257, ..kvm_export::synth::Preset::Tiny.config() };
+    let mut source = |role: Role, layer: u16, rows: u32, cols: u32| -> anyhow::Result<Vec<f32>> {
+        let n = rows as usize * cols as usize;
+        if role == Role::LmHead {
+            return Ok((0..n).map(|i| if i / cols as usize == 50256 { 0.01 } else { 0.0 }).collect());
+        }
+        if !role.is_matrix() {
+            return Ok(vec![1.0; n]);
+        }
+        let salt = (role as usize * 131 + layer as usize * 7919) as u64;
+        Ok((0..n as u64).map(|i| ((i * 2_654_435_761 + salt) % 1000) as f32 / 1000.0 * 0.2 - 0.1).collect())
+    };
+    let mut out = std::fs::File::create(path).unwrap();
+    kvm_write::writer::write_model_to(
+        &mut out,
+        &cfg,
+        (TokenizerKind::Bpe, &section),
+        kvm_core::cache::CacheDtype::F32,
+        &|_, _, _| kvm_core::quant::DType::F32,
+        &mut source,
+        &mut |_| {},
+    )
+    .unwrap();
+}
+
+#[test]
+fn gpt2_models_end_at_end_of_text_unless_told_to_ignore_it_and_chat() {
+    let model = tmp("gpt2.kvm");
+    gpt2_model(&model);
+    let m = model.to_str().unwrap();
+    let gen = |extra: &[&str]| -> Value {
+        let args = [
+            &["generate", "--model", m, "--prompt", "Hello world", "-n", "5", "--temperature", "0", "--json"][..],
+            extra,
+        ]
+        .concat();
+        serde_json::from_slice(&ok(&args, b"")).unwrap()
+    };
+    let ended = gen(&[]);
+    assert_eq!(ended["prompt_ids"], serde_json::json!([15496, 995]));
+    assert_eq!((&ended["end"], &ended["generated_ids"]), (&"eos".into(), &serde_json::json!([])));
+    // With the end-of-text token out of reach, every other logit ties: the lowest id, "!".
+    let ignored = gen(&["--ignore-eos", "--logprobs", "2"]);
+    assert_eq!((&ignored["end"], &ignored["generated_ids"]), (&"length".into(), &serde_json::json!([0, 0, 0, 0, 0])));
+    assert_eq!(ignored["text"], "!!!!!");
+    assert_eq!(ignored["tokens"][0]["top"][0]["id"], 50256, "logprobs are the model's, before the mask");
+    let state = tmp("gpt2.state");
+    let s = state.to_str().unwrap();
+    let chat = |extra: &[&str]| {
+        let args =
+            [&["chat", "--model", m, "--temperature", "0", "-n", "3", "--user-prefix", "User: "][..], extra].concat();
+        String::from_utf8(ok(&args, format!("Hello\n/save {s}\n/load {s}\nworld\n").as_bytes())).unwrap()
+    };
+    assert_eq!(chat(&["--ignore-eos"]), "!!!\n!!!\n");
+    assert_eq!(chat(&[]), "\n\n");
+    for f in [model, state] {
+        std::fs::remove_file(f).ok();
+    }
+}

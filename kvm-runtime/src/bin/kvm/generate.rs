@@ -147,7 +147,7 @@ pub fn run(a: &Args) -> Result<()> {
     let decode_secs = t1.elapsed().as_secs_f64();
     // The first generated token comes from the prompt's logits: n tokens cost n - 1 steps,
     // and with no step there is no rate.
-    let steps = done.tokens.saturating_sub(1);
+    let steps = generated.len().saturating_sub(1);
     let decode_tok_s = (steps > 0).then(|| steps as f64 / decode_secs.max(1e-9));
     let stats = json!({
         "prompt_tokens": prompt_ids.len(),

@@ -136,7 +136,7 @@ pub struct Limits<'f> {
 /// What one reply did.
 pub struct Outcome {
     pub end: End,
-    /// Tokens sampled, the last one included.
+    /// Tokens sampled, an end-of-text token included.
     pub tokens: usize,
     /// The last token sampled, which the session has not been fed yet.
     pub last: Option<u32>,
@@ -202,8 +202,8 @@ impl<'t> Generator<'t> {
     }
 
     /// Samples a reply from the logits in `session` (which must hold a token's): each
-    /// token's id and logits go to `seen`, the text's bytes to `out` as they are known not
-    /// to begin a stop string.
+    /// token's id and logits go to `seen` (all but an end-of-text token), the text's bytes
+    /// to `out` as they are known not to begin a stop string.
     pub fn reply(
         &mut self,
         session: &mut Session<'_, '_>,
@@ -228,7 +228,6 @@ impl<'t> Generator<'t> {
                 session.decode_with(last, pool)?;
             }
             let next = self.pick(session.logits())?;
-            seen(next, session.logits())?;
             done.tokens += 1;
             done.last = Some(next);
             self.saw(&[next]);
@@ -236,6 +235,7 @@ impl<'t> Generator<'t> {
                 done.end = End::Eos;
                 break;
             }
+            seen(next, session.logits())?;
             emit.clear();
             let hit = self.stops.push(self.tok.token_bytes(next).unwrap_or(&[]), &mut emit);
             out(&emit)?;
