@@ -97,6 +97,10 @@ fn prompts_come_from_arguments_files_and_stdin_alike() {
     std::fs::write(&file, &long).unwrap();
     let g = generate(&["--prompt-file", f, "-n", "3"], b"");
     assert_eq!(g["prompt_ids"].as_array().unwrap().len(), long.len());
+    // The progress line is for terminals only: none in a pipe.
+    let o = kvm_in(&["generate", "--model", &m, "--prompt-file", f, "-n", "1"], b"");
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert!(o.status.success() && err.lines().count() == 1 && err.starts_with("prompt: 5600 tokens"), "{err}");
     let npy = tmp("long.npy");
     ok(&["logits", "--model", &m, "--prompt-file", f, "--out", npy.to_str().unwrap()], b"");
     let raw = std::fs::read(&npy).unwrap();

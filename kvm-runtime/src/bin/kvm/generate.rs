@@ -43,7 +43,8 @@ pub struct Args {
     #[arg(long, default_value_t = 0, requires = "json")]
     logprobs: usize,
     /// Write the text's exact bytes (a byte-level model may emit bytes that are not
-    /// UTF-8) instead of replacing invalid UTF-8 with U+FFFD.
+    /// UTF-8) instead of replacing invalid UTF-8 with U+FFFD. (--json's `text` is always
+    /// UTF-8; its `generated_ids` give the bytes.)
     #[arg(long)]
     raw: bool,
     /// Before the prompt, restore the session from this state file (--save-state's); the
