@@ -3,4 +3,5 @@
 
 mod bench;
 mod cli;
+mod cli_llama;
 mod file;

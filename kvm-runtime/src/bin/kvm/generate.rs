@@ -1,56 +1,59 @@
 //! `kvm generate`: stream text from a prompt.
 
 use std::io::Write;
-use std::time::Instant;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
-use kvm_core::sampler::{scratch_len, Candidate, Sampler, SamplerConfig};
+use anyhow::{bail, Result};
 use kvm_core::state::Phase;
-use kvm_core::tokenizer::StreamDecoder;
-use kvm_core::Session;
-use kvm_runtime::arena::Arena;
-use kvm_runtime::capi::KVM_MAX_REPEAT_WINDOW;
 use kvm_runtime::pool::{default_threads, Pool};
-use kvm_runtime::prefill::prefill;
+use serde_json::json;
+
+use crate::prompt::{encode, prefill_with_progress, PromptArg};
+use crate::reply::{logprobs, Generator, Limits, SamplerArgs, Utf8Stream};
 
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    model: crate::ModelArg,
+    session: crate::SessionArgs,
     #[command(flatten)]
-    cache: crate::CacheArg,
-    /// The text to continue (it may start with `-`).
-    #[arg(long, allow_hyphen_values = true)]
-    prompt: String,
+    prompt: PromptArg,
     /// Tokens to generate.
     #[arg(short = 'n', long = "n-tokens", default_value_t = 128)]
     n: usize,
-    /// Softmax temperature, >= 0; 0 = greedy.
-    #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.temperature)]
-    temperature: f32,
-    /// Keep the k most likely tokens; 0 = off.
-    #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.top_k)]
-    top_k: u32,
-    /// Nucleus sampling, in (0, 1]; 1 = off.
-    #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.top_p)]
-    top_p: f32,
-    /// Keep tokens at least this likely relative to the most likely, in [0, 1]; 0 = off.
-    #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.min_p)]
-    min_p: f32,
-    /// Repetition penalty, > 0; 1 = off.
-    #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.repeat_penalty)]
-    repeat_penalty: f32,
-    /// Tokens the repetition penalty looks back over, at most 256 (as in the C API).
-    #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.repeat_window)]
-    repeat_window: u32,
-    #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
-    seed: u64,
+    #[command(flatten)]
+    sampler: SamplerArgs,
+    /// End the text where this string appears (not printed); repeatable.
+    #[arg(long, allow_hyphen_values = true)]
+    stop: Vec<String>,
+    /// Never end at the end-of-text token (it is never sampled).
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Stop generating after this many seconds.
+    #[arg(long)]
+    max_time: Option<f64>,
     /// Worker threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
-    /// Print one JSON object {prompt_ids, generated_ids, text, stats} instead of streaming.
+    /// Print one JSON object {prompt_ids, generated_ids, text, end, sampler, tokens, stats}
+    /// instead of streaming.
     #[arg(long)]
     json: bool,
+    /// With --json: each token's log-probability and the N most likely tokens at its step.
+    #[arg(long, default_value_t = 0, requires = "json")]
+    logprobs: usize,
+    /// Write the text's exact bytes (a byte-level model may emit bytes that are not
+    /// UTF-8) instead of replacing invalid UTF-8 with U+FFFD. (--json's `text` is always
+    /// UTF-8; its `generated_ids` give the bytes.)
+    #[arg(long)]
+    raw: bool,
+    /// Before the prompt, restore the session from this state file (--save-state's); the
+    /// prompt then continues it.
+    #[arg(long)]
+    load_state: Option<PathBuf>,
+    /// Right after the prompt (before generating), save the session's state to this file.
+    #[arg(long)]
+    save_state: Option<PathBuf>,
 }
 
 /// Peak resident memory of this process, from the kernel's accounting.
@@ -63,94 +66,91 @@ pub fn peak_rss_bytes() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-/// Refuses a sampler setting out of range, naming its flag and the range.
-fn check_sampler(c: &SamplerConfig) -> Result<()> {
-    let bad = |flag: &str, v: &dyn std::fmt::Display, range: &str| bail!("--{flag} {v} is out of range: {range}");
-    if !(c.temperature.is_finite() && c.temperature >= 0.0) {
-        return bad("temperature", &c.temperature, "it must be finite and >= 0 (0 is greedy)");
-    }
-    if !(c.top_p > 0.0 && c.top_p <= 1.0) {
-        return bad("top-p", &c.top_p, "it must be in (0, 1] (1 is off)");
-    }
-    if !(0.0..=1.0).contains(&c.min_p) {
-        return bad("min-p", &c.min_p, "it must be in [0, 1] (0 is off)");
-    }
-    if !(c.repeat_penalty.is_finite() && c.repeat_penalty > 0.0) {
-        return bad("repeat-penalty", &c.repeat_penalty, "it must be finite and > 0 (1 is off)");
-    }
-    if c.repeat_window > KVM_MAX_REPEAT_WINDOW {
-        return bad("repeat-window", &c.repeat_window, &format!("it must be at most {KVM_MAX_REPEAT_WINDOW}"));
-    }
-    // Whatever the checks above miss, the sampler's own validation still refuses.
-    c.validate().context("sampler settings")
-}
-
 pub fn run(a: &Args) -> Result<()> {
-    let cfg = SamplerConfig {
-        temperature: a.temperature,
-        top_k: a.top_k,
-        top_p: a.top_p,
-        min_p: a.min_p,
-        repeat_penalty: a.repeat_penalty,
-        repeat_window: a.repeat_window,
+    let cfg = a.sampler.config()?;
+    let time = match a.max_time {
+        Some(t) if !(t.is_finite() && t > 0.0) => bail!("--max-time {t} is out of range: it must be > 0 seconds"),
+        t => t.map(Duration::from_secs_f64),
     };
-    check_sampler(&cfg)?;
-    let file = a.model.open()?;
-    let model = a.cache.apply(file.model()?)?;
+    let Some(prompt) = a.prompt.bytes()? else { bail!("give --prompt or --prompt-file") };
+    let file = a.session.model.open()?;
+    let model = a.session.model(&file)?;
     let tok = model.tokenizer();
-    let prompt_ids = crate::tokens::encode(&tok, &a.prompt)?;
+    let prompt_ids = encode(&model, &prompt)?;
     if prompt_ids.is_empty() {
+        // A snapshot holds no logits: even after --load-state a token must be fed.
         bail!("the prompt is empty");
     }
     let pool = Pool::new(a.threads.unwrap_or_else(default_threads))?;
-    let mut arena = Arena::new(model.arena_len());
-    let mut session = Session::new(model, arena.bytes_mut())?;
-    let mut sampler = Sampler::new(cfg, a.seed);
-    let mut scratch = vec![Candidate::EMPTY; scratch_len(model.config().vocab_len as usize)];
+    let (mut arena, state_len) = a.session.arena(&model)?;
+    let mut session = crate::session(model, &mut arena, state_len)?;
+    if let Some(f) = &a.load_state {
+        crate::snapshot::load(&mut session, f)?;
+    }
+    let mut gen = Generator::new(tok, cfg, a.sampler.seed(), a.ignore_eos, &a.stop);
 
     let t0 = Instant::now();
-    prefill(&mut session, &prompt_ids, Phase::Prefill, &pool).context("prompt")?;
+    prefill_with_progress(&mut session, &prompt_ids, Phase::Prefill, &pool)?;
     let prompt_secs = t0.elapsed().as_secs_f64();
+    if let Some(f) = &a.save_state {
+        crate::snapshot::save(&session, f)?;
+    }
+    gen.saw(&prompt_ids);
 
     let mut out = std::io::stdout().lock();
+    let mut stream = Utf8Stream::default();
+    let mut line = String::new();
+    let mut write = |bytes: &[u8], out: &mut std::io::StdoutLock<'_>| -> Result<()> {
+        if a.raw {
+            out.write_all(bytes)?;
+        } else {
+            line.clear();
+            stream.push(bytes, &mut line);
+            out.write_all(line.as_bytes())?;
+        }
+        Ok(out.flush()?)
+    };
     if !a.json {
-        write!(out, "{}", a.prompt)?;
-        out.flush()?;
+        write(&prompt, &mut out)?;
     }
-    let mut history = prompt_ids.clone();
+    let mut text = Vec::new();
     let mut generated = Vec::with_capacity(a.n);
-    let mut text = String::new();
-    let mut stream = StreamDecoder::new();
-    let mut piece = vec![0u8; 4 * tok.max_token_len() + 8];
+    let mut tokens = Vec::new();
     let t1 = Instant::now();
-    let mut logits_ready = true;
-    for _ in 0..a.n {
-        if !logits_ready {
-            let last = *history.last().unwrap_or(&0);
-            session.decode_with(last, &pool).map(|_| ())?;
-        }
-        logits_ready = false;
-        let next = sampler.sample(session.logits(), &history, &mut scratch)?;
-        if Some(next) == tok.eos() {
-            break;
-        }
-        generated.push(next);
-        history.push(next);
-        let s = stream.push(&tok, next, &mut piece)?;
-        text.push_str(s);
-        if !a.json {
-            write!(out, "{s}")?;
-            out.flush()?;
-        }
-    }
-    let tail = stream.finish();
-    text.push_str(tail);
+    let limits = Limits { tokens: a.n, time, interrupt: None };
+    let done = gen.reply(
+        &mut session,
+        &pool,
+        &limits,
+        &mut |bytes| {
+            text.extend_from_slice(bytes);
+            if a.json {
+                Ok(())
+            } else {
+                write(bytes, &mut out)
+            }
+        },
+        &mut |id, logits| {
+            generated.push(id);
+            if a.json {
+                let (lp, top) = logprobs(logits, id, a.logprobs);
+                let piece = |t: u32| String::from_utf8_lossy(tok.token_bytes(t).unwrap_or(&[])).into_owned();
+                let mut entry = json!({"id": id, "text": piece(id), "logprob": lp});
+                if a.logprobs > 0 {
+                    entry["top"] =
+                        top.iter().map(|&(t, lp)| json!({"id": t, "text": piece(t), "logprob": lp})).collect();
+                }
+                tokens.push(entry);
+            }
+            Ok(())
+        },
+    )?;
     let decode_secs = t1.elapsed().as_secs_f64();
     // The first generated token comes from the prompt's logits: n tokens cost n - 1 steps,
     // and with no step there is no rate.
     let steps = generated.len().saturating_sub(1);
     let decode_tok_s = (steps > 0).then(|| steps as f64 / decode_secs.max(1e-9));
-    let stats = serde_json::json!({
+    let stats = json!({
         "prompt_tokens": prompt_ids.len(),
         "prompt_tok_s": prompt_ids.len() as f64 / prompt_secs.max(1e-9),
         "generated_tokens": generated.len(),
@@ -160,17 +160,35 @@ pub fn run(a: &Args) -> Result<()> {
         "kernel_tier": crate::kernel_tier(),
     });
     if a.json {
-        let obj =
-            serde_json::json!({"prompt_ids": prompt_ids, "generated_ids": generated, "text": text, "stats": stats});
+        let mut sampler = a.sampler.echo();
+        sampler["stop"] = json!(a.stop);
+        sampler["ignore_eos"] = json!(a.ignore_eos);
+        sampler["n_tokens"] = json!(a.n);
+        sampler["max_time"] = json!(a.max_time);
+        let obj = json!({
+            "prompt_ids": prompt_ids,
+            "generated_ids": generated,
+            "text": String::from_utf8_lossy(&text),
+            "end": done.end.name(),
+            "sampler": sampler,
+            "tokens": tokens,
+            "stats": stats,
+        });
         writeln!(out, "{obj}")?;
     } else {
-        writeln!(out, "{tail}")?;
+        if !a.raw {
+            line.clear();
+            stream.finish(&mut line);
+            out.write_all(line.as_bytes())?;
+        }
+        writeln!(out)?;
         let rate = decode_tok_s.map_or_else(|| "no steps".to_string(), |r| format!("{r:.1} tok/s"));
         eprintln!(
-            "prompt: {} tokens, {:.1} tok/s | decode: {} tokens, {rate} | peak memory {:.1} MiB | {} threads, {} kernels",
+            "prompt: {} tokens, {:.1} tok/s | decode: {} tokens, {rate}, ended by {} | peak memory {:.1} MiB | {} threads, {} kernels",
             prompt_ids.len(),
             stats["prompt_tok_s"].as_f64().unwrap_or(0.0),
             generated.len(),
+            done.end.name(),
             peak_rss_bytes() as f64 / (1 << 20) as f64,
             pool.threads(),
             crate::kernel_tier()

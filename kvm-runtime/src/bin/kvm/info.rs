@@ -28,7 +28,13 @@ pub fn run(path: &Path) -> Result<()> {
         StateBudget::PowerLaw { factor, exponent } => format!("power_law {factor} * ctx^{exponent}"),
         StateBudget::Saturation { n } => format!("kvm_saturation n={n}"),
     };
-    println!("state          {budget}; {} slots max, sink {}", h.state_capacity, c.sink_len);
+    println!(
+        "state          {budget}; {} slots (--state-slots {}..={}), sink {}",
+        h.state_capacity,
+        c.chunk_len,
+        c.natural_state_len(),
+        c.sink_len
+    );
     println!("rope           {} dims, theta {}", c.rope_dim, c.rope_theta);
     let names = [
         (flags::TOKENSHIFT_ATT, "tokenshift_att"),

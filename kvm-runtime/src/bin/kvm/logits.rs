@@ -5,27 +5,30 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use kvm_core::state::Phase;
-use kvm_core::Session;
-use kvm_runtime::arena::Arena;
 use kvm_runtime::pool::{default_threads, Pool};
 use kvm_runtime::prefill::prefill_rows;
 use kvm_write::atomic::AtomicFile;
 
+use crate::prompt::{encode, PromptArg};
+
 #[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("input").required(true).args(["tokens", "tokens_file", "prompt", "prompt_file"])))]
 pub struct Args {
     #[command(flatten)]
-    model: crate::ModelArg,
-    #[command(flatten)]
-    cache: crate::CacheArg,
+    session: crate::SessionArgs,
     /// Comma-separated token ids.
-    #[arg(long, conflicts_with = "tokens_file", required_unless_present = "tokens_file")]
+    #[arg(long)]
     tokens: Option<String>,
     /// A file of token ids (separated by commas, whitespace or JSON brackets).
     #[arg(long)]
     tokens_file: Option<PathBuf>,
+    /// Or a text, encoded with the model's tokenizer.
+    #[command(flatten)]
+    text: PromptArg,
     /// The first P tokens are the prompt (prefill); the rest are decoded one at a time.
+    /// Default: all of them.
     #[arg(long)]
-    prompt_len: usize,
+    prompt_len: Option<usize>,
     /// Output .npy, shape [T, vocab_len].
     #[arg(long)]
     out: PathBuf,
@@ -55,30 +58,32 @@ pub fn parse_ids(text: &str) -> Result<Vec<u32>> {
 }
 
 pub fn run(a: &Args) -> Result<()> {
-    let ids = match (&a.tokens, &a.tokens_file) {
-        (Some(t), _) => parse_ids(t).context("--tokens")?,
-        (None, Some(f)) => {
+    let file = a.session.model.open()?;
+    let model = a.session.model(&file)?;
+    let ids = match (&a.tokens, &a.tokens_file, a.text.bytes()?) {
+        (Some(t), _, _) => parse_ids(t).context("--tokens")?,
+        (None, Some(f), _) => {
             let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
             parse_ids(&text).with_context(|| format!("in {}", f.display()))?
         }
-        (None, None) => bail!("give --tokens or --tokens-file"),
+        (None, None, Some(text)) => encode(&model, &text)?,
+        (None, None, None) => bail!("give --tokens, --tokens-file, --prompt or --prompt-file"),
     };
     if ids.is_empty() {
         bail!("no tokens given");
     }
-    if a.prompt_len > ids.len() {
-        bail!("--prompt-len {} exceeds the {} tokens given", a.prompt_len, ids.len());
+    let prompt_len = a.prompt_len.unwrap_or(ids.len());
+    if prompt_len > ids.len() {
+        bail!("--prompt-len {prompt_len} exceeds the {} tokens given", ids.len());
     }
-    let file = a.model.open()?;
-    let model = a.cache.apply(file.model()?)?;
     let vocab = model.config().vocab_len as usize;
     if let Some(pos) = ids.iter().position(|&t| t as usize >= vocab) {
         bail!("the token at position {pos}, {}, is out of range: the vocabulary has {vocab} tokens", ids[pos]);
     }
-    let mut arena = Arena::new(model.arena_len());
-    let mut session = Session::new(model, arena.bytes_mut())?;
+    let (mut arena, state_len) = a.session.arena(&model)?;
+    let mut session = crate::session(model, &mut arena, state_len)?;
     let pool = Pool::new(a.threads.unwrap_or_else(default_threads))?;
-    let (prompt, rest) = ids.split_at(a.prompt_len);
+    let (prompt, rest) = ids.split_at(prompt_len);
     // Rows go to the file as they come, so memory stays a batch of logits whatever the
     // length; the file appears only once complete.
     let mut file = AtomicFile::create(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
@@ -90,8 +95,7 @@ pub fn run(a: &Args) -> Result<()> {
         prefill_rows(&mut session, prompt, Phase::Prefill, &pool, &mut rows).context("prompt")?;
     }
     for (t, &id) in rest.iter().enumerate() {
-        let logits =
-            session.decode_with(id, &pool).with_context(|| format!("decoding position {}", a.prompt_len + t))?;
+        let logits = session.decode_with(id, &pool).with_context(|| format!("decoding position {}", prompt_len + t))?;
         kvm_runtime::npy::write_values(&mut w, logits).with_context(writing)?;
     }
     w.flush().with_context(writing)?;

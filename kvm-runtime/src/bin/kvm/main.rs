@@ -4,19 +4,25 @@
 //! input (a panic hook turns an internal bug into one line too).
 
 mod bench;
+mod chat;
 mod generate;
 mod info;
 mod logits;
 mod perplexity;
+mod prompt;
+mod reply;
+mod snapshot;
 mod tokenize;
 mod tokens;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use anyhow::bail;
 use clap::{Parser, Subcommand};
 use kvm_core::cache::CacheDtype;
-use kvm_core::Model;
+use kvm_core::{Model, Session};
+use kvm_runtime::arena::Arena;
 use kvm_runtime::file::{ModelFile, Pages};
 
 #[derive(Parser)]
@@ -39,6 +45,8 @@ enum Cmd {
     Perplexity(perplexity::Args),
     /// Generate text from a prompt, streaming it as it comes.
     Generate(generate::Args),
+    /// Talk with a model turn by turn, one session (constant memory) for the whole chat.
+    Chat(chat::Args),
     /// Print the token ids of a text.
     Tokenize(tokenize::Args),
     /// Measure prefill and decode speed, memory and bandwidth use.
@@ -102,6 +110,53 @@ impl CacheArg {
     }
 }
 
+/// What every command that builds sessions takes: the model, its cache dtype, and the
+/// state capacity of growable-state models.
+#[derive(Debug, clap::Args)]
+pub struct SessionArgs {
+    #[command(flatten)]
+    pub model: ModelArg,
+    #[command(flatten)]
+    pub cache: CacheArg,
+    /// State slots a session holds, from `chunk_len` to the most the model can use
+    /// (`kvm info` shows both); fewer keeps a growable-state model's arena smaller, and it
+    /// then merges without growing once full. Default: the file's capacity.
+    #[arg(long)]
+    pub state_slots: Option<usize>,
+}
+
+impl SessionArgs {
+    /// The model in `file`, its cache dtype set as asked.
+    pub fn model<'f>(&self, file: &'f ModelFile) -> anyhow::Result<Model<'f>> {
+        self.cache.apply(file.model()?)
+    }
+
+    /// The state capacity asked for (the file's by default), checked against the model.
+    pub fn state_len(&self, model: &Model<'_>) -> anyhow::Result<usize> {
+        let Some(n) = self.state_slots else { return Ok(model.header().state_capacity as usize) };
+        let cfg = model.config();
+        let (min, max) = (cfg.chunk_len as usize, cfg.natural_state_len());
+        if n < min {
+            bail!("--state-slots {n} is below {min}, this model's chunk_len: the first chunk always enters the state whole");
+        }
+        if n > max {
+            bail!("--state-slots {n} is above {max}, the most state slots this model can ever hold");
+        }
+        Ok(n)
+    }
+
+    /// A zeroed arena for one session of `model` at the asked capacity, and that capacity.
+    pub fn arena(&self, model: &Model<'_>) -> anyhow::Result<(Arena, usize)> {
+        let state_len = self.state_len(model)?;
+        Ok((Arena::new(model.arena_len_for(state_len)?), state_len))
+    }
+}
+
+/// A session of `model` holding `state_len` slots in `arena` (from [`SessionArgs::arena`]).
+pub fn session<'m, 'a>(model: Model<'m>, arena: &'a mut Arena, state_len: usize) -> anyhow::Result<Session<'m, 'a>> {
+    Ok(Session::with_state_len(model, arena.bytes_mut(), state_len)?)
+}
+
 fn parse_cache(s: &str) -> Result<CacheDtype, String> {
     CacheDtype::from_name(s).ok_or_else(|| format!("`{s}` is not a cache dtype (f32, f16 or q8)"))
 }
@@ -139,6 +194,7 @@ fn main() -> ExitCode {
         Cmd::Logits(args) => logits::run(&args),
         Cmd::Perplexity(args) => perplexity::run(&args),
         Cmd::Generate(args) => generate::run(&args),
+        Cmd::Chat(args) => chat::run(&args),
         Cmd::Tokenize(args) => tokenize::run(&args),
         Cmd::Bench(args) => bench::run(&args),
     };

@@ -4,20 +4,16 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use kvm_core::format::TokenizerKind;
 use kvm_core::forward::Logits;
 use kvm_core::state::Phase;
-use kvm_core::Session;
-use kvm_runtime::arena::Arena;
 use kvm_runtime::pool::{default_threads, Pool};
 
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    model: crate::ModelArg,
-    #[command(flatten)]
-    cache: crate::CacheArg,
-    /// Text file to score: UTF-8 for a BPE model, any bytes for a byte-level one.
+    session: crate::SessionArgs,
+    /// Text file to score (`-`: stdin): UTF-8 for a BPE model, any bytes for a byte-level
+    /// one.
     #[arg(long)]
     text: PathBuf,
     /// Worker threads for the matrix products (default: all cores).
@@ -36,20 +32,12 @@ pub fn nll(logits: &[f32], target: u32) -> f64 {
 }
 
 pub fn run(a: &Args) -> Result<()> {
-    let text = std::fs::read(&a.text).with_context(|| format!("reading {}", a.text.display()))?;
-    let file = a.model.open()?;
-    let model = a.cache.apply(file.model()?)?;
+    let stdin = a.text.as_os_str() == "-";
+    let text = crate::prompt::read_text(if stdin { "-" } else { "" }, (!stdin).then_some(a.text.as_path()))?;
+    let file = a.session.model.open()?;
+    let model = a.session.model(&file)?;
     let tok = model.tokenizer();
-    let ids = match model.header().tokenizer_kind {
-        // Token id = byte value: any bytes are text to such a model.
-        TokenizerKind::Bytes => text.iter().map(|&b| u32::from(b)).collect(),
-        TokenizerKind::Bpe => {
-            let text = std::str::from_utf8(&text).map_err(|e| {
-                anyhow::anyhow!("{} is not UTF-8 ({e}), which this model's BPE tokenizer needs", a.text.display())
-            })?;
-            crate::tokens::encode(&tok, text)?
-        }
-    };
+    let ids = crate::prompt::encode(&model, &text).with_context(|| format!("in {}", a.text.display()))?;
     if ids.len() < 2 {
         bail!("{} has fewer than two tokens", a.text.display());
     }
@@ -58,8 +46,8 @@ pub fn run(a: &Args) -> Result<()> {
         bail!("byte {pos} of {}, {}, is not a token of this {vocab}-token model", a.text.display(), ids[pos]);
     }
     let pool = Pool::new(a.threads.unwrap_or_else(default_threads))?;
-    let mut arena = Arena::new(model.arena_len());
-    let mut session = Session::new(model, arena.bytes_mut())?;
+    let (mut arena, state_len) = a.session.arena(&model)?;
+    let mut session = crate::session(model, &mut arena, state_len)?;
     let acts_len = session.layout().acts_len(1).context("activation size")?;
     let mut batch = vec![0f32; acts_len];
     let mut nats = 0f64;

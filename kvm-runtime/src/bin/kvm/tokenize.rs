@@ -17,22 +17,27 @@ pub struct Args {
     /// Print {"ids": [...]}.
     #[arg(long)]
     json: bool,
-    /// The text.
-    text: String,
+    /// The text; `-` reads it from stdin.
+    #[arg(allow_hyphen_values = true, conflicts_with = "prompt_file", required_unless_present = "prompt_file")]
+    text: Option<String>,
+    /// Read the text from this file.
+    #[arg(long)]
+    prompt_file: Option<PathBuf>,
 }
 
 pub fn run(a: &Args) -> Result<()> {
+    let text = crate::prompt::read_text(a.text.as_deref().unwrap_or(""), a.prompt_file.as_deref())?;
     let ids = match (&a.model, &a.tokenizer) {
         (Some(m), _) => {
             let file = ModelFile::open(m, Pages::Mapped)?;
-            let model = file.model()?;
-            crate::tokens::encode(&model.tokenizer(), &a.text)?
+            crate::prompt::encode(&file.model()?, &text)?
         }
         (None, Some(t)) => {
+            let text = std::str::from_utf8(&text).map_err(|e| anyhow::anyhow!("the text is not UTF-8 ({e})"))?;
             let json = std::fs::read_to_string(t).map_err(|e| anyhow::anyhow!("reading {}: {e}", t.display()))?;
             let section = kvm_write::tokenizer::build_section(&json)?;
             let tok = Tokenizer::from_bytes(&section).map_err(|e| anyhow::anyhow!("{}: {e}", t.display()))?;
-            crate::tokens::encode(&tok, &a.text)?
+            crate::tokens::encode(&tok, text)?
         }
         (None, None) => bail!("give --model or --tokenizer"),
     };

@@ -1,6 +1,7 @@
 //! `kvm bench`: prefill and decode speed, the bytes each decoded token reads, this
 //! machine's memory bandwidth measured in the same run, and (with `--checkpoints`) a
-//! long run showing that per-token latency and memory stay flat.
+//! long run showing that per-token latency and memory stay flat. Comma lists of prompt
+//! lengths, decode lengths and thread counts run as a sweep, one report per combination.
 //!
 //! Tokens are a fixed pseudo-random stream (prompt) and greedy picks (decode): the
 //! arithmetic of a step does not depend on which token it is, so no text is needed and
@@ -10,7 +11,9 @@ mod probe;
 mod report;
 mod runs;
 
-use anyhow::Result;
+use std::io::{IsTerminal, Write};
+
+use anyhow::{bail, Result};
 use kvm_core::config::Config;
 use kvm_core::format::Role;
 use kvm_core::state::bswa_begin;
@@ -19,37 +22,40 @@ use kvm_runtime::file::Pages;
 use kvm_runtime::pool::{default_threads, Pool};
 use serde_json::{json, Value};
 
-use probe::bandwidth;
-use report::print_report;
+use probe::{add_bandwidth, bandwidth};
+use report::{print_report, print_table, Format};
 use runs::{long_run, speed, status_bytes};
 
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    model: crate::ModelArg,
-    #[command(flatten)]
-    cache: crate::CacheArg,
-    /// Prompt tokens fed by chunked prefill, timed (`prefill_tok_s`).
-    #[arg(long, default_value_t = 512)]
-    prompt_len: usize,
+    session: crate::SessionArgs,
+    /// Prompt tokens fed by chunked prefill, timed (`prefill_tok_s`); a comma list sweeps.
+    #[arg(long, value_delimiter = ',', default_value = "512")]
+    prompt_len: Vec<usize>,
     /// Tokens decoded one at a time, timed (`decode_tok_s`; with --checkpoints: the length
-    /// of the long run).
-    #[arg(long, default_value_t = 128)]
-    gen: usize,
+    /// of the long run); a comma list sweeps.
+    #[arg(long, value_delimiter = ',', default_value = "128")]
+    gen: Vec<usize>,
     /// Tokens in the session when the timed decode starts: 0 (the default) decodes from an
     /// empty context, as llama-bench's tg test does; equal to --prompt-len, it continues
     /// after the timed prompt; any other value is prefilled, untimed, in a fresh session.
     #[arg(long, default_value_t = 0)]
     context: usize,
-    /// Worker threads (default: all cores).
-    #[arg(long)]
-    threads: Option<usize>,
+    /// Worker threads (default: all cores); a comma list sweeps.
+    #[arg(long, value_delimiter = ',')]
+    threads: Vec<usize>,
     /// Repeat the prefill + decode measurement this many times (fresh session each) and
     /// report the medians.
     #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     runs: usize,
-    /// Print one JSON object instead of a report.
-    #[arg(long)]
+    /// md: a table like llama-bench's (the default when stdout is a terminal); csv: the
+    /// same table; json: one JSON object per combination, a line each (the default
+    /// otherwise); text: a full report per combination.
+    #[arg(long, value_enum)]
+    output: Option<Format>,
+    /// The same as --output json.
+    #[arg(long, conflicts_with = "output")]
     json: bool,
     /// Long-run mode: context positions (comma-separated, at most --gen) at which to
     /// report per-token latency and resident memory.
@@ -77,38 +83,101 @@ pub struct Args {
     seed: u64,
 }
 
+/// One combination of a sweep.
+pub(super) struct Point {
+    threads: usize,
+    prompt_len: usize,
+    gen: usize,
+    state_len: usize,
+}
+
 pub fn run(a: &Args) -> Result<()> {
-    let file = a.model.open()?;
-    let model = a.cache.apply(file.model()?)?;
-    let pool = Pool::new(a.threads.unwrap_or_else(default_threads))?;
+    let file = a.session.model.open()?;
+    let model = a.session.model(&file)?;
+    let state_len = a.session.state_len(&model)?;
+    let threads = if a.threads.is_empty() { vec![default_threads()] } else { a.threads.clone() };
+    if !a.checkpoints.is_empty() && threads.len() * a.prompt_len.len() * a.gen.len() > 1 {
+        bail!("--checkpoints makes one long run: give one --threads and one --gen");
+    }
+    let format = match (a.json, a.output) {
+        (true, _) => Format::Json,
+        (false, Some(f)) => f,
+        (false, None) if std::io::stdout().is_terminal() => Format::Md,
+        (false, None) => Format::Json,
+    };
+    let mut points = Vec::new();
+    for &t in &threads {
+        for &prompt_len in &a.prompt_len {
+            for &gen in &a.gen {
+                points.push(Point { threads: t, prompt_len, gen, state_len });
+            }
+        }
+    }
     // Fault every page of the model in now, so no timed step pays for first touches.
     std::hint::black_box(file.bytes().iter().step_by(4096).fold(0u8, |s, &b| s ^ b));
-    let mut report = describe(a.model.path(), &model, &pool);
-    report["model_pages"] = json!(match file.pages() {
-        Pages::Huge => "huge",
-        Pages::Mapped => "mapped",
-    });
-    report["packed_at_load"] = json!(file.packed());
-    if a.checkpoints.is_empty() {
-        speed(a, &model, &pool, &mut report)?;
-    } else {
-        long_run(a, &model, &pool, &mut report)?;
+    let progress = std::io::stderr().is_terminal();
+    let mut reports = Vec::with_capacity(points.len());
+    for (i, p) in points.iter().enumerate() {
+        if progress {
+            eprint!(
+                "\rbench {}/{}: {} threads, prompt {}, gen {}\x1b[K",
+                i + 1,
+                points.len(),
+                p.threads,
+                p.prompt_len,
+                p.gen
+            );
+            std::io::stderr().flush().ok();
+        }
+        let pool = Pool::new(p.threads)?;
+        let mut report = describe(a.session.model.path(), &model, &pool, state_len)?;
+        report["model_pages"] = json!(match file.pages() {
+            Pages::Huge => "huge",
+            Pages::Mapped => "mapped",
+        });
+        report["packed_at_load"] = json!(file.packed());
+        if a.checkpoints.is_empty() {
+            speed(a, p, &model, &pool, &mut report)?;
+        } else {
+            long_run(a, p, &model, &pool, &mut report)?;
+        }
+        // Read before the bandwidth buffer raises it.
+        report["peak_rss_bytes"] = json!(status_bytes("VmHWM:"));
+        reports.push(report);
     }
-    // Read before the bandwidth buffer raises it.
-    report["peak_rss_bytes"] = json!(status_bytes("VmHWM:"));
     if a.bw_mib > 0 {
-        bandwidth(a.bw_mib, pool.threads(), &mut report);
+        // Once per thread count, after every timed run, so its buffer inflates no run's
+        // peak memory.
+        let mut measured: Vec<(usize, (f64, f64))> = Vec::new();
+        for (p, report) in points.iter().zip(&mut reports) {
+            let bw = match measured.iter().find(|m| m.0 == p.threads) {
+                Some(m) => m.1,
+                None => {
+                    if progress {
+                        eprint!("\rbench: memory bandwidth, {} threads\x1b[K", p.threads);
+                        std::io::stderr().flush().ok();
+                    }
+                    let bw = bandwidth(a.bw_mib, p.threads);
+                    measured.push((p.threads, bw));
+                    bw
+                }
+            };
+            add_bandwidth(report, bw);
+        }
     }
-    if a.json {
-        println!("{report}");
-    } else {
-        print_report(&report);
+    if progress {
+        eprint!("\r\x1b[2K");
+    }
+    match format {
+        Format::Json => reports.iter().for_each(|r| println!("{r}")),
+        Format::Text => reports.iter().for_each(print_report),
+        Format::Md | Format::Csv => print_table(&reports, format),
     }
     Ok(())
 }
 
 /// The model, the machine and the bytes one decode step reads.
-fn describe(path: &std::path::Path, model: &Model<'_>, pool: &Pool) -> Value {
+fn describe(path: &std::path::Path, model: &Model<'_>, pool: &Pool, state_len: usize) -> Result<Value> {
     let cfg = model.config();
     let mut weight_bytes = 0u64;
     let mut params = 0u64;
@@ -122,13 +191,14 @@ fn describe(path: &std::path::Path, model: &Model<'_>, pool: &Pool) -> Value {
     // cache dtype, for each head of each layer. Steady state: the state is full and the window holds
     // `window_len - chunk_len + r` tokens, r = 1..=chunk_len, so on average this many.
     let (c, w) = (cfg.chunk_len as f64, cfg.window_len() as f64);
-    let state_bytes = position_bytes(model) * (cfg.natural_state_len() as f64 + w - c + (c + 1.0) / 2.0);
-    json!({
+    let state_bytes = position_bytes(model) * (state_len as f64 + w - c + (c + 1.0) / 2.0);
+    Ok(json!({
         "model": path.display().to_string(),
         "dtype": dtype,
         "params": params,
         "file_bytes": model.blob().len(),
-        "arena_bytes": model.arena_len(),
+        "arena_bytes": model.arena_len_for(state_len)?,
+        "state_len": state_len,
         "threads": pool.threads(),
         "kernel_tier": crate::kernel_tier(),
         "cache": model.cache().name(),
@@ -136,7 +206,7 @@ fn describe(path: &std::path::Path, model: &Model<'_>, pool: &Pool) -> Value {
         "loadavg_1m": std::fs::read_to_string("/proc/loadavg").ok().and_then(|l| l.split(' ').next()?.parse::<f64>().ok()),
         "weight_bytes_per_token": weight_bytes,
         "state_bytes_per_token": state_bytes.round() as u64,
-    })
+    }))
 }
 
 /// Bytes attention reads per position it attends to: a key and a value row, stored as the
@@ -148,11 +218,11 @@ fn position_bytes(model: &Model<'_>) -> f64 {
 }
 
 /// Positions the step at position `t` attends to: its window's tokens, and once the
-/// context outgrows the window, every state slot (taken as full).
-fn positions_read(cfg: &Config, t: usize) -> usize {
+/// context outgrows the window, every one of `state_len` state slots (taken as full).
+fn positions_read(cfg: &Config, state_len: usize, t: usize) -> usize {
     let n = t + 1;
     let window = n - bswa_begin(cfg, n);
-    window + if n > cfg.window_len() { cfg.natural_state_len() } else { 0 }
+    window + if n > cfg.window_len() { state_len } else { 0 }
 }
 
 /// The median of `v` (sorted in place).

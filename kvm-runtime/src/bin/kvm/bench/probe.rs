@@ -1,5 +1,5 @@
 //! The bandwidth probe: this machine's DRAM read rate, measured in the same run, with one
-//! thread and with the run's threads, and what fraction of it decoding used.
+//! thread and with a run's threads, and what fraction of it decoding used.
 
 use std::time::Instant;
 
@@ -63,14 +63,19 @@ fn read_bandwidth(buf: &[u64], threads: usize, passes: usize) -> f64 {
     median(&mut rates)
 }
 
-/// Measures read bandwidth from DRAM with one thread and with the run's threads, and
-/// what fraction of it decoding used.
-pub(super) fn bandwidth(mib: usize, threads: usize, report: &mut Value) {
+/// Read bandwidth from DRAM in GB/s, with one thread and with `threads`.
+pub(super) fn bandwidth(mib: usize, threads: usize) -> (f64, f64) {
     let words = mib << 17;
     // Distinct values, so every page is really backed (not the shared zero page).
     let buf: Vec<u64> = (0..words as u64).collect();
     let one = read_bandwidth(&buf, 1, 5);
     let many = if threads > 1 { read_bandwidth(&buf, threads, 5) } else { one };
+    (one, many)
+}
+
+/// Adds a run's bandwidth (`(one thread, its threads)`, from [`bandwidth`]) to its
+/// report, with what fraction of it decoding used.
+pub(super) fn add_bandwidth(report: &mut Value, (one, many): (f64, f64)) {
     report["mem_bw_1t_gb_s"] = json!(one);
     report["mem_bw_gb_s"] = json!(many);
     if let (Some(tok_s), Some(w), Some(s)) = (

@@ -1,6 +1,84 @@
-//! The report as text (`--json` prints the same values as one JSON object).
+//! The reports as text, or as a table of every run (`--json` prints the same values as
+//! one JSON object per run).
 
 use serde_json::Value;
+
+/// `--output`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Md,
+    Csv,
+    Json,
+    Text,
+}
+
+/// One table of every run, as llama-bench prints it: a row per test (`pp512` prefill,
+/// `tg128` decode, `tg128 @ d512` decode after 512 tokens of context), or in a long run
+/// a row per checkpoint.
+pub(super) fn print_table(reports: &[Value], format: Format) {
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let long = reports.iter().any(|r| r["checkpoints"].is_array());
+    let head: &[&str] = if long {
+        &["model", "dtype", "cache", "threads", "position", "ms/token", "best chunk ms", "rss MiB"]
+    } else {
+        &["model", "dtype", "params", "cache", "threads", "test", "tok/s", "peak MiB"]
+    };
+    let num = |x: &Value, digits: usize| x.as_f64().map_or_else(|| "?".into(), |v| format!("{v:.digits$}"));
+    let mib = |x: &Value| num(&Value::from(x.as_f64().unwrap_or(f64::NAN) / (1u64 << 20) as f64), 1);
+    for r in reports {
+        let s = |k: &str| r[k].as_str().unwrap_or("?").to_string();
+        let common = [s("model"), s("dtype")];
+        if long {
+            for c in r["checkpoints"].as_array().into_iter().flatten() {
+                let mut row = common.to_vec();
+                row.extend([s("cache"), r["threads"].to_string(), c["pos"].to_string()]);
+                row.extend([num(&c["ms_per_tok"], 4), num(&c["best_chunk_ms_per_tok"], 4), mib(&c["rss_bytes"])]);
+                rows.push(row);
+            }
+            continue;
+        }
+        let params = format!("{:.2} M", r["params"].as_f64().unwrap_or(0.0) / 1e6);
+        let context = r["context"].as_u64().unwrap_or(0);
+        let depth = if context > 0 { format!(" @ d{context}") } else { String::new() };
+        for (test, rate) in [
+            (format!("pp{}", r["prompt_len"]), &r["prefill_tok_s"]),
+            (format!("tg{}{depth}", r["gen"]), &r["decode_tok_s"]),
+        ] {
+            let mut row = common.to_vec();
+            row.extend([
+                params.clone(),
+                s("cache"),
+                r["threads"].to_string(),
+                test,
+                num(rate, 2),
+                mib(&r["peak_rss_bytes"]),
+            ]);
+            rows.push(row);
+        }
+    }
+    match format {
+        Format::Csv => {
+            let field =
+                |f: &str| if f.contains([',', '"']) { format!("\"{}\"", f.replace('"', "\"\"")) } else { f.into() };
+            println!("{}", head.join(","));
+            for row in &rows {
+                println!("{}", row.iter().map(|f| field(f)).collect::<Vec<_>>().join(","));
+            }
+        }
+        _ => {
+            let widths: Vec<usize> = (0..head.len())
+                .map(|i| rows.iter().map(|r| r[i].len()).chain([head[i].len()]).max().unwrap_or(0))
+                .collect();
+            let line = |cells: Vec<String>| {
+                let cells: Vec<String> = cells.iter().zip(&widths).map(|(c, &w)| format!("{c:>w$}")).collect();
+                println!("| {} |", cells.join(" | "));
+            };
+            line(head.iter().map(|h| h.to_string()).collect());
+            println!("|{}|", widths.iter().map(|&w| format!("{}:", "-".repeat(w + 1))).collect::<Vec<_>>().join("|"));
+            rows.into_iter().for_each(line);
+        }
+    }
+}
 
 pub(super) fn print_report(r: &Value) {
     let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);

@@ -18,21 +18,22 @@ use kvm_runtime::pool::Pool;
 use kvm_runtime::prefill::prefill;
 use serde_json::{json, Value};
 
-use super::{median, position_bytes, positions_read, Args};
+use super::{median, position_bytes, positions_read, Args, Point};
 
 /// A fresh session in its own arena.
 struct Run<'m> {
     arena: Arena,
     model: Model<'m>,
+    state_len: usize,
 }
 
 impl<'m> Run<'m> {
-    fn new(model: Model<'m>) -> Self {
-        Run { arena: Arena::new(model.arena_len()), model }
+    fn new(model: Model<'m>, state_len: usize) -> Result<Self> {
+        Ok(Run { arena: Arena::new(model.arena_len_for(state_len)?), model, state_len })
     }
 
     fn session(&mut self) -> Result<Session<'m, '_>> {
-        Ok(Session::new(self.model, self.arena.bytes_mut())?)
+        Ok(Session::with_state_len(self.model, self.arena.bytes_mut(), self.state_len)?)
     }
 }
 
@@ -88,26 +89,26 @@ fn token_stream(seed: u64, n: usize, vocab_len: u32) -> Vec<u32> {
     (0..n).map(|_| rng.next_u32() % vocab_len).collect()
 }
 
-/// Prefill `--prompt-len` tokens, then decode `--gen` after `--context` tokens, `--runs`
+/// Prefill `p.prompt_len` tokens, then decode `p.gen` after `--context` tokens, `--runs`
 /// times.
-pub(super) fn speed(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Result<()> {
-    if a.prompt_len == 0 || a.gen == 0 {
+pub(super) fn speed(a: &Args, p: &Point, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Result<()> {
+    if p.prompt_len == 0 || p.gen == 0 {
         bail!("--prompt-len and --gen must be at least 1");
     }
     let vocab_len = model.config().vocab_len;
-    let prompt = token_stream(a.seed, a.prompt_len.max(a.context), vocab_len);
-    let (prompt, context) = (&prompt[..a.prompt_len], &prompt[..a.context]);
+    let prompt = token_stream(a.seed, p.prompt_len.max(a.context), vocab_len);
+    let (prompt, context) = (&prompt[..p.prompt_len], &prompt[..a.context]);
     let (mut prefill_tok_s, mut decode_tok_s, mut matmul_frac, mut head_frac) = (vec![], vec![], vec![], vec![]);
     let (mut prefill_wait, mut decode_wait) = (vec![], vec![]);
     let threads = pool.threads();
-    let mut run = Run::new(*model);
+    let mut run = Run::new(*model, p.state_len)?;
     for _ in 0..a.runs {
         let mut session = run.session()?;
         let (_, secs, wait) =
             timed(threads, || prefill(&mut session, prompt, Phase::Prefill, pool).context("prefill"))?;
-        prefill_tok_s.push(a.prompt_len as f64 / secs);
+        prefill_tok_s.push(p.prompt_len as f64 / secs);
         prefill_wait.push(wait);
-        if a.context != a.prompt_len {
+        if a.context != p.prompt_len {
             session.reset();
             if !context.is_empty() {
                 prefill(&mut session, context, Phase::Prefill, pool).context("prefill")?;
@@ -118,12 +119,12 @@ pub(super) fn speed(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value
             Timed { pool, matmul: AtomicU64::new(0), head: AtomicU64::new(0), vocab_len: vocab_len as usize };
         let mut next = if context.is_empty() { prompt[0] } else { greedy(session.logits()) };
         let (_, secs, wait) = timed(threads, || {
-            for _ in 0..a.gen {
+            for _ in 0..p.gen {
                 next = session.decode_with(next, &timed_exec).map(greedy)?;
             }
             Ok(())
         })?;
-        decode_tok_s.push(a.gen as f64 / secs);
+        decode_tok_s.push(p.gen as f64 / secs);
         decode_wait.push(wait);
         matmul_frac.push(Duration::from_nanos(timed_exec.matmul.load(Ordering::Relaxed)).as_secs_f64() / secs);
         head_frac.push(Duration::from_nanos(timed_exec.head.load(Ordering::Relaxed)).as_secs_f64() / secs);
@@ -141,13 +142,13 @@ pub(super) fn speed(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value
     let (mut prefill_adj, mut decode_adj) =
         (adjust(&prefill_tok_s, &prefill_wait), adjust(&decode_tok_s, &decode_wait));
     let decode = median(&mut decode_tok_s);
-    report["prompt_len"] = json!(a.prompt_len);
-    report["gen"] = json!(a.gen);
+    report["prompt_len"] = json!(p.prompt_len);
+    report["gen"] = json!(p.gen);
     report["context"] = json!(a.context);
     // The state bytes of the timed steps, on average (`state_bytes_per_token` is the steady
     // state's).
-    let positions: usize = (a.context..a.context + a.gen).map(|t| positions_read(model.config(), t)).sum();
-    report["decode_state_bytes_per_token"] = json!((position_bytes(model) * positions as f64 / a.gen as f64) as u64);
+    let positions: usize = (a.context..a.context + p.gen).map(|t| positions_read(model.config(), p.state_len, t)).sum();
+    report["decode_state_bytes_per_token"] = json!((position_bytes(model) * positions as f64 / p.gen as f64) as u64);
     report["prefill_tok_s"] = json!(median(&mut prefill_tok_s));
     report["decode_tok_s"] = json!(decode);
     report["decode_ms_per_tok"] = json!(1e3 / decode);
@@ -162,17 +163,17 @@ pub(super) fn speed(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value
 }
 
 /// Decodes to the largest checkpoint, timing a window of steps that ends at each one.
-pub(super) fn long_run(a: &Args, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Result<()> {
+pub(super) fn long_run(a: &Args, p: &Point, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Result<()> {
     let mut checkpoints = a.checkpoints.clone();
     checkpoints.sort_unstable();
     checkpoints.dedup();
     let last = *checkpoints.last().unwrap_or(&0);
-    if last > a.gen {
-        bail!("checkpoint {last} is past --gen {}", a.gen);
+    if last > p.gen {
+        bail!("checkpoint {last} is past --gen {}", p.gen);
     }
     let chunk = model.config().chunk_len as usize;
     let window = a.window.unwrap_or(1024.max(4 * chunk)).div_ceil(chunk).max(1) * chunk;
-    let mut run = Run::new(*model);
+    let mut run = Run::new(*model, p.state_len)?;
     let mut session = run.session()?;
     let mut stream = Pcg32::new(a.seed);
     let vocab_len = model.config().vocab_len;

@@ -1,0 +1,210 @@
+//! `kvm chat`: a conversation with one session for all of it. KVM's state is constant
+//! size, so a chat of any length holds the same memory: the session, the sampler's scratch
+//! and the few recent tokens its penalty reads.
+//!
+//! Each line read is a turn: `--user-prefix`, the line with its newline, then
+//! `--assistant-prefix` are fed to the model, and the reply streams until `-n` tokens,
+//! the end-of-text token, a `--stop` string or Ctrl-C (which ends only the reply). Lines
+//! `/save FILE`, `/load FILE`, `/reset` and `/quit` are commands; end of input ends it.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Result;
+use kvm_core::state::Phase;
+use kvm_core::Session;
+use kvm_runtime::pool::{default_threads, Pool};
+
+use crate::prompt::{encode, prefill_with_progress};
+use crate::reply::{End, Generator, Limits, SamplerArgs, Utf8Stream};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    session: crate::SessionArgs,
+    #[command(flatten)]
+    sampler: SamplerArgs,
+    /// Text fed once before the first turn (and again after /reset).
+    #[arg(long, allow_hyphen_values = true)]
+    system: Option<String>,
+    /// Text fed before each line read.
+    #[arg(long, allow_hyphen_values = true, default_value = "")]
+    user_prefix: String,
+    /// Text fed after each line read, before the reply.
+    #[arg(long, allow_hyphen_values = true, default_value = "")]
+    assistant_prefix: String,
+    /// Tokens per reply at most.
+    #[arg(short = 'n', long = "n-tokens", default_value_t = 256)]
+    n: usize,
+    /// End a reply where this string appears (not printed); repeatable.
+    #[arg(long, allow_hyphen_values = true)]
+    stop: Vec<String>,
+    /// Never end a reply at the end-of-text token (it is never sampled).
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Write replies' exact bytes instead of replacing invalid UTF-8 with U+FFFD.
+    #[arg(long)]
+    raw: bool,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+/// True while a reply is being generated: Ctrl-C then ends the reply, not the program.
+static REPLYING: AtomicBool = AtomicBool::new(false);
+/// Set by Ctrl-C during a reply; the decode loop checks it before every token.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+#[cfg(unix)]
+extern "C" fn on_interrupt(_: libc::c_int) {
+    if REPLYING.load(Ordering::SeqCst) {
+        STOP.store(true, Ordering::SeqCst);
+    } else {
+        // At the prompt Ctrl-C ends the program, as it would without this handler.
+        // SAFETY: `signal` and `raise` are async-signal-safe.
+        unsafe {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::raise(libc::SIGINT);
+        }
+    }
+}
+
+fn catch_interrupts() {
+    #[cfg(unix)]
+    // SAFETY: the handler only touches atomics and async-signal-safe calls.
+    unsafe {
+        libc::signal(libc::SIGINT, on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t);
+    }
+}
+
+pub fn run(a: &Args) -> Result<()> {
+    let cfg = a.sampler.config()?;
+    let file = a.session.model.open()?;
+    let model = a.session.model(&file)?;
+    let system = encode(&model, a.system.as_deref().unwrap_or("").as_bytes())?;
+    let pool = Pool::new(a.threads.unwrap_or_else(default_threads))?;
+    let (mut arena, state_len) = a.session.arena(&model)?;
+    let mut session = crate::session(model, &mut arena, state_len)?;
+    let mut gen = Generator::new(model.tokenizer(), cfg, a.sampler.seed(), a.ignore_eos, &a.stop);
+    let start = |session: &mut Session<'_, '_>, gen: &mut Generator<'_>| -> Result<()> {
+        session.reset();
+        gen.reset();
+        if !system.is_empty() {
+            prefill_with_progress(session, &system, Phase::Prefill, &pool)?;
+            gen.saw(&system);
+        }
+        Ok(())
+    };
+    start(&mut session, &mut gen)?;
+    catch_interrupts();
+
+    let interactive = std::io::stdin().is_terminal();
+    let mut input = std::io::stdin().lock();
+    let (mut line, mut turn) = (Vec::new(), Vec::new());
+    let mut text = String::new();
+    loop {
+        if interactive {
+            eprint!("> ");
+        }
+        line.clear();
+        if input.read_until(b'\n', &mut line)? == 0 {
+            break;
+        }
+        let said = line.strip_suffix(b"\n").unwrap_or(&line);
+        let said = said.strip_suffix(b"\r").unwrap_or(said);
+        match command(said) {
+            Some(Command::Quit) => break,
+            Some(Command::Reset) => {
+                start(&mut session, &mut gen)?;
+                eprintln!("(the conversation is forgotten)");
+                continue;
+            }
+            Some(Command::Save(path)) => {
+                match crate::snapshot::save(&session, path) {
+                    Ok(()) => eprintln!("(saved to {})", path.display()),
+                    Err(e) => eprintln!("kvm: error: {e:#}"),
+                }
+                continue;
+            }
+            Some(Command::Load(path)) => {
+                match crate::snapshot::load(&mut session, path) {
+                    Ok(()) => {
+                        gen.reset();
+                        eprintln!("(loaded {})", path.display());
+                    }
+                    // The session is as it was.
+                    Err(e) => eprintln!("kvm: error: {e:#}"),
+                }
+                continue;
+            }
+            None => {}
+        }
+        turn.clear();
+        turn.extend_from_slice(a.user_prefix.as_bytes());
+        turn.extend_from_slice(said);
+        turn.push(b'\n');
+        turn.extend_from_slice(a.assistant_prefix.as_bytes());
+        let ids = match encode(&model, &turn) {
+            Ok(ids) => ids,
+            Err(e) => {
+                eprintln!("kvm: error: {e:#}");
+                continue;
+            }
+        };
+        STOP.store(false, Ordering::SeqCst);
+        REPLYING.store(true, Ordering::SeqCst);
+        prefill_with_progress(&mut session, &ids, Phase::Prefill, &pool)?;
+        gen.saw(&ids);
+        let mut out = std::io::stdout().lock();
+        let mut stream = Utf8Stream::default();
+        let limits = Limits { tokens: a.n, time: None, interrupt: Some(&STOP) };
+        let mut write = |bytes: &[u8]| -> Result<()> {
+            if a.raw {
+                out.write_all(bytes)?;
+            } else {
+                text.clear();
+                stream.push(bytes, &mut text);
+                out.write_all(text.as_bytes())?;
+            }
+            Ok(out.flush()?)
+        };
+        let done = gen.reply(&mut session, &pool, &limits, &mut write, &mut |_, _| Ok(()))?;
+        REPLYING.store(false, Ordering::SeqCst);
+        // The state takes in the whole reply, so the next turn (or a /save) follows it.
+        if let Some(last) = done.last {
+            session.decode_with(last, &pool)?;
+        }
+        if !a.raw {
+            text.clear();
+            stream.finish(&mut text);
+            out.write_all(text.as_bytes())?;
+        }
+        writeln!(out)?;
+        out.flush()?;
+        if done.end == End::Interrupted {
+            eprintln!("(stopped)");
+        }
+    }
+    Ok(())
+}
+
+enum Command<'l> {
+    Save(&'l Path),
+    Load(&'l Path),
+    Reset,
+    Quit,
+}
+
+/// The command `line` is, if it is one.
+fn command(line: &[u8]) -> Option<Command<'_>> {
+    let line = std::str::from_utf8(line).ok()?.trim();
+    let (word, arg) = line.split_once(' ').map_or((line, ""), |(w, a)| (w, a.trim()));
+    match (word, arg) {
+        ("/reset", "") => Some(Command::Reset),
+        ("/quit" | "/exit", "") => Some(Command::Quit),
+        ("/save", f) if !f.is_empty() => Some(Command::Save(Path::new(f))),
+        ("/load", f) if !f.is_empty() => Some(Command::Load(Path::new(f))),
+        _ => None,
+    }
+}
