@@ -468,7 +468,7 @@ fn gpt2_model(path: &Path) {
         &mut out,
         &cfg,
         (TokenizerKind::Bpe, &section),
-        kvm_core::cache::CacheDtype::F32,
+        (kvm_core::cache::CacheDtype::F32, kvm_core::cache::SlotReads::Stored),
         &|_, _, _| kvm_core::quant::DType::F32,
         &mut source,
         &mut |_| {},
