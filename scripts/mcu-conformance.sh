@@ -54,7 +54,7 @@ for board in "${boards[@]}"; do
     checks="$(sed -n 's/^kvm-conformance: \([0-9]*\) checks, .*/\1/p' "$log")"
     rm -f "$log"
     if [[ $rc -eq 0 ]]; then
-        passed=$((passed + 1)); echo "ok: $board ($tier, ${checks:-?} checks, ${seconds}s with the build)"
+        passed=$((passed + 1)); echo "ok: $board ($tier, ${checks:-?} checks, ${seconds}s, build included)"
     else
         failed=$((failed + 1)); echo "FAILED: $board ($tier, exit $rc, ${seconds}s)"
     fi
