@@ -27,7 +27,7 @@
 use core::fmt;
 
 use half::f16;
-use kvm_core::kernels::{self, tier::COMPILED, Tier};
+use kvm_core::kernels::{self, Tier};
 use kvm_core::quant::{DType, QK, X16};
 use kvm_core::tensor::Matrix;
 use semihosting::println;
@@ -99,7 +99,9 @@ fn main() -> ! {
     // SAFETY: `main` runs once and never returns, and nothing else names `W` or `BUF`: these
     // are the only references to them.
     let (w, buf) = unsafe { (&mut *w, &mut *buf) };
-    println!("kvm-conformance: tier {}", COMPILED);
+    // The tier the kernels dispatch on (the compiled one: nothing has forced another yet).
+    let tier = kernels::tier();
+    println!("kvm-conformance: tier {tier}");
     let t0 = arch::ticks();
     let mut c = Checks::default();
     for dtype in [DType::Q8_0, DType::Q4_0, DType::Q8_0x16, DType::Q4_0x16, DType::F32, DType::F16, DType::BF16] {
@@ -163,13 +165,14 @@ impl Checks {
     }
 }
 
-/// Runs `f` with the scalar tier active, then switches back to the compiled one.
+/// Runs `f` with the scalar tier active, then switches back to the tier that was.
 fn scalar<R>(f: impl FnOnce() -> R) -> R {
+    let before = kernels::tier();
     // SAFETY: scalar runs on every CPU.
     unsafe { kernels::force_tier(Tier::Scalar) };
     let r = f();
-    // SAFETY: the compiled tier's features are the build's, so this CPU has them.
-    unsafe { kernels::force_tier(COMPILED) };
+    // SAFETY: `before` was active, so this CPU has its features (`tier`'s invariant).
+    unsafe { kernels::force_tier(before) };
     r
 }
 
