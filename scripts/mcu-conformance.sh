@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# Runs kvm's kernel conformance checks on emulated boards (examples/mcu-conformance): the
-# tier each board's build selects against the scalar oracle, bit for bit, on the board.
+# Runs kvm's kernel conformance firmware (examples/mcu/src/bin/conformance.rs, through
+# `examples/mcu/run-qemu.sh --board B --conformance`) on emulated boards: the tier each
+# board's build selects against the scalar oracle, and the oracle against the firmware's
+# reference computations, bit for bit, on the board.
 #
-# usage: scripts/mcu-conformance.sh [--board an386|an505]... [--timeout SECS]
+# usage: scripts/mcu-conformance.sh [--board an386|an505|an547|riscv32]... [--timeout SECS]
 #
 #   --board B       a board to run on (repeatable; default: every board below)
-#   --timeout SECS  QEMU wall-clock limit per board (default 120)
+#   --timeout SECS  QEMU wall-clock limit per board (default 600)
 #
-# Each board also names the tier its build must select, so a build that silently falls
-# back to scalar fails. Prints the firmware's lines and "N passed, N failed"; exits
-# non-zero when any board fails (a mismatch, a panic, a fault, a timeout or a wrong tier).
+# Each board also names the tier its build must select (an386, an505: dsp; an547: helium;
+# riscv32: scalar), so a build that silently falls back to another tier fails. Prints the
+# firmware's lines, one "ok"/"FAILED" line per board with its checks and seconds, and
+# "N passed, N failed"; exits non-zero when any board fails (a mismatch, a panic, a fault,
+# a timeout, a failed build or a wrong tier).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-dir="$root/examples/mcu-conformance"
-all_boards=(an386 an505)
+all_boards=(an386 an505 an547 riscv32)
 boards=()
-timeout_s=120
+timeout_s=600
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --board) boards+=("${2:?--board needs a value}"); shift 2 ;;
@@ -31,31 +34,29 @@ done
 passed=0
 failed=0
 for board in "${boards[@]}"; do
-    # One line per board: Rust target, QEMU binary and its machine arguments, the tier.
+    # The tier the board's build must select.
     case "$board" in
-        an386) target=thumbv7em-none-eabihf; qemu=(qemu-system-arm -M mps2-an386 -cpu cortex-m4); tier=dsp ;;
-        an505) target=thumbv8m.main-none-eabihf; qemu=(qemu-system-arm -M mps2-an505 -cpu cortex-m33); tier=dsp ;;
+        an386|an505) tier=dsp ;;
+        an547) tier=helium ;;
+        riscv32) tier=scalar ;;
         *) echo "mcu-conformance.sh: unknown board '$board' (${all_boards[*]})" >&2; exit 2 ;;
     esac
     log="$(mktemp)"
     rc=0
-    if (cd "$dir" && KVM_MCU_BOARD="$board" cargo build --quiet --release --target "$target"); then
-        timeout --foreground "$timeout_s" "${qemu[@]}" -nographic -monitor none \
-            -semihosting-config enable=on,target=native \
-            -kernel "$dir/target/$target/release/kvm-mcu-conformance" </dev/null >"$log" || rc=$?
-    else
-        rc=2
-    fi
+    start=$SECONDS
+    bash "$root/examples/mcu/run-qemu.sh" --board "$board" --conformance --timeout "$timeout_s" >"$log" || rc=$?
+    seconds=$((SECONDS - start))
     sed "s/^/$board: /" "$log"
     if [[ $rc -eq 0 ]] && ! grep -qx "kvm-conformance: tier $tier" "$log"; then
         echo "$board: expected tier $tier" >&2
         rc=1
     fi
+    checks="$(sed -n 's/^kvm-conformance: \([0-9]*\) checks, .*/\1/p' "$log")"
     rm -f "$log"
     if [[ $rc -eq 0 ]]; then
-        passed=$((passed + 1)); echo "ok: $board ($tier)"
+        passed=$((passed + 1)); echo "ok: $board ($tier, ${checks:-?} checks, ${seconds}s, build included)"
     else
-        failed=$((failed + 1)); echo "FAILED: $board (exit $rc)"
+        failed=$((failed + 1)); echo "FAILED: $board ($tier, exit $rc, ${seconds}s)"
     fi
 done
 echo "$passed passed, $failed failed"

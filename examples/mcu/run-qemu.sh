@@ -26,8 +26,10 @@
 #   --icount        run QEMU with -icount shift=0 (one instruction per virtual ns) and
 #                   turn the firmware's tick counts into instruction counts
 #   --conformance   instead of generating text, run the kernel conformance firmware
-#                   (src/bin/conformance.rs, Arm boards): the board's kernel tier against
-#                   the scalar oracle, bit for bit; exits 0 when all match, 1 on a mismatch
+#                   (src/bin/conformance.rs): the board's kernel tier against the scalar
+#                   oracle and the oracle against reference computations, bit for bit;
+#                   prints `kvm-conformance: tier <name>`; exits 0 when all match, 1 on a
+#                   mismatch
 #
 # Prints everything the firmware prints. The text is the bytes after the line
 # `--- kvm output ---` and before the newline that precedes the line `--- end ---`: the

@@ -10,7 +10,8 @@
 //! success, 1 on an error, 101 on a panic and 102 on a hard fault.
 //!
 //! Everything but start-up is shared: `arch/arm.rs` (cortex-m-rt) and `arch/riscv.rs`
-//! (riscv-rt) each give the tick counter, the stack region and the fault handler;
+//! (riscv-rt) each give the tick counter, the stack region and the fault handler (`stack.rs`
+//! measures the stack from that region);
 //! `source/linked.rs` and `source/heap.rs` each give a model, an arena and the sampler's
 //! scratch.
 //!
@@ -43,6 +44,8 @@ mod arch;
 #[cfg_attr(not(feature = "heap"), path = "source/linked.rs")]
 #[cfg_attr(feature = "heap", path = "source/heap.rs")]
 mod source;
+
+mod stack;
 
 mod model_info {
     include!(concat!(env!("OUT_DIR"), "/model_info.rs"));
@@ -246,36 +249,6 @@ impl fmt::Display for TokPerS {
             }
             _ => f.write_str("? tok/s"),
         }
-    }
-}
-
-/// Stack high-water mark: the stack region is painted with a fixed word at start-up (by
-/// `cortex-m-rt`'s `paint-stack` on Arm, by `arch::init` on RISC-V); the deepest word that
-/// no longer holds it is how far the stack has reached.
-mod stack {
-    use crate::arch::stack_region;
-
-    pub const PAINT: u32 = 0xcccc_cccc;
-
-    /// Bytes between the bottom of the stack region and the top of RAM.
-    pub fn size() -> usize {
-        let (bottom, top) = stack_region();
-        top - bottom
-    }
-
-    /// Bytes the stack has reached below its top so far.
-    pub fn used() -> usize {
-        let (mut p, top) = stack_region();
-        // Scan up from the bottom of the stack region until the paint is gone.
-        while p < top {
-            // SAFETY: `[bottom, top)` is the stack region, word-aligned RAM that the
-            // linker script reserves; reading it is always defined.
-            if unsafe { core::ptr::read_volatile(p as *const u32) } != PAINT {
-                break;
-            }
-            p += 4;
-        }
-        top - p
     }
 }
 
