@@ -718,7 +718,7 @@ pub unsafe extern "C" fn kvm_session_init(
         check_out(session)?;
         let plan = ArenaPlan::new(&m)?;
         // SAFETY: per the contract.
-        let cell = unsafe { SessionCell::init(m, plan, session::Exec::SERIAL, arena.cast(), arena_len)? };
+        let cell = unsafe { SessionCell::init(m, plan, session::Exec::serial(), arena.cast(), arena_len)? };
         // SAFETY: per the contract.
         unsafe { put(session, cell.cast::<kvm_session>()) }
     }))

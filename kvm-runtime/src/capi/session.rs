@@ -123,7 +123,9 @@ pub(crate) struct Exec {
 
 impl Exec {
     /// One token at a time on the caller's thread: what every build can run.
-    pub const SERIAL: Exec = Exec { threads: 1, batch: 1 };
+    pub const fn serial() -> Exec {
+        Exec { threads: 1, batch: 1 }
+    }
 }
 
 /// The heap half of a threaded or batching session (std).
@@ -140,12 +142,12 @@ pub(crate) struct Engine {
 #[cfg(feature = "std")]
 impl Engine {
     /// The engine `exec` needs for a session of `model` with `state_len` slots: none for
-    /// [`Exec::SERIAL`].
+    /// [`Exec::serial`].
     ///
     /// # Errors
     /// `KVM_ERR_THREADS` if the system refuses the threads.
     fn new(model: &Model<'_>, state_len: usize, exec: Exec) -> Result<Option<std::boxed::Box<Engine>>, kvm_status> {
-        if exec == Exec::SERIAL {
+        if exec == Exec::serial() {
             return Ok(None);
         }
         let layout = Layout::new(model.config(), state_len, model.cache())?;
@@ -228,7 +230,7 @@ impl SessionCell {
         #[cfg(feature = "std")]
         let engine = Engine::new(&model, plan.state_len, exec)?;
         #[cfg(not(feature = "std"))]
-        if exec != Exec::SERIAL {
+        if exec != Exec::serial() {
             return Err(KVM_ERR_UNSUPPORTED);
         }
         let vocab_len = model.config().vocab_len as usize;
