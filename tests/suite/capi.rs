@@ -744,6 +744,34 @@ fn c_example_matches_rust_greedy() {
     let prompt_ids: Vec<u32> = prompt.bytes().map(u32::from).collect();
     assert_eq!(ids, rust_greedy(tiny_kjv(), &prompt_ids, n));
     assert!(stdout.contains("state save/restore: ok"), "{stdout}");
+    // The perplexity it computed from kvm_logits is the Rust session's.
+    let (ppl, scored) = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("prompt perplexity: "))
+        .and_then(|l| l.strip_suffix(" tokens"))
+        .and_then(|l| l.split_once(" over "))
+        .expect("a perplexity line");
+    let (ppl, scored): (f64, usize) = (ppl.parse().unwrap(), scored.parse().unwrap());
+    assert_eq!(scored, prompt_ids.len() - 1);
+    let want = rust_perplexity(tiny_kjv(), &prompt_ids);
+    assert!((ppl - want).abs() < 2e-6, "C example {ppl}, Rust {want}");
+}
+
+/// The perplexity of `ids[1..]`, each given what precedes it, by the core's Session.
+fn rust_perplexity(blob: &[u8], ids: &[u32]) -> f64 {
+    let model = Model::from_bytes(blob).unwrap();
+    let mut arena = Arena::new(model.arena_len());
+    let mut session = Session::new(model, arena.bytes_mut()).unwrap();
+    let mut nll = 0.0;
+    for (i, &t) in ids.iter().enumerate().skip(1) {
+        let logits = session.prefill(&ids[i - 1..i]).unwrap();
+        let max = logits.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(f64::from(x)));
+        let sum: f64 = logits.iter().map(|&x| (f64::from(x) - max).exp()).sum();
+        nll -= f64::from(logits[t as usize]) - max - sum.ln();
+    }
+    let ppl = (nll / (ids.len() - 1) as f64).exp();
+    assert!(ppl.is_finite() && ppl > 1.0, "{ppl}");
+    ppl
 }
 
 /// `blob`, leaked so a `kvm_model` may borrow it for the rest of the test binary.
