@@ -1,8 +1,9 @@
 /*
  * kvm.h: the C API of kvm, a runtime for Key-Value Means language models.
  *
- * Nothing in kvm allocates. The caller provides a `kvm_model` (sized here) filled by
- * kvm_model_load() from the model file's bytes, and one arena per session,
+ * Nothing in kvm allocates (but the threads a std session may ask for). The caller
+ * provides a `kvm_model` (sized here) filled by kvm_model_load() from the model
+ * file's bytes, and one arena per session,
  * kvm_arena_size() bytes aligned to KVM_ARENA_ALIGN: kvm_session_init() puts the session
  * handle at the arena's front. Every function returns a kvm_status (KVM_OK == 0) or a
  * size (0 for a bad handle); see kvm_status_string().
@@ -258,7 +259,7 @@ typedef struct kvm_model_desc {
    */
   uint32_t window_len;
   /**
-   * State slots a session holds.
+   * State slots a session holds unless `kvm_session_config.state_slots` says otherwise.
    */
   uint32_t state_len;
   /**
@@ -688,8 +689,8 @@ kvm_status kvm_generate(struct kvm_session *session,
                         size_t *n_generated);
 
 /**
- * Bytes of a state snapshot of `session` (the same for every session of a model, and
- * `kvm_model_info().state_size`). 0 for a bad handle.
+ * Bytes of a state snapshot of `session` (the same for every session of a model and
+ * state capacity; `kvm_model_info().state_size` at the model's own). 0 for a bad handle.
  *
  * # Safety
  * `session` is null or a handle from `kvm_session_init()`.
@@ -697,8 +698,8 @@ kvm_status kvm_generate(struct kvm_session *session,
 size_t kvm_state_size(const struct kvm_session *session);
 
 /**
- * Saves the session's whole state (context, pending token, sampler position and
- * history; not the sampler settings) into `buf`. `*written` receives
+ * Saves the session's whole state (context, pending token or the logits `kvm_logits()`
+ * computed, sampler position and history; not the sampler settings) into `buf`. `*written` receives
  * `kvm_state_size()`; if `buf_cap` is smaller, `KVM_ERR_BUFFER_TOO_SMALL` and nothing is
  * written to `buf`. Restoring it continues generation bit-exactly.
  *

@@ -1,6 +1,7 @@
 //! The C API: `extern "C"` functions over kvm-core, declared in `include/kvm.h`.
 //!
-//! Nothing here allocates. The caller provides every byte:
+//! Nothing here allocates, but for the threads and batch activations of a std session
+//! that asks for them (`kvm_session_init_ex()`). The caller provides every other byte:
 //! - a `kvm_model` (a sized, 8-byte aligned struct declared in the header) that
 //!   `kvm_model_load()` fills with a validated view of the model blob;
 //! - one arena per session, `kvm_arena_size()` bytes aligned to `KVM_ARENA_ALIGN`;
@@ -278,7 +279,7 @@ pub struct kvm_model_desc {
     pub chunk_len: u32,
     /// Tokens in the sliding window.
     pub window_len: u32,
-    /// State slots a session holds.
+    /// State slots a session holds unless `kvm_session_config.state_slots` says otherwise.
     pub state_len: u32,
     /// 0: byte-level (token id = byte value); 1: GPT-2 byte-level BPE.
     pub tokenizer: u32,
@@ -1144,8 +1145,8 @@ pub unsafe extern "C" fn kvm_generate(
     code
 }
 
-/// Bytes of a state snapshot of `session` (the same for every session of a model, and
-/// `kvm_model_info().state_size`). 0 for a bad handle.
+/// Bytes of a state snapshot of `session` (the same for every session of a model and
+/// state capacity; `kvm_model_info().state_size` at the model's own). 0 for a bad handle.
 ///
 /// # Safety
 /// `session` is null or a handle from `kvm_session_init()`.
@@ -1155,8 +1156,8 @@ pub unsafe extern "C" fn kvm_state_size(session: *const kvm_session) -> usize {
     unsafe { with_session_ref(session, |s| Ok(s.state_size())) }.unwrap_or(0)
 }
 
-/// Saves the session's whole state (context, pending token, sampler position and
-/// history; not the sampler settings) into `buf`. `*written` receives
+/// Saves the session's whole state (context, pending token or the logits `kvm_logits()`
+/// computed, sampler position and history; not the sampler settings) into `buf`. `*written` receives
 /// `kvm_state_size()`; if `buf_cap` is smaller, `KVM_ERR_BUFFER_TOO_SMALL` and nothing is
 /// written to `buf`. Restoring it continues generation bit-exactly.
 ///
