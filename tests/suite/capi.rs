@@ -723,17 +723,24 @@ fn c_example_matches_rust_greedy() {
     let n = 48;
     // Its own target directory: the outer cargo may still hold the main one's lock.
     let target: PathBuf = repo().join("target/c-example");
-    let out = Command::new("sh")
-        .arg(repo().join("examples/c/run.sh"))
-        .arg(&model)
-        .arg(prompt)
-        .arg(n.to_string())
-        .env("CARGO_TARGET_DIR", &target)
-        .output()
-        .expect("run examples/c/run.sh");
+    let run = |threads: &str| {
+        let out = Command::new("sh")
+            .arg(repo().join("examples/c/run.sh"))
+            .arg(&model)
+            .arg(prompt)
+            .arg(n.to_string())
+            .arg(threads)
+            .env("CARGO_TARGET_DIR", &target)
+            .output()
+            .expect("run examples/c/run.sh");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "run.sh failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        stdout
+    };
+    let stdout = run("1");
+    let threaded = run("2");
     std::fs::remove_file(&model).ok();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "run.sh failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(threaded, stdout, "two threads print the same, perplexity included");
     let ids: Vec<u32> = stdout
         .lines()
         .find_map(|l| l.strip_prefix("ids:"))
