@@ -426,7 +426,7 @@ kvm_status kvm_model_set_cache(struct kvm_model *model,
 
 /**
  * Bytes of arena one session of `model` needs: the session handle, the core's state and
- * scratch, and the sampler's scratch. The arena must be aligned to `KVM_ARENA_ALIGN`
+ * scratch, the sampler's scratch and room for logits restored from a snapshot. The arena must be aligned to `KVM_ARENA_ALIGN`
  * bytes. Returns 0 if `model` is not a loaded model.
  *
  * # Safety
