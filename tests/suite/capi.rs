@@ -873,6 +873,13 @@ fn non_finite_logits_have_their_own_status() {
     );
     // The step was taken; the session stays consistent and usable after a reset.
     assert_eq!(s.pos(), 3);
+    // Asking for the logits runs the same step and reports the same, then has none.
+    s.prefill(&[4]);
+    let (mut p, mut n) = (null::<f32>(), 0usize);
+    assert_eq!(unsafe { kvm_logits(s.s, &mut p, &mut n) }, KVM_ERR_NON_FINITE);
+    assert_eq!((p, n), (null(), 0));
+    assert_eq!(unsafe { kvm_logits(s.s, &mut p, &mut n) }, KVM_ERR_NO_CONTEXT);
+    assert_eq!(s.pos(), 4);
     assert_eq!(unsafe { kvm_session_reset(s.s) }, KVM_OK);
     assert_eq!(s.pos(), 0);
 
