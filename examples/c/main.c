@@ -1,12 +1,14 @@
 /*
  * examples/c/main.c: text generation with kvm from C.
  *
- *     kvm-example [model.kvm] [prompt] [n_tokens]
+ *     kvm-example [model.kvm] [prompt] [n_tokens] [threads]
  *
- * Loads a model file, runs a session in a static arena, generates n_tokens greedily from
- * the prompt, prints the text and the token ids, then shows state save/restore: it saves
- * the session, samples a continuation, restores, samples again and checks that both
- * continuations are identical (exit status 1 if not).
+ * Loads a model file and runs a session in a static arena (on `threads` threads, 1 by
+ * default; more need a std build of the library). It scores the prompt with the model's
+ * own logits and prints its perplexity, prefills it in chunks with a progress callback,
+ * generates n_tokens greedily, prints the text and the token ids, then shows state
+ * save/restore: it saves the session, samples a continuation, restores, samples again
+ * and checks that both continuations are identical (exit status 1 if not).
  *
  * The library allocates nothing; the only heap memory here is this program's own copy
  * of the model file, the prompt's ids and the snapshot buffer.
@@ -16,6 +18,7 @@
 #include <sys/mman.h>
 #endif
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +30,8 @@
 #define DEFAULT_N 64
 /* Tokens sampled after the save, twice. */
 #define CONTINUATION 32
+/* Prompt ids per kvm_prefill_chunked() chunk: small, so a short prompt shows progress. */
+#define PREFILL_CHUNK 4
 
 /* The session lives here: the model's arena size must fit (tiny-kjv needs ~0.6 MiB). */
 #define ARENA_CAP (4u << 20)
@@ -99,6 +104,44 @@ static int32_t on_token(void *user_data, uint32_t token, const uint8_t *piece, s
     return c->len == c->cap; /* stop when the buffer is full */
 }
 
+/* log p(token) under `logits`, a softmax over `len` of them in double. */
+static double log_prob(const float *logits, size_t len, uint32_t token) {
+    double max = logits[0];
+    for (size_t i = 1; i < len; i++) {
+        max = logits[i] > max ? logits[i] : max;
+    }
+    double sum = 0.0;
+    for (size_t i = 0; i < len; i++) {
+        sum += exp((double)logits[i] - max);
+    }
+    return (double)logits[token] - max - log(sum);
+}
+
+/* The perplexity of ids[1..n) given what precedes each: feeds one id at a time and reads
+ * the logits of the next. Leaves the prompt in the session. */
+static double perplexity(kvm_session *s, const uint32_t *ids, size_t n) {
+    check(kvm_prefill(s, ids, 1), "kvm_prefill");
+    double nll = 0.0;
+    for (size_t i = 1; i < n; i++) {
+        const float *logits;
+        size_t len;
+        check(kvm_logits(s, &logits, &len), "kvm_logits");
+        nll -= log_prob(logits, len, ids[i]);
+        check(kvm_prefill(s, &ids[i], 1), "kvm_prefill");
+    }
+    return exp(nll / (double)(n - 1));
+}
+
+/* kvm_prefill_chunked()'s progress callback: prints how far it got, never cancels. */
+static int32_t on_progress(void *user_data, size_t done, size_t total) {
+    (void)user_data;
+    fprintf(stderr, "\rprefill %zu/%zu", done, total);
+    if (done == total) {
+        fputc('\n', stderr);
+    }
+    return 0;
+}
+
 /* Samples CONTINUATION tokens with the pull API. */
 static void continue_pull(kvm_session *s, uint32_t *out) {
     for (size_t i = 0; i < CONTINUATION; i++) {
@@ -110,8 +153,13 @@ int main(int argc, char **argv) {
     const char *path = argc > 1 ? argv[1] : DEFAULT_MODEL;
     const char *prompt = argc > 2 ? argv[2] : DEFAULT_PROMPT;
     long n = argc > 3 ? strtol(argv[3], NULL, 10) : DEFAULT_N;
+    long threads = argc > 4 ? strtol(argv[4], NULL, 10) : 1;
     if (n < 1 || n > 1 << 20) {
         fprintf(stderr, "kvm-example: n_tokens must be in [1, 2^20]\n");
+        return 2;
+    }
+    if (threads < 1 || threads > KVM_MAX_THREADS) {
+        fprintf(stderr, "kvm-example: threads must be in [1, %d]\n", KVM_MAX_THREADS);
         return 2;
     }
 
@@ -134,8 +182,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "kvm-example: the model needs a %zu-byte arena; ARENA_CAP is %zu\n", arena_len, sizeof arena);
         return 1;
     }
+    kvm_session_config config = kvm_session_config_default();
+    config.threads = (uint32_t)threads;
     kvm_session *s;
-    check(kvm_session_init(&model, arena, sizeof arena, &s), "kvm_session_init");
+    check(kvm_session_init_ex(&model, &config, arena, sizeof arena, &s), "kvm_session_init_ex");
     kvm_sampler_config greedy = kvm_sampler_greedy();
     check(kvm_sampler_set(s, &greedy), "kvm_sampler_set");
 
@@ -152,7 +202,12 @@ int main(int argc, char **argv) {
         return 1;
     }
     check(kvm_tokenize(&model, prompt, strlen(prompt), ids, n_ids, &n_ids), "kvm_tokenize");
-    check(kvm_prefill(s, ids, n_ids), "kvm_prefill");
+    /* Scored first, printed after the generated text (which the test scripts find on
+     * the second line). */
+    double ppl = n_ids > 1 ? perplexity(s, ids, n_ids) : -1.0;
+    check(kvm_session_reset(s), "kvm_session_reset");
+    size_t fed = 0;
+    check(kvm_prefill_chunked(s, ids, n_ids, PREFILL_CHUNK, on_progress, NULL, &fed), "kvm_prefill_chunked");
 
     /* Push API: stream the text as it comes. */
     fputs(prompt, stdout);
@@ -164,6 +219,11 @@ int main(int argc, char **argv) {
         printf(" %" PRIu32, out[i]);
     }
     printf("\n");
+    if (ppl > 0.0) {
+        printf("prompt perplexity: %.6f over %zu tokens\n", ppl, n_ids - 1);
+    } else {
+        printf("prompt perplexity: none (a one-token prompt)\n");
+    }
 
     /* State save/restore, continuing with the sampler at its defaults and a fixed seed,
      * so the restore must bring back the random generator too. */
@@ -190,6 +250,7 @@ int main(int argc, char **argv) {
     printf("state save/restore: %s (%d tokens after the restore %s)\n", same ? "ok" : "MISMATCH", CONTINUATION,
            same ? "match" : "differ");
 
+    check(kvm_session_release(s), "kvm_session_release");
     free(state);
     free(out);
     free(ids);

@@ -2,7 +2,7 @@
 # Builds kvm-runtime as a C static library, compiles examples/c/main.c against
 # include/kvm.h and runs it.
 #
-#   examples/c/run.sh [--valgrind] [model.kvm] [prompt] [n_tokens]
+#   examples/c/run.sh [--valgrind] [model.kvm] [prompt] [n_tokens] [threads]
 #
 # --valgrind (or KVM_VALGRIND=1) runs the program under
 # `valgrind --error-exitcode=1 --leak-check=full`. The model defaults to
@@ -25,6 +25,7 @@ fi
 model=${1:-$root/models/tiny-kjv-q8_0.kvm}
 prompt=${2:-And God said}
 n=${3:-64}
+threads=${4:-1}
 
 if [ ! -f "$model" ]; then
     echo "run.sh: no model at $model; export one (q8_0, or f32 until q8_0 export lands) with" >&2
@@ -54,9 +55,9 @@ fi
 # shellcheck disable=SC2086 # $libs is a list of flags
 "$cc" -std=c11 -O2 -g -Wall -Wextra -Wpedantic -Werror \
     -I "$root/kvm-runtime/include" "$root/examples/c/main.c" \
-    "$target_dir/release/libkvm_runtime.a" $libs -o "$build/kvm-example"
+    "$target_dir/release/libkvm_runtime.a" $libs -lm -o "$build/kvm-example"
 
 if [ "$valgrind" = 1 ]; then
-    exec valgrind --quiet --error-exitcode=1 --leak-check=full "$build/kvm-example" "$model" "$prompt" "$n"
+    exec valgrind --quiet --error-exitcode=1 --leak-check=full "$build/kvm-example" "$model" "$prompt" "$n" "$threads"
 fi
-exec "$build/kvm-example" "$model" "$prompt" "$n"
+exec "$build/kvm-example" "$model" "$prompt" "$n" "$threads"

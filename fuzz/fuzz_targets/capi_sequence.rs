@@ -1,5 +1,6 @@
 //! The C API driven by bytes: each byte picks a call (load with any flags and length,
-//! init in an arena of any size, prefill, decode, generate, sampler settings and seeds,
+//! init in an arena of any size with any session config, prefill, chunked prefill that
+//! cancels anywhere, decode, generate, logits into any buffer, sampler settings and seeds,
 //! save into any buffer, restore a damaged snapshot, reset, tokenize and detokenize with
 //! any buffer sizes), the following bytes its arguments. No sequence may panic (a panic
 //! would come back as `KVM_ERR_PANIC`) or touch memory it was not given.
@@ -50,6 +51,12 @@ impl Aligned {
     }
 }
 
+/// Stops a chunked prefill once `done` reaches the `usize` behind `user`.
+unsafe extern "C" fn stop_at(user: *mut std::ffi::c_void, done: usize, _total: usize) -> i32 {
+    // SAFETY: the target passes a live `usize`.
+    i32::from(done >= unsafe { *user.cast::<usize>() })
+}
+
 fn ok(code: kvm_status) {
     assert_ne!(code, KVM_ERR_PANIC, "a call panicked");
 }
@@ -60,19 +67,27 @@ fuzz_target!(|data: &[u8]| {
     let flags = u32::from(b.u8() % 4);
     let cut = if b.u8() % 8 == 0 { b.small(BLOB.len()) } else { BLOB.len() };
     ok(unsafe { kvm_model_load(BLOB.as_ptr(), cut, flags, &mut *model) });
-    let need = unsafe { kvm_arena_size(&*model) };
-    let arena_len = match b.u8() % 8 {
+    // One byte picks the arena (short or not, its low bits) and the config (any, a
+    // quarter of the time, its top bits; threads kept to two so an input stays quick).
+    let pick = b.u8();
+    let config = match pick >> 6 {
+        3 => kvm_session_config { state_slots: b.u32() % 80, threads: b.u32() % 3, batch_tokens: b.u32() % 80 },
+        _ => kvm_session_config_default(),
+    };
+    let mut need = 0;
+    ok(unsafe { kvm_arena_size_for(&*model, config.state_slots, &mut need) });
+    let arena_len = match pick % 8 {
         0 => need.saturating_sub(b.small(4096)),
         _ => need,
     };
     let mut arena = Aligned::new(arena_len.max(1));
     let mut s = std::ptr::null_mut();
-    ok(unsafe { kvm_session_init(&*model, arena.ptr().cast(), arena.len, &mut s) });
+    ok(unsafe { kvm_session_init_ex(&*model, &config, arena.ptr().cast(), arena.len, &mut s) });
     let mut snap: Vec<u8> = Vec::new();
     let mut steps = 0;
     while !b.0.is_empty() && steps < 64 {
         steps += 1;
-        match b.u8() % 13 {
+        match b.u8() % 16 {
             0 => {
                 let n = b.small(40);
                 let ids: Vec<u32> = (0..n).map(|_| if b.u8() < 250 { u32::from(b.u8()) } else { b.u32() }).collect();
@@ -140,7 +155,24 @@ fuzz_target!(|data: &[u8]| {
                 ok(unsafe { kvm_model_info(&*model, &mut info) });
                 let _ = unsafe { kvm_session_pos(s) };
             }
-            _ => ok(unsafe { kvm_model_set_cache(&mut *model, b.u32() % 4) }),
+            12 => ok(unsafe { kvm_model_set_cache(&mut *model, b.u32() % 4) }),
+            13 => {
+                let (mut p, mut n) = (std::ptr::null(), 0);
+                ok(unsafe { kvm_logits(s, &mut p, &mut n) });
+            }
+            14 => {
+                let mut out = vec![0f32; b.small(300)];
+                let mut n = 0;
+                ok(unsafe { kvm_logits_copy(s, out.as_mut_ptr(), out.len(), &mut n) });
+            }
+            _ => {
+                let ids: Vec<u32> = (0..b.small(80)).map(|_| u32::from(b.u8())).collect();
+                let (chunk, mut stop) = (b.small(20), b.small(80));
+                let mut fed = 0;
+                let user = (&mut stop as *mut usize).cast();
+                ok(unsafe { kvm_prefill_chunked(s, ids.as_ptr(), ids.len(), chunk, Some(stop_at), user, &mut fed) });
+            }
         }
     }
+    ok(unsafe { kvm_session_release(s) });
 });

@@ -2,7 +2,7 @@
 //! it accepts validates and lays out an arena (or says why not) without panicking.
 #![no_main]
 
-use kvm_core::cache::CacheDtype;
+use kvm_core::cache::{CacheDtype, SlotReads};
 use kvm_core::state::Layout;
 use libfuzzer_sys::fuzz_target;
 
@@ -11,6 +11,8 @@ fuzz_target!(|data: &[u8]| {
     let Ok(value) = serde_json::from_slice::<serde_json::Value>(json) else { return };
     if let Ok(cfg) = kvm_export::hf_config::parse(&value, u32::from(rank)) {
         assert!(cfg.validate().is_ok(), "parse returned a config that does not validate");
-        let _ = Layout::new(&cfg, cfg.natural_state_len(), CacheDtype::F32);
+        for reads in SlotReads::ALL {
+            let _ = Layout::new(&cfg, cfg.natural_state_len(), CacheDtype::F32, reads);
+        }
     }
 });

@@ -1,8 +1,9 @@
 /*
  * kvm.h: the C API of kvm, a runtime for Key-Value Means language models.
  *
- * Nothing in kvm allocates. The caller provides a `kvm_model` (sized here) filled by
- * kvm_model_load() from the model file's bytes, and one arena per session,
+ * Nothing in kvm allocates (but the threads a std session may ask for). The caller
+ * provides a `kvm_model` (sized here) filled by kvm_model_load() from the model
+ * file's bytes, and one arena per session,
  * kvm_arena_size() bytes aligned to KVM_ARENA_ALIGN: kvm_session_init() puts the session
  * handle at the arena's front. Every function returns a kvm_status (KVM_OK == 0) or a
  * size (0 for a bad handle); see kvm_status_string().
@@ -12,8 +13,14 @@
  *     kvm_session *s;
  *     kvm_session_init(&model, arena, kvm_arena_size(&model), &s);
  *     kvm_prefill(s, ids, n_ids);
+ *     const float *logits; size_t vocab_len;
+ *     kvm_logits(s, &logits, &vocab_len);   // the next token's, valid until s changes
  *     uint32_t next;
- *     kvm_decode_step(s, &next);
+ *     kvm_decode_step(s, &next);            // samples from those same logits
+ *
+ * kvm_session_init_ex() takes a kvm_session_config: a state capacity (size the arena with
+ * kvm_arena_size_for()) and, in std builds, threads and prompt batches; such a session
+ * is ended with kvm_session_release().
  */
 
 #ifndef KVM_H
@@ -63,6 +70,17 @@
  * row: a quarter of the state bytes, at 8-bit precision.
  */
 #define KVM_CACHE_Q8 2
+
+/**
+ * The most threads a session may run on: more than any machine kvm runs on has cores,
+ * so a larger count is a mistake rather than a request for that many threads.
+ */
+#define KVM_MAX_THREADS 256
+
+/**
+ * The longest batch of prompt tokens: activations stay a few KB per token, in cache.
+ */
+#define KVM_MAX_BATCH_TOKENS 64
 
 /**
  * The outcome of a call. `KVM_OK` is 0; each kind of core error has its own code, then
@@ -172,6 +190,19 @@ enum kvm_status
    * A bug: kvm panicked. The session it happened in is unusable until re-initialised.
    */
   KVM_ERR_PANIC = 104,
+  /**
+   * The caller's progress callback asked to stop; the session holds what was fed.
+   */
+  KVM_ERR_CANCELLED = 105,
+  /**
+   * A state capacity is below one chunk or above the most the model's config fills
+   * (`kvm_model_desc.state_len_min` and `state_len_max`).
+   */
+  KVM_ERR_STATE_SLOTS = 106,
+  /**
+   * The system refused to start a session's threads.
+   */
+  KVM_ERR_THREADS = 107,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -228,7 +259,7 @@ typedef struct kvm_model_desc {
    */
   uint32_t window_len;
   /**
-   * State slots a session holds.
+   * State slots a session holds unless `kvm_session_config.state_slots` says otherwise.
    */
   uint32_t state_len;
   /**
@@ -256,7 +287,44 @@ typedef struct kvm_model_desc {
    * `KVM_CACHE_Q8`.
    */
   uint32_t cache;
+  /**
+   * The fewest state slots a session may hold (`kvm_session_config.state_slots`): one
+   * chunk.
+   */
+  uint32_t state_len_min;
+  /**
+   * The most state slots a session may hold: all the config ever fills. Growable
+   * models follow the reference exactly until their state reaches a session's
+   * capacity, then keep merging without growing.
+   */
+  uint32_t state_len_max;
 } kvm_model_desc;
+
+/**
+ * How a session is made: its state capacity and how it runs. `kvm_session_config_default()`
+ * gives what `kvm_session_init()` makes.
+ */
+typedef struct kvm_session_config {
+  /**
+   * State slots the session holds: 0 for the model's own capacity
+   * (`kvm_model_desc.state_len`), else in `[state_len_min, state_len_max]` of
+   * `kvm_model_desc`. The arena must be `kvm_arena_size_for()` this many slots.
+   */
+  uint32_t state_slots;
+  /**
+   * Threads running the matrix products, the caller's included, in
+   * `[1, KVM_MAX_THREADS]`. More than 1 only in builds with the `std` feature
+   * (`KVM_ERR_UNSUPPORTED` otherwise); the thread count never changes a result.
+   */
+  uint32_t threads;
+  /**
+   * Most prompt tokens fed through the model as one batch (each weight read once per
+   * batch), in `[1, KVM_MAX_BATCH_TOKENS]`. More than 1 only with `std`. 1 computes
+   * every token alone, as the reference does; a longer batch rounds differently, by
+   * less than 1e-4 of a logit.
+   */
+  uint32_t batch_tokens;
+} kvm_session_config;
 
 /**
  * Sampling settings: each filter has a neutral value that switches it off.
@@ -287,6 +355,12 @@ typedef struct kvm_sampler_config {
    */
   uint32_t repeat_window;
 } kvm_sampler_config;
+
+/**
+ * Called by `kvm_prefill_chunked()` after each chunk with the ids of the call fed so far
+ * (`done`) and in all (`total`). Return 0 to go on, non-zero to stop there.
+ */
+typedef int32_t (*kvm_progress_callback)(void *user_data, size_t done, size_t total);
 
 /**
  * Called by `kvm_generate()` with each new token and its text (`piece_len` bytes, not
@@ -352,7 +426,7 @@ kvm_status kvm_model_set_cache(struct kvm_model *model,
 
 /**
  * Bytes of arena one session of `model` needs: the session handle, the core's state and
- * scratch, and the sampler's scratch. The arena must be aligned to `KVM_ARENA_ALIGN`
+ * scratch, the sampler's scratch and room for logits restored from a snapshot. The arena must be aligned to `KVM_ARENA_ALIGN`
  * bytes. Returns 0 if `model` is not a loaded model.
  *
  * # Safety
@@ -380,6 +454,58 @@ kvm_status kvm_session_init(const struct kvm_model *model,
                             void *arena,
                             size_t arena_len,
                             struct kvm_session **session);
+
+/**
+ * What `kvm_session_init()` makes: the model's state capacity, one thread, one token at
+ * a time.
+ */
+struct kvm_session_config kvm_session_config_default(void);
+
+/**
+ * Writes to `*size` the bytes of arena a session of `model` holding `state_slots` state
+ * slots needs (0: the model's own capacity, which is `kvm_arena_size()`). It grows with
+ * `state_slots`. `KVM_ERR_STATE_SLOTS` (and `*size` untouched) if `state_slots` is
+ * outside `[state_len_min, state_len_max]` of `kvm_model_info()`.
+ *
+ * # Safety
+ * `model` is null or a `kvm_model`; `size` is null or valid for writes.
+ */
+kvm_status kvm_arena_size_for(const struct kvm_model *model, uint32_t state_slots, size_t *size);
+
+/**
+ * As `kvm_session_init()`, made as `config` says: `arena_len` must be at least
+ * `kvm_arena_size_for(model, config->state_slots)`. Every argument is checked before
+ * the arena is touched: `KVM_ERR_STATE_SLOTS` for a capacity out of range,
+ * `KVM_ERR_ARENA_SIZE` for an arena too small for it, `KVM_ERR_INVALID_ARGUMENT` for a
+ * thread count or batch length out of range, `KVM_ERR_UNSUPPORTED` for more than one
+ * of either in a build without `std`, `KVM_ERR_THREADS` if the system refuses the
+ * threads.
+ *
+ * A session with more than one thread or token per batch holds threads and heap memory
+ * (std builds): end it with `kvm_session_release()` before its arena is reused or freed.
+ * Its threads spin briefly after each job, then sleep. It is used by one thread at a
+ * time, as any session.
+ *
+ * # Safety
+ * As `kvm_session_init()`; `config` is null or valid for reads.
+ */
+kvm_status kvm_session_init_ex(const struct kvm_model *model,
+                               const struct kvm_session_config *config,
+                               void *arena,
+                               size_t arena_len,
+                               struct kvm_session **session);
+
+/**
+ * Ends a session: stops its threads and frees its heap memory (a session of
+ * `kvm_session_init()`, or of `kvm_session_config_default()`, has none), also after a
+ * `KVM_ERR_PANIC`. The handle is dead afterwards (`KVM_ERR_BAD_HANDLE`) and its arena
+ * free for any use.
+ *
+ * # Safety
+ * `session` is null or a handle from `kvm_session_init()` or `kvm_session_init_ex()`,
+ * not in use by another thread.
+ */
+kvm_status kvm_session_release(struct kvm_session *session);
 
 /**
  * Forgets every token of the session and rewinds its random generator to the last seed;
@@ -483,6 +609,59 @@ kvm_status kvm_detokenize(const struct kvm_model *model,
 kvm_status kvm_prefill(struct kvm_session *session, const uint32_t *ids, size_t n_ids);
 
 /**
+ * `kvm_prefill()` in chunks of `chunk` ids (the last one may be shorter), calling
+ * `callback` (may be null) after each with the ids fed so far and `n_ids`; a non-zero
+ * return stops there with `KVM_ERR_CANCELLED` (after the last chunk, it changes nothing). Every id and pointer is checked before
+ * any is fed. `*n_fed` (may be null) receives how many of `ids` are in the context, also
+ * on error: after a cancel the session ends at that token boundary, ready to decode or
+ * to go on with `kvm_prefill_chunked(session, ids + n_fed, n_ids - n_fed, ...)`, which
+ * with the same `chunk` gives exactly what an uninterrupted call does. With one token per
+ * batch (the default) the chunking never changes a result.
+ *
+ * # Safety
+ * As `kvm_prefill()`; `callback` is null or safe to call with `user_data`; `n_fed` is
+ * null or valid for writes.
+ */
+kvm_status kvm_prefill_chunked(struct kvm_session *session,
+                               const uint32_t *ids,
+                               size_t n_ids,
+                               size_t chunk,
+                               kvm_progress_callback callback,
+                               void *user_data,
+                               size_t *n_fed);
+
+/**
+ * Points `*logits` at the logits of the token after the whole context (`*len ==
+ * vocab_len` floats, unnormalised; softmax them for probabilities), so C code can
+ * sample, score or compute perplexity itself. If the context's last token has not been
+ * run yet (after a prefill or a decode step), this runs it: the forward pass the next
+ * `kvm_decode_step()` would run, which then samples from these very logits. Asking
+ * twice costs nothing.
+ *
+ * The logits lie in the session's arena and stay valid until the next call that
+ * changes the session (prefill, decode, generate, reset, restore, release). A fresh or
+ * reset session has none: `KVM_ERR_NO_CONTEXT`, and `*logits`, `*len` untouched, as on
+ * every error.
+ *
+ * # Safety
+ * `session` is null or a handle from `kvm_session_init()`; `logits` and `len` are null
+ * or valid for writes.
+ */
+kvm_status kvm_logits(struct kvm_session *session, const float **logits, size_t *len);
+
+/**
+ * As `kvm_logits()`, copying the logits into `out` (capacity `cap` floats); `*len`
+ * receives `vocab_len` (0 on other errors). If `cap` is smaller:
+ * `KVM_ERR_BUFFER_TOO_SMALL` with the count needed in `*len`, and nothing run or written
+ * (`out` may be null when `cap` is 0).
+ *
+ * # Safety
+ * `session` is null or a handle from `kvm_session_init()`; `out` is valid for writes of
+ * `cap` floats; `len` null or valid for writes.
+ */
+kvm_status kvm_logits_copy(struct kvm_session *session, float *out, size_t cap, size_t *len);
+
+/**
  * Pull-style generation: runs the model on the context's last token, samples the next
  * token with the session's sampler, appends it to the context and writes it to `*token`.
  * Each call costs one forward pass. `KVM_ERR_NO_CONTEXT` before any prefill.
@@ -510,8 +689,8 @@ kvm_status kvm_generate(struct kvm_session *session,
                         size_t *n_generated);
 
 /**
- * Bytes of a state snapshot of `session` (the same for every session of a model, and
- * `kvm_model_info().state_size`). 0 for a bad handle.
+ * Bytes of a state snapshot of `session` (the same for every session of a model and
+ * state capacity; `kvm_model_info().state_size` at the model's own). 0 for a bad handle.
  *
  * # Safety
  * `session` is null or a handle from `kvm_session_init()`.
@@ -519,8 +698,8 @@ kvm_status kvm_generate(struct kvm_session *session,
 size_t kvm_state_size(const struct kvm_session *session);
 
 /**
- * Saves the session's whole state (context, pending token, sampler position and
- * history; not the sampler settings) into `buf`. `*written` receives
+ * Saves the session's whole state (context, pending token or the logits `kvm_logits()`
+ * computed, sampler position and history; not the sampler settings) into `buf`. `*written` receives
  * `kvm_state_size()`; if `buf_cap` is smaller, `KVM_ERR_BUFFER_TOO_SMALL` and nothing is
  * written to `buf`. Restoring it continues generation bit-exactly.
  *

@@ -175,7 +175,7 @@ fn version_and_status_strings() {
     }
     assert_eq!(kvm_status::all()[0], KVM_OK);
     assert_eq!(KVM_OK as i32, 0);
-    for code in [-1, 20, 99, 105, i32::MIN, i32::MAX] {
+    for code in [-1, 20, 99, 108, i32::MIN, i32::MAX] {
         assert_eq!(c_str(kvm_status_string(code)), "unknown status");
     }
 }
@@ -724,17 +724,24 @@ fn c_example_matches_rust_greedy() {
     let n = 48;
     // Its own target directory: the outer cargo may still hold the main one's lock.
     let target: PathBuf = repo().join("target/c-example");
-    let out = Command::new("sh")
-        .arg(repo().join("examples/c/run.sh"))
-        .arg(&model)
-        .arg(prompt)
-        .arg(n.to_string())
-        .env("CARGO_TARGET_DIR", &target)
-        .output()
-        .expect("run examples/c/run.sh");
+    let run = |threads: &str| {
+        let out = Command::new("sh")
+            .arg(repo().join("examples/c/run.sh"))
+            .arg(&model)
+            .arg(prompt)
+            .arg(n.to_string())
+            .arg(threads)
+            .env("CARGO_TARGET_DIR", &target)
+            .output()
+            .expect("run examples/c/run.sh");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "run.sh failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        stdout
+    };
+    let stdout = run("1");
+    let threaded = run("2");
     std::fs::remove_file(&model).ok();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "run.sh failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(threaded, stdout, "two threads print the same, perplexity included");
     let ids: Vec<u32> = stdout
         .lines()
         .find_map(|l| l.strip_prefix("ids:"))
@@ -745,6 +752,34 @@ fn c_example_matches_rust_greedy() {
     let prompt_ids: Vec<u32> = prompt.bytes().map(u32::from).collect();
     assert_eq!(ids, rust_greedy(tiny_kjv(), &prompt_ids, n));
     assert!(stdout.contains("state save/restore: ok"), "{stdout}");
+    // The perplexity it computed from kvm_logits is the Rust session's.
+    let (ppl, scored) = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("prompt perplexity: "))
+        .and_then(|l| l.strip_suffix(" tokens"))
+        .and_then(|l| l.split_once(" over "))
+        .expect("a perplexity line");
+    let (ppl, scored): (f64, usize) = (ppl.parse().unwrap(), scored.parse().unwrap());
+    assert_eq!(scored, prompt_ids.len() - 1);
+    let want = rust_perplexity(tiny_kjv(), &prompt_ids);
+    assert!((ppl - want).abs() < 2e-6, "C example {ppl}, Rust {want}");
+}
+
+/// The perplexity of `ids[1..]`, each given what precedes it, by the core's Session.
+fn rust_perplexity(blob: &[u8], ids: &[u32]) -> f64 {
+    let model = Model::from_bytes(blob).unwrap();
+    let mut arena = Arena::new(model.arena_len());
+    let mut session = Session::new(model, arena.bytes_mut()).unwrap();
+    let mut nll = 0.0;
+    for (i, &t) in ids.iter().enumerate().skip(1) {
+        let logits = session.prefill(&ids[i - 1..i]).unwrap();
+        let max = logits.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(f64::from(x)));
+        let sum: f64 = logits.iter().map(|&x| (f64::from(x) - max).exp()).sum();
+        nll -= f64::from(logits[t as usize]) - max - sum.ln();
+    }
+    let ppl = (nll / (ids.len() - 1) as f64).exp();
+    assert!(ppl.is_finite() && ppl > 1.0, "{ppl}");
+    ppl
 }
 
 /// `blob`, leaked so a `kvm_model` may borrow it for the rest of the test binary.
@@ -839,6 +874,13 @@ fn non_finite_logits_have_their_own_status() {
     );
     // The step was taken; the session stays consistent and usable after a reset.
     assert_eq!(s.pos(), 3);
+    // Asking for the logits runs the same step and reports the same, then has none.
+    s.prefill(&[4]);
+    let (mut p, mut n) = (null::<f32>(), 0usize);
+    assert_eq!(unsafe { kvm_logits(s.s, &mut p, &mut n) }, KVM_ERR_NON_FINITE);
+    assert_eq!((p, n), (null(), 0));
+    assert_eq!(unsafe { kvm_logits(s.s, &mut p, &mut n) }, KVM_ERR_NO_CONTEXT);
+    assert_eq!(s.pos(), 4);
     assert_eq!(unsafe { kvm_session_reset(s.s) }, KVM_OK);
     assert_eq!(s.pos(), 0);
 
@@ -892,4 +934,317 @@ fn a_failed_load_leaves_the_model_unloaded() {
     assert_eq!(unsafe { kvm_model_load(longer.as_ptr(), longer.len(), 0, &mut m) }, KVM_ERR_EXTRA_BYTES);
     let file_len = blob.len() as u64;
     assert_eq!(Model::from_bytes(&longer).map(|_| ()), Err(Error::ExtraBytes { file_len, blob_len: file_len + 1 }));
+}
+
+/// The logits `kvm_logits()` points at, copied.
+fn c_logits(s: &TestSession) -> Vec<f32> {
+    let (mut p, mut n) = (null(), 0usize);
+    assert_eq!(unsafe { kvm_logits(s.s, &mut p, &mut n) }, KVM_OK);
+    unsafe { std::slice::from_raw_parts(p, n) }.to_vec()
+}
+
+fn bits(xs: &[f32]) -> Vec<u32> {
+    xs.iter().map(|x| x.to_bits()).collect()
+}
+
+/// A session of `f` made with `config`, in an arena of `kvm_arena_size_for()` its slots.
+fn session_ex(f: &Fixture, config: kvm_session_config) -> TestSession {
+    let mut len = 0;
+    assert_eq!(unsafe { kvm_arena_size_for(&*f.model, config.state_slots, &mut len) }, KVM_OK);
+    let mut arena = Arena::new(len);
+    let mut s = null_mut();
+    let a = arena.bytes_mut();
+    assert_eq!(unsafe { kvm_session_init_ex(&*f.model, &config, a.as_mut_ptr().cast(), a.len(), &mut s) }, KVM_OK);
+    TestSession { s, _arena: arena }
+}
+
+fn config(threads: u32, batch_tokens: u32) -> kvm_session_config {
+    kvm_session_config { threads, batch_tokens, ..kvm_session_config_default() }
+}
+
+#[test]
+fn logits_are_the_rust_sessions() {
+    let f = Fixture::kjv();
+    let prompt = f.tokenize("And God said, Let there be light: and there was light.");
+    let s = f.session();
+    let (mut p, mut n) = (null::<f32>(), 7usize);
+    assert_eq!(unsafe { kvm_logits(s.s, &mut p, &mut n) }, KVM_ERR_NO_CONTEXT, "a fresh session has none");
+    assert_eq!((p, n), (null(), 7), "untouched on error");
+    s.set_sampler(greedy(), 0);
+    s.prefill(&prompt);
+
+    let model = Model::from_bytes(tiny_kjv()).unwrap();
+    let mut arena = Arena::new(model.arena_len());
+    let mut rust = Session::new(model, arena.bytes_mut()).unwrap();
+    let want = rust.prefill(&prompt).unwrap().to_vec();
+    let got = c_logits(&s);
+    assert_eq!(got.len(), 256);
+    assert_eq!(bits(&got), bits(&want), "after the prompt");
+    assert_eq!(s.pos(), prompt.len());
+    assert_eq!(bits(&c_logits(&s)), bits(&want), "asking again runs nothing");
+
+    // Copies: too small a buffer runs nothing and says how many.
+    let before = s.save();
+    let mut small = vec![0f32; 255];
+    let mut len = 0;
+    assert_eq!(unsafe { kvm_logits_copy(s.s, small.as_mut_ptr(), small.len(), &mut len) }, KVM_ERR_BUFFER_TOO_SMALL);
+    assert_eq!(len, 256);
+    assert_eq!(unsafe { kvm_logits_copy(s.s, null_mut(), 0, &mut len) }, KVM_ERR_BUFFER_TOO_SMALL);
+    assert!(small.iter().all(|&x| x == 0.0));
+    let mut copy = vec![0f32; 300];
+    assert_eq!(unsafe { kvm_logits_copy(s.s, copy.as_mut_ptr(), copy.len(), null_mut()) }, KVM_ERR_NULL_POINTER);
+    assert_eq!(unsafe { kvm_logits(s.s, null_mut(), &mut n) }, KVM_ERR_NULL_POINTER);
+    assert_eq!(unsafe { kvm_logits(s.s, &mut p, null_mut()) }, KVM_ERR_NULL_POINTER);
+    assert_eq!(unsafe { kvm_logits(null_mut(), &mut p, &mut n) }, KVM_ERR_NULL_POINTER);
+    assert_eq!(s.save(), before, "failed calls change nothing");
+    assert_eq!(unsafe { kvm_logits_copy(s.s, copy.as_mut_ptr(), copy.len(), &mut len) }, KVM_OK);
+    assert_eq!((len, bits(&copy[..256])), (256, bits(&want)));
+
+    // Decoding samples from those logits, and the next ones are the Rust path's too.
+    let mut sampler = Sampler::new(SamplerConfig::greedy(), 0);
+    let mut scratch = vec![Candidate::EMPTY; 256];
+    let mut want = want;
+    for _ in 0..70 {
+        let t = s.step();
+        assert_eq!(t, sampler.sample(&want, &[], &mut scratch).unwrap());
+        want = rust.decode(t).unwrap().to_vec();
+        assert_eq!(bits(&c_logits(&s)), bits(&want), "at {}", s.pos());
+    }
+    assert_eq!(unsafe { kvm_session_reset(s.s) }, KVM_OK);
+    assert_eq!(unsafe { kvm_logits(s.s, &mut p, &mut n) }, KVM_ERR_NO_CONTEXT, "a reset session has none");
+}
+
+#[test]
+fn logits_and_generation_without_them_agree() {
+    // Reading the logits between steps changes no token and no state.
+    let f = Fixture::kjv();
+    let prompt = f.tokenize("Blessed are the meek");
+    let (a, b) = (f.session(), f.session());
+    for s in [&a, &b] {
+        s.set_sampler(sampling(), 17);
+        s.prefill(&prompt);
+    }
+    let plain = a.steps(30);
+    let read: Vec<u32> = (0..30)
+        .map(|_| {
+            c_logits(&b);
+            b.step()
+        })
+        .collect();
+    assert_eq!(plain, read);
+    assert_eq!(a.save(), b.save());
+}
+
+#[test]
+fn snapshots_carry_the_logits() {
+    let f = Fixture::kjv();
+    let prompt = f.tokenize("In the beginning God");
+    let s = f.session();
+    s.set_sampler(sampling(), 4);
+    s.prefill(&prompt);
+    s.steps(5);
+    let logits = c_logits(&s);
+    let snap = s.save();
+    let next = s.steps(20);
+
+    let other = f.session();
+    other.set_sampler(sampling(), 999);
+    assert_eq!(other.restore(&snap), KVM_OK);
+    assert_eq!(bits(&c_logits(&other)), bits(&logits), "restored, not recomputed");
+    assert_eq!(other.steps(20), next);
+    // A snapshot without logits restores none: the pending token is run for them.
+    let fresh = f.session();
+    fresh.prefill(&prompt);
+    let pending = fresh.save();
+    assert_eq!(other.restore(&pending), KVM_OK);
+    assert_eq!(bits(&c_logits(&other)), bits(&c_logits(&fresh)));
+}
+
+unsafe extern "C" fn record_progress(user: *mut c_void, done: usize, total: usize) -> i32 {
+    let (seen, stop_at) = unsafe { &mut *user.cast::<(Vec<(usize, usize)>, usize)>() };
+    seen.push((done, total));
+    i32::from(done >= *stop_at)
+}
+
+/// `kvm_prefill_chunked()` of `ids`, stopping once `stop_at` ids are in: the status,
+/// the ids fed and the callback's calls.
+fn chunked(s: &TestSession, ids: &[u32], chunk: usize, stop_at: usize) -> (kvm_status, usize, Vec<(usize, usize)>) {
+    let mut user = (Vec::new(), stop_at);
+    let mut fed = usize::MAX;
+    let p = (&mut user as *mut (Vec<(usize, usize)>, usize)).cast();
+    let code = unsafe { kvm_prefill_chunked(s.s, ids.as_ptr(), ids.len(), chunk, Some(record_progress), p, &mut fed) };
+    (code, fed, user.0)
+}
+
+#[test]
+fn chunked_prefill_cancels_and_resumes_exactly() {
+    let f = Fixture::kjv();
+    let text = "And the earth was without form, and void; and darkness was upon the face of the deep. ";
+    let ids = f.tokenize(&text.repeat(3));
+    let n = ids.len();
+    for cfg in [kvm_session_config_default(), config(2, 16), config(1, 64)] {
+        let whole = session_ex(&f, cfg);
+        let (code, fed, seen) = chunked(&whole, &ids, 40, usize::MAX);
+        assert_eq!((code, fed), (KVM_OK, n), "{cfg:?}");
+        let steps: Vec<(usize, usize)> = (1..=n.div_ceil(40)).map(|i| ((i * 40).min(n), n)).collect();
+        assert_eq!(seen, steps, "one call per chunk");
+        let want = c_logits(&whole);
+
+        let s = session_ex(&f, cfg);
+        let (code, fed, seen) = chunked(&s, &ids, 40, 100);
+        assert_eq!((code, fed, seen.len()), (KVM_ERR_CANCELLED, 120, 3), "{cfg:?}");
+        assert_eq!(s.pos(), 120, "the session ends at the cancelled chunk's last token");
+        let (code, fed, _) = chunked(&s, &ids[120..], 40, usize::MAX);
+        assert_eq!((code, fed), (KVM_OK, n - 120));
+        assert_eq!(bits(&c_logits(&s)), bits(&want), "{cfg:?}: resumed = uninterrupted");
+        assert_eq!(s.save(), whole.save());
+        if cfg == kvm_session_config_default() {
+            // One token at a time, the chunking is invisible.
+            let plain = f.session();
+            plain.prefill(&ids);
+            assert_eq!(bits(&c_logits(&plain)), bits(&want));
+        }
+    }
+
+    // A cancelled session decodes from where it stopped.
+    let s = f.session();
+    s.set_sampler(greedy(), 0);
+    assert_eq!(chunked(&s, &ids, 10, 10).0, KVM_ERR_CANCELLED);
+    assert_eq!(s.steps(8), rust_greedy(tiny_kjv(), &ids[..10], 8));
+
+    // Bad arguments feed nothing and call nobody.
+    let s = f.session();
+    let mut bad = ids.clone();
+    bad[50] = 256;
+    assert_eq!(chunked(&s, &bad, 10, usize::MAX), (KVM_ERR_TOKEN_OUT_OF_RANGE, 0, vec![]));
+    assert_eq!(chunked(&s, &ids, 0, usize::MAX), (KVM_ERR_INVALID_ARGUMENT, 0, vec![]));
+    assert_eq!(chunked(&s, &[], 10, usize::MAX), (KVM_ERR_INVALID_ARGUMENT, 0, vec![]));
+    let mut counts = [0usize; 2];
+    let odd = unsafe { counts.as_mut_ptr().cast::<u8>().add(1) }.cast::<usize>();
+    let code = unsafe { kvm_prefill_chunked(s.s, ids.as_ptr(), n, 10, None, null_mut(), odd) };
+    assert_eq!(code, KVM_ERR_MISALIGNED_POINTER);
+    assert_eq!(s.pos(), 0);
+    // A stop asked for after the last chunk is no cancel; no callback is fine too.
+    assert_eq!(chunked(&s, &ids[..30], 10, 30), (KVM_OK, 30, vec![(10, 30), (20, 30), (30, 30)]));
+    assert_eq!(unsafe { kvm_prefill_chunked(s.s, ids.as_ptr(), n, 7, None, null_mut(), null_mut()) }, KVM_OK);
+    assert_eq!(s.pos(), 30 + n);
+}
+
+#[test]
+fn thread_counts_change_no_bit() {
+    let f = Fixture::kjv();
+    let prompt = f.tokenize(&"And God saw the light, that it was good: ".repeat(4));
+    let run = |cfg: kvm_session_config| {
+        let s = session_ex(&f, cfg);
+        s.set_sampler(sampling(), 8);
+        s.prefill(&prompt);
+        let first = c_logits(&s);
+        let tokens = s.steps(40);
+        let state = s.save();
+        assert_eq!(unsafe { kvm_session_release(s.s) }, KVM_OK);
+        (bits(&first), tokens, state)
+    };
+    for batch in [1, 16, 64] {
+        let one = run(config(1, batch));
+        for threads in [2, 3] {
+            assert!(run(config(threads, batch)) == one, "{threads} threads, batches of {batch}");
+        }
+    }
+    // Without batches a threaded session is the plain one.
+    let plain = f.session();
+    plain.set_sampler(sampling(), 8);
+    plain.prefill(&prompt);
+    let logits = c_logits(&plain);
+    assert_eq!(run(config(2, 1)).0, bits(&logits));
+    // Batches round differently, within what the core promises.
+    let s = session_ex(&f, config(2, 64));
+    s.prefill(&prompt);
+    let d = max_abs_diff(&c_logits(&s), &logits);
+    assert!(d < 1e-4, "batched prefill differs by {d}");
+    assert_eq!(unsafe { kvm_session_release(s.s) }, KVM_OK);
+}
+
+#[test]
+fn session_configs_are_checked() {
+    let f = Fixture::kjv();
+    let m = &*f.model;
+    let mut arena = Arena::new(f.arena_len);
+    let a = arena.bytes_mut();
+    a.fill(0xAB);
+    let mut s = null_mut();
+    let init = |cfg: &kvm_session_config, a: &mut [u8], s: &mut *mut kvm_session| unsafe {
+        kvm_session_init_ex(m, cfg, a.as_mut_ptr().cast(), a.len(), s)
+    };
+    for bad in [config(0, 1), config(1, 0), config(KVM_MAX_THREADS + 1, 1), config(1, KVM_MAX_BATCH_TOKENS + 1)] {
+        assert_eq!(init(&bad, a, &mut s), KVM_ERR_INVALID_ARGUMENT, "{bad:?}");
+    }
+    let bad_slots = kvm_session_config { state_slots: 31, ..kvm_session_config_default() };
+    assert_eq!(init(&bad_slots, a, &mut s), KVM_ERR_STATE_SLOTS);
+    assert_eq!(unsafe { kvm_session_init_ex(m, null(), a.as_mut_ptr().cast(), a.len(), &mut s) }, KVM_ERR_NULL_POINTER);
+    assert!(s.is_null() && a.iter().all(|&b| b == 0xAB), "nothing written");
+    // The default config is kvm_session_init's session, which needs no release but may
+    // have one; a released handle is dead.
+    assert_eq!(init(&kvm_session_config_default(), a, &mut s), KVM_OK);
+    assert_eq!(unsafe { kvm_prefill(s, [65u32, 66].as_ptr(), 2) }, KVM_OK);
+    assert_eq!(unsafe { kvm_session_release(s) }, KVM_OK);
+    let mut tok = 0;
+    assert_eq!(unsafe { kvm_decode_step(s, &mut tok) }, KVM_ERR_BAD_HANDLE);
+    assert_eq!(unsafe { kvm_session_release(s) }, KVM_ERR_BAD_HANDLE);
+    assert_eq!(unsafe { kvm_session_release(null_mut()) }, KVM_ERR_NULL_POINTER);
+}
+
+#[test]
+fn state_capacities_size_arenas_and_sessions() {
+    let blob = leak(convert_to_bytes(&golden_dir("growable_power_law"), DType::F32));
+    let f = Fixture::new(blob);
+    let m = &*f.model;
+    let mut info = kvm_model_desc::default();
+    assert_eq!(unsafe { kvm_model_info(m, &mut info) }, KVM_OK);
+    let core = Model::from_bytes(blob).unwrap();
+    let (min, max) = (info.state_len_min, info.state_len_max);
+    assert_eq!((min, max), (core.config().chunk_len, core.config().natural_state_len() as u32));
+    assert!(min < max, "a growable model");
+    let size = |slots: u32| {
+        let mut n = usize::MAX;
+        let code = unsafe { kvm_arena_size_for(m, slots, &mut n) };
+        (code, n)
+    };
+    assert_eq!(size(0), (KVM_OK, f.arena_len), "0 is the model's own capacity");
+    assert_eq!(size(info.state_len), (KVM_OK, f.arena_len));
+    assert_eq!(size(min - 1), (KVM_ERR_STATE_SLOTS, usize::MAX));
+    assert_eq!(size(max + 1), (KVM_ERR_STATE_SLOTS, usize::MAX));
+    assert_eq!(unsafe { kvm_arena_size_for(m, min, null_mut()) }, KVM_ERR_NULL_POINTER);
+    let sizes: Vec<usize> = (min..=max).map(|n| size(n).1).collect();
+    assert!(sizes.windows(2).all(|w| w[0] < w[1]), "more slots, more arena: {sizes:?}");
+    for (n, &len) in (min..=max).zip(&sizes) {
+        // Exactly the core's arena for that capacity plus the C layer's fixed regions.
+        assert_eq!(len - core.arena_len_for(n as usize).unwrap(), sizes[0] - core.arena_len_for(min as usize).unwrap());
+    }
+
+    // A small capacity decodes as the core's session of that capacity, past the point
+    // where the default one would still grow.
+    let prompt: Vec<u32> = (0..150u32).map(|i| (i * 7 + 3) % info.vocab_len).collect();
+    let slots = min + 8;
+    let cfg = kvm_session_config { state_slots: slots, ..kvm_session_config_default() };
+    let s = session_ex(&f, cfg);
+    s.prefill(&prompt);
+    let mut arena = Arena::new(core.arena_len_for(slots as usize).unwrap());
+    let mut rust = Session::with_state_len(core, arena.bytes_mut(), slots as usize).unwrap();
+    let want = rust.prefill(&prompt).unwrap().to_vec();
+    assert_eq!(bits(&c_logits(&s)), bits(&want));
+    assert_eq!(rust.state_slots(), slots as usize, "the state filled its capacity");
+    let full = f.session();
+    full.prefill(&prompt);
+    assert_ne!(bits(&c_logits(&full)), bits(&want), "the default capacity held more");
+    // Its snapshots are its own size, and other capacities refuse them.
+    assert!(unsafe { kvm_state_size(s.s) } < unsafe { kvm_state_size(full.s) });
+    assert_eq!(full.restore(&s.save()), KVM_ERR_BAD_SNAPSHOT);
+
+    // An arena one byte short of the capacity is refused and left alone.
+    let mut short = Arena::new(size(slots).1 - 1);
+    let a = short.bytes_mut();
+    a.fill(0x5A);
+    let mut h = null_mut();
+    assert_eq!(unsafe { kvm_session_init_ex(m, &cfg, a.as_mut_ptr().cast(), a.len(), &mut h) }, KVM_ERR_ARENA_SIZE);
+    assert!(h.is_null() && a.iter().all(|&b| b == 0x5A));
 }

@@ -1,6 +1,7 @@
 //! The C API: `extern "C"` functions over kvm-core, declared in `include/kvm.h`.
 //!
-//! Nothing here allocates. The caller provides every byte:
+//! Nothing here allocates, but for the threads and batch activations of a std session
+//! that asks for them (`kvm_session_init_ex()`). The caller provides every other byte:
 //! - a `kvm_model` (a sized, 8-byte aligned struct declared in the header) that
 //!   `kvm_model_load()` fills with a validated view of the model blob;
 //! - one arena per session, `kvm_arena_size()` bytes aligned to `KVM_ARENA_ALIGN`;
@@ -116,6 +117,13 @@ pub enum kvm_status {
     KVM_ERR_NO_CONTEXT = 103,
     /// A bug: kvm panicked. The session it happened in is unusable until re-initialised.
     KVM_ERR_PANIC = 104,
+    /// The caller's progress callback asked to stop; the session holds what was fed.
+    KVM_ERR_CANCELLED = 105,
+    /// A state capacity is below one chunk or above the most the model's config fills
+    /// (`kvm_model_desc.state_len_min` and `state_len_max`).
+    KVM_ERR_STATE_SLOTS = 106,
+    /// The system refused to start a session's threads.
+    KVM_ERR_THREADS = 107,
 }
 
 use kvm_status::*;
@@ -151,12 +159,12 @@ impl From<Error> for kvm_status {
 
 impl kvm_status {
     /// Every status, in code order.
-    pub const fn all() -> [kvm_status; 25] {
+    pub const fn all() -> [kvm_status; 28] {
         ALL
     }
 }
 
-const ALL: [kvm_status; 25] = [
+const ALL: [kvm_status; 28] = [
     KVM_OK,
     KVM_ERR_TRUNCATED,
     KVM_ERR_BAD_MAGIC,
@@ -182,6 +190,9 @@ const ALL: [kvm_status; 25] = [
     KVM_ERR_BAD_HANDLE,
     KVM_ERR_NO_CONTEXT,
     KVM_ERR_PANIC,
+    KVM_ERR_CANCELLED,
+    KVM_ERR_STATE_SLOTS,
+    KVM_ERR_THREADS,
 ];
 
 impl kvm_status {
@@ -213,6 +224,9 @@ impl kvm_status {
             KVM_ERR_BAD_HANDLE => "not an initialised kvm handle\0",
             KVM_ERR_NO_CONTEXT => "session has no context: prefill first\0",
             KVM_ERR_PANIC => "internal error (kvm panicked)\0",
+            KVM_ERR_CANCELLED => "cancelled by the progress callback\0",
+            KVM_ERR_STATE_SLOTS => "state slots outside the model's range\0",
+            KVM_ERR_THREADS => "the system could not start the threads\0",
         }
     }
 }
@@ -265,7 +279,7 @@ pub struct kvm_model_desc {
     pub chunk_len: u32,
     /// Tokens in the sliding window.
     pub window_len: u32,
-    /// State slots a session holds.
+    /// State slots a session holds unless `kvm_session_config.state_slots` says otherwise.
     pub state_len: u32,
     /// 0: byte-level (token id = byte value); 1: GPT-2 byte-level BPE.
     pub tokenizer: u32,
@@ -280,6 +294,13 @@ pub struct kvm_model_desc {
     /// How sessions store attention's rows: `KVM_CACHE_F32`, `KVM_CACHE_F16` or
     /// `KVM_CACHE_Q8`.
     pub cache: u32,
+    /// The fewest state slots a session may hold (`kvm_session_config.state_slots`): one
+    /// chunk.
+    pub state_len_min: u32,
+    /// The most state slots a session may hold: all the config ever fills. Growable
+    /// models follow the reference exactly until their state reaches a session's
+    /// capacity, then keep merging without growing.
+    pub state_len_max: u32,
 }
 
 /// Sampling settings: each filter has a neutral value that switches it off.
@@ -325,6 +346,39 @@ impl From<kvm_sampler_config> for SamplerConfig {
         }
     }
 }
+
+/// How a session is made: its state capacity and how it runs. `kvm_session_config_default()`
+/// gives what `kvm_session_init()` makes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct kvm_session_config {
+    /// State slots the session holds: 0 for the model's own capacity
+    /// (`kvm_model_desc.state_len`), else in `[state_len_min, state_len_max]` of
+    /// `kvm_model_desc`. The arena must be `kvm_arena_size_for()` this many slots.
+    pub state_slots: u32,
+    /// Threads running the matrix products, the caller's included, in
+    /// `[1, KVM_MAX_THREADS]`. More than 1 only in builds with the `std` feature
+    /// (`KVM_ERR_UNSUPPORTED` otherwise); the thread count never changes a result.
+    pub threads: u32,
+    /// Most prompt tokens fed through the model as one batch (each weight read once per
+    /// batch), in `[1, KVM_MAX_BATCH_TOKENS]`. More than 1 only with `std`. 1 computes
+    /// every token alone, as the reference does; a longer batch rounds differently, by
+    /// less than 1e-4 of a logit.
+    pub batch_tokens: u32,
+}
+
+/// The most threads a session may run on: more than any machine kvm runs on has cores,
+/// so a larger count is a mistake rather than a request for that many threads.
+pub const KVM_MAX_THREADS: u32 = 256;
+
+/// The longest batch of prompt tokens: activations stay a few KB per token, in cache.
+pub const KVM_MAX_BATCH_TOKENS: u32 = 64;
+#[cfg(feature = "std")]
+const _: () = assert!(KVM_MAX_BATCH_TOKENS as usize == crate::prefill::BATCH_TOKENS);
+
+/// Called by `kvm_prefill_chunked()` after each chunk with the ids of the call fed so far
+/// (`done`) and in all (`total`). Return 0 to go on, non-zero to stop there.
+pub type kvm_progress_callback = Option<unsafe extern "C" fn(user_data: *mut c_void, done: usize, total: usize) -> i32>;
 
 /// Called by `kvm_generate()` with each new token and its text (`piece_len` bytes, not
 /// NUL-terminated, valid during the call). Return 0 to go on, non-zero to stop.
@@ -592,6 +646,8 @@ pub unsafe extern "C" fn kvm_model_info(model: *const kvm_model, info: *mut kvm_
             arena_size: plan.total,
             state_size: session::state_size(&m)?,
             cache: m.cache() as u32,
+            state_len_min: *session::state_len_range(&m).start() as u32,
+            state_len_max: *session::state_len_range(&m).end() as u32,
         };
         // SAFETY: per the contract.
         unsafe { put(info, out) }
@@ -618,13 +674,14 @@ pub unsafe extern "C" fn kvm_model_set_cache(model: *mut kvm_model, cache: u32) 
 }
 
 /// What [`kvm_arena_size`] returns for `model`: the core's [`Model::arena_len`] plus the
-/// session handle and the sampler's scratch. `None` if the sizes overflow.
+/// session handle, the sampler's scratch and room for restored logits. `None` if the
+/// sizes overflow.
 pub fn arena_size(model: &Model<'_>) -> Option<usize> {
     ArenaPlan::new(model).ok().map(|p| p.total)
 }
 
 /// Bytes of arena one session of `model` needs: the session handle, the core's state and
-/// scratch, and the sampler's scratch. The arena must be aligned to `KVM_ARENA_ALIGN`
+/// scratch, the sampler's scratch and room for logits restored from a snapshot. The arena must be aligned to `KVM_ARENA_ALIGN`
 /// bytes. Returns 0 if `model` is not a loaded model.
 ///
 /// # Safety
@@ -661,11 +718,102 @@ pub unsafe extern "C" fn kvm_session_init(
         // SAFETY: per the contract.
         let m = unsafe { model_of(model)? };
         check_out(session)?;
+        let plan = ArenaPlan::new(&m)?;
         // SAFETY: per the contract.
-        let cell = unsafe { SessionCell::init(m, arena.cast(), arena_len)? };
+        let cell = unsafe { SessionCell::init(m, plan, session::Exec::serial(), arena.cast(), arena_len)? };
         // SAFETY: per the contract.
         unsafe { put(session, cell.cast::<kvm_session>()) }
     }))
+}
+
+/// What `kvm_session_init()` makes: the model's state capacity, one thread, one token at
+/// a time.
+#[no_mangle]
+pub extern "C" fn kvm_session_config_default() -> kvm_session_config {
+    kvm_session_config { state_slots: 0, threads: 1, batch_tokens: 1 }
+}
+
+/// The arena plan of `config`'s state capacity, and how the session runs.
+fn plan_of(m: &Model<'_>, config: &kvm_session_config) -> Result<(ArenaPlan, session::Exec), kvm_status> {
+    let plan = match config.state_slots {
+        0 => ArenaPlan::new(m)?,
+        n => ArenaPlan::with_state_len(m, n as usize)?,
+    };
+    let in_range = |n: u32, max: u32| (1..=max).contains(&n);
+    if !in_range(config.threads, KVM_MAX_THREADS) || !in_range(config.batch_tokens, KVM_MAX_BATCH_TOKENS) {
+        return Err(KVM_ERR_INVALID_ARGUMENT);
+    }
+    Ok((plan, session::Exec { threads: config.threads as usize, batch: config.batch_tokens as usize }))
+}
+
+/// Writes to `*size` the bytes of arena a session of `model` holding `state_slots` state
+/// slots needs (0: the model's own capacity, which is `kvm_arena_size()`). It grows with
+/// `state_slots`. `KVM_ERR_STATE_SLOTS` (and `*size` untouched) if `state_slots` is
+/// outside `[state_len_min, state_len_max]` of `kvm_model_info()`.
+///
+/// # Safety
+/// `model` is null or a `kvm_model`; `size` is null or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn kvm_arena_size_for(model: *const kvm_model, state_slots: u32, size: *mut usize) -> kvm_status {
+    status(catch(|| {
+        // SAFETY: per the contract.
+        let m = unsafe { model_of(model)? };
+        check_out(size)?;
+        let config = kvm_session_config { state_slots, ..kvm_session_config_default() };
+        let (plan, _) = plan_of(&m, &config)?;
+        // SAFETY: per the contract.
+        unsafe { put(size, plan.total) }
+    }))
+}
+
+/// As `kvm_session_init()`, made as `config` says: `arena_len` must be at least
+/// `kvm_arena_size_for(model, config->state_slots)`. Every argument is checked before
+/// the arena is touched: `KVM_ERR_STATE_SLOTS` for a capacity out of range,
+/// `KVM_ERR_ARENA_SIZE` for an arena too small for it, `KVM_ERR_INVALID_ARGUMENT` for a
+/// thread count or batch length out of range, `KVM_ERR_UNSUPPORTED` for more than one
+/// of either in a build without `std`, `KVM_ERR_THREADS` if the system refuses the
+/// threads.
+///
+/// A session with more than one thread or token per batch holds threads and heap memory
+/// (std builds): end it with `kvm_session_release()` before its arena is reused or freed.
+/// Its threads spin briefly after each job, then sleep. It is used by one thread at a
+/// time, as any session.
+///
+/// # Safety
+/// As `kvm_session_init()`; `config` is null or valid for reads.
+#[no_mangle]
+pub unsafe extern "C" fn kvm_session_init_ex(
+    model: *const kvm_model,
+    config: *const kvm_session_config,
+    arena: *mut c_void,
+    arena_len: usize,
+    session: *mut *mut kvm_session,
+) -> kvm_status {
+    status(catch(|| {
+        // SAFETY: per the contract.
+        let (m, config) = unsafe { (model_of(model)?, input(config, 1)?) };
+        let config = config.first().ok_or(KVM_ERR_NULL_POINTER)?;
+        check_out(session)?;
+        let (plan, exec) = plan_of(&m, config)?;
+        // SAFETY: per the contract.
+        let cell = unsafe { SessionCell::init(m, plan, exec, arena.cast(), arena_len)? };
+        // SAFETY: per the contract.
+        unsafe { put(session, cell.cast::<kvm_session>()) }
+    }))
+}
+
+/// Ends a session: stops its threads and frees its heap memory (a session of
+/// `kvm_session_init()`, or of `kvm_session_config_default()`, has none), also after a
+/// `KVM_ERR_PANIC`. The handle is dead afterwards (`KVM_ERR_BAD_HANDLE`) and its arena
+/// free for any use.
+///
+/// # Safety
+/// `session` is null or a handle from `kvm_session_init()` or `kvm_session_init_ex()`,
+/// not in use by another thread.
+#[no_mangle]
+pub unsafe extern "C" fn kvm_session_release(session: *mut kvm_session) -> kvm_status {
+    // SAFETY: per the contract.
+    status(catch(|| unsafe { SessionCell::release(session.cast()) }))
 }
 
 /// Forgets every token of the session and rewinds its random generator to the last seed;
@@ -816,6 +964,126 @@ pub unsafe extern "C" fn kvm_prefill(session: *mut kvm_session, ids: *const u32,
     unsafe { with_session(session, f) }
 }
 
+/// `kvm_prefill()` in chunks of `chunk` ids (the last one may be shorter), calling
+/// `callback` (may be null) after each with the ids fed so far and `n_ids`; a non-zero
+/// return stops there with `KVM_ERR_CANCELLED` (after the last chunk, it changes nothing). Every id and pointer is checked before
+/// any is fed. `*n_fed` (may be null) receives how many of `ids` are in the context, also
+/// on error: after a cancel the session ends at that token boundary, ready to decode or
+/// to go on with `kvm_prefill_chunked(session, ids + n_fed, n_ids - n_fed, ...)`, which
+/// with the same `chunk` gives exactly what an uninterrupted call does. With one token per
+/// batch (the default) the chunking never changes a result.
+///
+/// # Safety
+/// As `kvm_prefill()`; `callback` is null or safe to call with `user_data`; `n_fed` is
+/// null or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn kvm_prefill_chunked(
+    session: *mut kvm_session,
+    ids: *const u32,
+    n_ids: usize,
+    chunk: usize,
+    callback: kvm_progress_callback,
+    user_data: *mut c_void,
+    n_fed: *mut usize,
+) -> kvm_status {
+    let mut done = 0usize;
+    let f = |s: &mut SessionCell| {
+        if !n_fed.is_null() {
+            check_out(n_fed)?;
+        }
+        // SAFETY: per the contract.
+        let ids = unsafe { input(ids, n_ids)? };
+        s.check_ids(ids)?;
+        if chunk == 0 {
+            return Err(KVM_ERR_INVALID_ARGUMENT);
+        }
+        for part in ids.chunks(chunk) {
+            s.prefill(part)?;
+            done += part.len();
+            if let Some(cb) = callback {
+                // SAFETY: the caller vouches for the callback and its user data.
+                if unsafe { cb(user_data, done, n_ids) } != 0 && done < n_ids {
+                    return Err(KVM_ERR_CANCELLED);
+                }
+            }
+        }
+        Ok(())
+    };
+    // SAFETY: per the contract.
+    let code = unsafe { with_session(session, f) };
+    if !n_fed.is_null() {
+        // SAFETY: per the contract.
+        let _ = unsafe { put(n_fed, done) };
+    }
+    code
+}
+
+/// Points `*logits` at the logits of the token after the whole context (`*len ==
+/// vocab_len` floats, unnormalised; softmax them for probabilities), so C code can
+/// sample, score or compute perplexity itself. If the context's last token has not been
+/// run yet (after a prefill or a decode step), this runs it: the forward pass the next
+/// `kvm_decode_step()` would run, which then samples from these very logits. Asking
+/// twice costs nothing.
+///
+/// The logits lie in the session's arena and stay valid until the next call that
+/// changes the session (prefill, decode, generate, reset, restore, release). A fresh or
+/// reset session has none: `KVM_ERR_NO_CONTEXT`, and `*logits`, `*len` untouched, as on
+/// every error.
+///
+/// # Safety
+/// `session` is null or a handle from `kvm_session_init()`; `logits` and `len` are null
+/// or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn kvm_logits(session: *mut kvm_session, logits: *mut *const f32, len: *mut usize) -> kvm_status {
+    let f = |s: &mut SessionCell| {
+        check_out(logits)?;
+        check_out(len)?;
+        let l = s.logits()?;
+        // SAFETY: per the contract.
+        unsafe {
+            put(logits, l.as_ptr())?;
+            put(len, l.len())
+        }
+    };
+    // SAFETY: per the contract.
+    unsafe { with_session(session, f) }
+}
+
+/// As `kvm_logits()`, copying the logits into `out` (capacity `cap` floats); `*len`
+/// receives `vocab_len` (0 on other errors). If `cap` is smaller:
+/// `KVM_ERR_BUFFER_TOO_SMALL` with the count needed in `*len`, and nothing run or written
+/// (`out` may be null when `cap` is 0).
+///
+/// # Safety
+/// `session` is null or a handle from `kvm_session_init()`; `out` is valid for writes of
+/// `cap` floats; `len` null or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn kvm_logits_copy(
+    session: *mut kvm_session,
+    out: *mut f32,
+    cap: usize,
+    len: *mut usize,
+) -> kvm_status {
+    let f = |s: &mut SessionCell| {
+        // SAFETY: per the contract.
+        let out = unsafe { output(out, cap)? };
+        // SAFETY: per the contract.
+        unsafe {
+            counted(len, || {
+                let vocab_len = s.model().config().vocab_len as usize;
+                let out = out.get_mut(..vocab_len).ok_or((KVM_ERR_BUFFER_TOO_SMALL, vocab_len))?;
+                let l = s.logits().map_err(|e| (e, 0))?;
+                for (o, &x) in out.iter_mut().zip(l) {
+                    o.write(x);
+                }
+                Ok(vocab_len)
+            })
+        }
+    };
+    // SAFETY: per the contract.
+    unsafe { with_session(session, f) }
+}
+
 /// Pull-style generation: runs the model on the context's last token, samples the next
 /// token with the session's sampler, appends it to the context and writes it to `*token`.
 /// Each call costs one forward pass. `KVM_ERR_NO_CONTEXT` before any prefill.
@@ -878,8 +1146,8 @@ pub unsafe extern "C" fn kvm_generate(
     code
 }
 
-/// Bytes of a state snapshot of `session` (the same for every session of a model, and
-/// `kvm_model_info().state_size`). 0 for a bad handle.
+/// Bytes of a state snapshot of `session` (the same for every session of a model and
+/// state capacity; `kvm_model_info().state_size` at the model's own). 0 for a bad handle.
 ///
 /// # Safety
 /// `session` is null or a handle from `kvm_session_init()`.
@@ -889,8 +1157,8 @@ pub unsafe extern "C" fn kvm_state_size(session: *const kvm_session) -> usize {
     unsafe { with_session_ref(session, |s| Ok(s.state_size())) }.unwrap_or(0)
 }
 
-/// Saves the session's whole state (context, pending token, sampler position and
-/// history; not the sampler settings) into `buf`. `*written` receives
+/// Saves the session's whole state (context, pending token or the logits `kvm_logits()`
+/// computed, sampler position and history; not the sampler settings) into `buf`. `*written` receives
 /// `kvm_state_size()`; if `buf_cap` is smaller, `KVM_ERR_BUFFER_TOO_SMALL` and nothing is
 /// written to `buf`. Restoring it continues generation bit-exactly.
 ///

@@ -5,8 +5,9 @@
 //!
 //! ```text
 //! [0, cell)              SessionCell: the handle (what kvm_session * points at)
-//! [cell, cell + core)    the core session arena, Model::arena_len bytes
+//! [cell, cell + core)    the core session arena, Model::arena_len_for(state_len) bytes
 //! [.., + scratch)        sampler scratch, [vocab_len] Candidate
+//! [.., + logits)         logits restored from a snapshot, [vocab_len] f32
 //! ```
 //!
 //! Each region starts on a 64-byte boundary. The cell holds pointers into the rest of the
@@ -14,13 +15,23 @@
 //!
 //! # The pending token
 //! The session keeps the last token of its context *unfed*: `prefill` feeds all but the
-//! last id, and `decode_step` feeds the pending token (computing logits only then),
-//! samples the next one and leaves that pending. Generating n tokens therefore costs n
-//! forward passes, and a snapshot never needs the logits: it stores the pending token.
+//! last id, and `decode_step` (or `logits`) feeds the pending token (computing logits only
+//! then). Generating n tokens therefore costs n forward passes. A snapshot stores the
+//! pending token, or, once it has been fed for its logits, the logits themselves.
+//!
+//! # Threads and batches (std)
+//! A session made with more than one thread or a batch of more than one token owns an
+//! [`Engine`] on the heap: a thread pool and the activations of one batch. Every token
+//! then goes through the core's `step_batch` with the pool as executor; the pool's split
+//! products equal serial ones exactly, so the thread count never changes a bit; the batch
+//! length can (a batch of tokens is computed together, which rounds differently from one
+//! token at a time, by less than 1e-4 of a logit).
 
 use core::mem::{align_of, size_of};
 use core::ptr;
 
+#[cfg(feature = "std")]
+use kvm_core::forward::Logits as CoreLogits;
 use kvm_core::sampler::{scratch_len, Candidate, Pcg32, Sampler, SamplerConfig};
 use kvm_core::state::{Layout, Phase, ARENA_ALIGN};
 use kvm_core::{Error, Model, Session};
@@ -34,6 +45,8 @@ pub(crate) const HISTORY_LEN: usize = super::KVM_MAX_REPEAT_WINDOW as usize;
 const LIVE: u64 = u64::from_le_bytes(*b"KVMSESS1");
 /// A cell whose call panicked: only `kvm_session_init` revives it.
 const POISONED: u64 = u64::from_le_bytes(*b"KVMSPOIS");
+/// A cell `kvm_session_release` ended.
+const RELEASED: u64 = u64::from_le_bytes(*b"KVMSDONE");
 
 #[inline]
 const fn pad(n: usize) -> Option<usize> {
@@ -43,33 +56,114 @@ const fn pad(n: usize) -> Option<usize> {
     }
 }
 
-/// Byte offsets of the arena's regions for one model.
+/// Byte offsets of the arena's regions for one model and state capacity.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ArenaPlan {
+    /// State slots the core session holds.
+    state_len: usize,
     core: usize,
     core_len: usize,
     scratch: usize,
     /// Candidates in the sampler scratch.
     scratch_len: usize,
+    logits: usize,
     pub total: usize,
 }
 
 impl ArenaPlan {
+    /// The plan of a session of `model` at its default state capacity.
+    ///
     /// # Errors
     /// `KVM_ERR_BAD_CONFIG` if the sizes overflow `usize`.
     pub fn new(model: &Model<'_>) -> Result<ArenaPlan, kvm_status> {
+        Self::with_state_len(model, model.header().state_capacity as usize)
+    }
+
+    /// The plan of a session of `model` holding at most `state_len` state slots.
+    ///
+    /// # Errors
+    /// `KVM_ERR_STATE_SLOTS` if `state_len` is outside [`state_len_range`];
+    /// `KVM_ERR_BAD_CONFIG` if the sizes overflow `usize`.
+    pub fn with_state_len(model: &Model<'_>, state_len: usize) -> Result<ArenaPlan, kvm_status> {
+        if !state_len_range(model).contains(&state_len) {
+            return Err(KVM_ERR_STATE_SLOTS);
+        }
         let overflow = KVM_ERR_BAD_CONFIG;
         let core = pad(size_of::<SessionCell>()).ok_or(overflow)?;
-        let core_len = model.arena_len();
+        let core_len = model.arena_len_for(state_len)?;
         let scratch = core.checked_add(pad(core_len).ok_or(overflow)?).ok_or(overflow)?;
-        let scratch_len = scratch_len(model.config().vocab_len as usize);
+        let vocab_len = model.config().vocab_len as usize;
+        let scratch_len = scratch_len(vocab_len);
         let scratch_bytes = scratch_len.checked_mul(size_of::<Candidate>()).ok_or(overflow)?;
-        let total = scratch.checked_add(pad(scratch_bytes).ok_or(overflow)?).ok_or(overflow)?;
+        let logits = scratch.checked_add(pad(scratch_bytes).ok_or(overflow)?).ok_or(overflow)?;
+        let logits_bytes = vocab_len.checked_mul(size_of::<f32>()).ok_or(overflow)?;
+        let total = logits.checked_add(pad(logits_bytes).ok_or(overflow)?).ok_or(overflow)?;
         if total > isize::MAX as usize {
             return Err(overflow);
         }
-        Ok(ArenaPlan { core, core_len, scratch, scratch_len, total })
+        Ok(ArenaPlan { state_len, core, core_len, scratch, scratch_len, logits, total })
     }
+}
+
+/// The state capacities a session of `model` may have: from one chunk (what a fold
+/// needs) to the most slots the config ever fills.
+pub(crate) fn state_len_range(model: &Model<'_>) -> core::ops::RangeInclusive<usize> {
+    let c = model.config();
+    c.chunk_len as usize..=c.natural_state_len()
+}
+
+/// How a session runs its forward passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Exec {
+    /// Threads, the caller's included (1 without `std`).
+    pub threads: usize,
+    /// Most prompt tokens fed as one batch (1 without `std`).
+    pub batch: usize,
+}
+
+impl Exec {
+    /// One token at a time on the caller's thread: what every build can run.
+    pub const fn serial() -> Exec {
+        Exec { threads: 1, batch: 1 }
+    }
+}
+
+/// The heap half of a threaded or batching session (std).
+#[cfg(feature = "std")]
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pool: crate::pool::Pool,
+    /// Most tokens in one batch.
+    batch_len: usize,
+    /// Activations of one batch, `Layout::acts_len(batch_len)` f32s.
+    acts: Vec<f32>,
+}
+
+#[cfg(feature = "std")]
+impl Engine {
+    /// The engine `exec` needs for a session of `model` with `state_len` slots: none for
+    /// [`Exec::serial`].
+    ///
+    /// # Errors
+    /// `KVM_ERR_THREADS` if the system refuses the threads.
+    fn new(model: &Model<'_>, state_len: usize, exec: Exec) -> Result<Option<std::boxed::Box<Engine>>, kvm_status> {
+        if exec == Exec::serial() {
+            return Ok(None);
+        }
+        let layout = Layout::new(model.config(), state_len, model.cache(), model.slot_reads())?;
+        let acts_len = layout.acts_len(exec.batch).ok_or(KVM_ERR_BAD_CONFIG)?;
+        let pool = crate::pool::Pool::new(exec.threads).map_err(|_| KVM_ERR_THREADS)?;
+        Ok(Some(std::boxed::Box::new(Engine { pool, batch_len: exec.batch, acts: std::vec![0f32; acts_len] })))
+    }
+}
+
+/// Where the logits of the whole context are, if they have been computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Logits {
+    /// In the core session.
+    Core,
+    /// In the arena's logits region, restored from a snapshot.
+    Restored,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,43 +187,63 @@ pub(crate) struct SessionCell {
     draws: u64,
     /// `[vocab_len]`, in the arena.
     scratch: &'static mut [Candidate],
+    /// `[vocab_len]`, in the arena: logits restored from a snapshot.
+    restored: &'static mut [f32],
     /// The last token of the context, not yet fed.
     pending: Option<Pending>,
-    /// The core's logits belong to the whole context (nothing pending).
-    logits_ready: bool,
+    /// The logits of the whole context (nothing pending), if computed.
+    logits: Option<Logits>,
+    #[cfg(feature = "std")]
+    engine: Option<std::boxed::Box<Engine>>,
     history_len: usize,
     /// The last `history_len` tokens of the context, oldest first.
     history: [u32; HISTORY_LEN],
 }
 
 impl SessionCell {
-    /// Builds a session of `model` in `arena` and returns the handle at its front.
+    /// Builds a session of `model` with `plan`'s state capacity in `arena`, running as
+    /// `exec` says, and returns the handle at its front. Nothing is written to the arena
+    /// unless every check passed.
     ///
     /// # Safety
     /// `arena` is null or valid for writes of `len` bytes, is not accessed by anything else
-    /// while the session is used, and does not move; `model`'s blob outlives the session.
-    pub unsafe fn init(model: Model<'static>, arena: *mut u8, len: usize) -> Result<*mut SessionCell, kvm_status> {
+    /// while the session is used, and does not move; `model`'s blob outlives the session;
+    /// `plan` is `model`'s.
+    pub unsafe fn init(
+        model: Model<'static>,
+        plan: ArenaPlan,
+        exec: Exec,
+        arena: *mut u8,
+        len: usize,
+    ) -> Result<*mut SessionCell, kvm_status> {
         const _: () = assert!(align_of::<SessionCell>() <= ARENA_ALIGN);
-        const _: () = assert!(align_of::<Candidate>() <= ARENA_ALIGN);
+        const _: () = assert!(align_of::<Candidate>() <= ARENA_ALIGN && align_of::<f32>() <= ARENA_ALIGN);
         if arena.is_null() {
             return Err(KVM_ERR_NULL_POINTER);
         }
         if arena as usize % ARENA_ALIGN != 0 {
             return Err(KVM_ERR_ARENA_MISALIGNED);
         }
-        let plan = ArenaPlan::new(&model)?;
         if len < plan.total {
             return Err(KVM_ERR_ARENA_SIZE);
         }
+        #[cfg(feature = "std")]
+        let engine = Engine::new(&model, plan.state_len, exec)?;
+        #[cfg(not(feature = "std"))]
+        if exec != Exec::serial() {
+            return Err(KVM_ERR_UNSUPPORTED);
+        }
+        let vocab_len = model.config().vocab_len as usize;
         // SAFETY: the caller lends `len >= plan.total` writable bytes at `arena`, which is
         // aligned for every region; zeroing first makes every byte initialised, and zero
-        // is a valid `Candidate`. The three regions are disjoint.
+        // is a valid `Candidate` and `f32`. The four regions are disjoint.
         unsafe {
             ptr::write_bytes(arena, 0, plan.total);
             let core = core::slice::from_raw_parts_mut(arena.add(plan.core), plan.core_len);
             let scratch =
                 core::slice::from_raw_parts_mut(arena.add(plan.scratch).cast::<Candidate>(), plan.scratch_len);
-            let session = Session::new(model, core)?;
+            let restored = core::slice::from_raw_parts_mut(arena.add(plan.logits).cast::<f32>(), vocab_len);
+            let session = Session::with_state_len(model, core, plan.state_len)?;
             let cell = arena.cast::<SessionCell>();
             cell.write(SessionCell {
                 magic: LIVE,
@@ -139,8 +253,11 @@ impl SessionCell {
                 seed: 0,
                 draws: 0,
                 scratch,
+                restored,
                 pending: None,
-                logits_ready: false,
+                logits: None,
+                #[cfg(feature = "std")]
+                engine,
                 history_len: 0,
                 history: [0; HISTORY_LEN],
             });
@@ -178,6 +295,33 @@ impl SessionCell {
         unsafe { p.cast::<u64>().write(POISONED) }
     }
 
+    /// Ends the session behind `p`, live or poisoned: stops its threads and frees what it
+    /// holds on the heap (nothing without `std`), and marks the cell dead.
+    ///
+    /// # Safety
+    /// As [`SessionCell::check`], for writes; `p` is not used by anything else.
+    pub unsafe fn release(p: *mut SessionCell) -> Result<(), kvm_status> {
+        if p.is_null() {
+            return Err(KVM_ERR_NULL_POINTER);
+        }
+        if p as usize % ARENA_ALIGN != 0 {
+            return Err(KVM_ERR_BAD_HANDLE);
+        }
+        // SAFETY: readable per the contract; `magic` is at offset 0 (`repr(C)`).
+        let magic = unsafe { p.cast::<u64>().read() };
+        // SAFETY: either magic says the cell was initialised, so `home` is too.
+        if !(magic == LIVE || magic == POISONED) || unsafe { (*p).home } != p as usize {
+            return Err(KVM_ERR_BAD_HANDLE);
+        }
+        // SAFETY: an initialised cell at home, lent exclusively; a poisoned one was left
+        // by a panic between its fields' updates, never inside the engine's `Option`.
+        #[cfg(feature = "std")]
+        drop(unsafe { (*p).engine.take() });
+        // SAFETY: as above.
+        unsafe { p.cast::<u64>().write(RELEASED) };
+        Ok(())
+    }
+
     #[inline]
     pub fn model(&self) -> &Model<'static> {
         self.session.model()
@@ -196,7 +340,7 @@ impl SessionCell {
     pub fn reset(&mut self) {
         self.session.reset();
         self.pending = None;
-        self.logits_ready = false;
+        self.logits = None;
         self.history_len = 0;
         self.reseed(self.seed);
     }
@@ -229,16 +373,47 @@ impl SessionCell {
         self.history_len = keep + ids.len();
     }
 
+    /// Feeds `tokens` (at least one) to the core, leaving the last one's logits in it
+    /// when `want_logits`: one at a time, or in batches through the engine.
+    fn feed(&mut self, tokens: &[u32], phase: Phase, want_logits: bool) -> Result<(), Error> {
+        #[cfg(feature = "std")]
+        if let Some(e) = self.engine.as_deref_mut() {
+            let n_batches = tokens.len().div_ceil(e.batch_len);
+            for (i, batch) in tokens.chunks(e.batch_len).enumerate() {
+                let logits = if want_logits && i + 1 == n_batches { CoreLogits::Last } else { CoreLogits::None };
+                self.session.step_batch(batch, phase, &mut e.acts, &e.pool, logits)?;
+            }
+            return Ok(());
+        }
+        let last = tokens.len().saturating_sub(1);
+        for (i, &t) in tokens.iter().enumerate() {
+            self.session.step(t, phase, want_logits && i == last)?;
+        }
+        Ok(())
+    }
+
     /// Feeds the pending token, computing logits when `want_logits`.
     fn flush(&mut self, want_logits: bool) -> Result<(), kvm_status> {
         if let Some(p) = self.pending {
-            let fed = self.session.step(p.token, p.phase, want_logits);
+            let fed = self.feed(&[p.token], p.phase, want_logits);
             // A step whose logits came out non-finite was still taken.
             if matches!(fed, Ok(()) | Err(Error::NonFiniteLogits { .. })) {
                 self.pending = None;
             }
-            self.logits_ready = want_logits && fed.is_ok();
+            self.logits = (want_logits && fed.is_ok()).then_some(Logits::Core);
             fed?;
+        }
+        Ok(())
+    }
+
+    /// Checks that every id of `ids` (at least one) is a token of the model.
+    pub fn check_ids(&self, ids: &[u32]) -> Result<(), kvm_status> {
+        if ids.is_empty() {
+            return Err(KVM_ERR_INVALID_ARGUMENT);
+        }
+        let vocab_len = self.vocab_len();
+        if ids.iter().any(|&t| t >= vocab_len) {
+            return Err(KVM_ERR_TOKEN_OUT_OF_RANGE);
         }
         Ok(())
     }
@@ -246,39 +421,49 @@ impl SessionCell {
     /// Appends prompt tokens to the context. All ids are checked before any is fed, so
     /// a bad id leaves the session untouched.
     pub fn prefill(&mut self, ids: &[u32]) -> Result<(), kvm_status> {
+        self.check_ids(ids)?;
         let (&last, head) = ids.split_last().ok_or(KVM_ERR_INVALID_ARGUMENT)?;
-        let vocab_len = self.vocab_len();
-        if ids.iter().any(|&t| t >= vocab_len) {
-            return Err(KVM_ERR_TOKEN_OUT_OF_RANGE);
-        }
         self.flush(false)?;
-        self.logits_ready = false;
-        for &t in head {
-            self.session.step(t, Phase::Prefill, false)?;
+        self.logits = None;
+        if !head.is_empty() {
+            self.feed(head, Phase::Prefill, false)?;
         }
         self.pending = Some(Pending { token: last, phase: Phase::Prefill });
         self.remember(ids);
         Ok(())
     }
 
+    /// The logits of the next token after the whole context, `[vocab_len]`: feeds the
+    /// pending token first if there is one (the forward pass the next
+    /// [`SessionCell::decode_step`] would run, which then samples from these logits).
+    pub fn logits(&mut self) -> Result<&[f32], kvm_status> {
+        self.flush(true)?;
+        match self.logits {
+            Some(Logits::Core) => Ok(self.session.logits()),
+            Some(Logits::Restored) => Ok(self.restored),
+            None => Err(KVM_ERR_NO_CONTEXT),
+        }
+    }
+
     /// Feeds the pending token, samples the next one and leaves it pending.
     pub fn decode_step(&mut self) -> Result<u32, kvm_status> {
-        self.flush(true)?;
-        if !self.logits_ready {
-            return Err(KVM_ERR_NO_CONTEXT);
-        }
+        self.logits()?;
+        let logits = match self.logits {
+            Some(Logits::Restored) => &*self.restored,
+            _ => self.session.logits(),
+        };
         let history = &self.history[..self.history_len];
-        let token = self.sampler.sample(self.session.logits(), history, self.scratch)?;
+        let token = self.sampler.sample(logits, history, self.scratch)?;
         self.draws = self.draws.wrapping_add(1);
-        self.logits_ready = false;
+        self.logits = None;
         self.pending = Some(Pending { token, phase: Phase::Decode });
         self.remember(&[token]);
         Ok(token)
     }
 
-    /// Bytes of a snapshot: the header, the history and the core's state.
+    /// Bytes of a snapshot: the header, the history, the core's state and the logits.
     pub fn state_size(&self) -> usize {
-        snap::CORE + self.session.snapshot_len()
+        snap::CORE + self.session.snapshot_len() + 4 * self.vocab_len() as usize
     }
 
     /// Writes a snapshot into `out` (exactly [`SessionCell::state_size`] bytes).
@@ -287,9 +472,22 @@ impl SessionCell {
             return Err(KVM_ERR_BUFFER_TOO_SMALL);
         }
         out[..snap::CORE].fill(0);
-        let (head, core) = out.split_at_mut(snap::CORE);
+        let core_len = self.session.snapshot_len();
+        let (head, rest) = out.split_at_mut(snap::CORE);
+        let (core, logits_out) = rest.split_at_mut(core_len);
         self.session.snapshot(core)?;
-        let mut flags = 0;
+        let logits = match self.logits {
+            Some(Logits::Core) => Some(self.session.logits()),
+            Some(Logits::Restored) => Some(&*self.restored),
+            None => None,
+        };
+        logits_out.fill(0);
+        if let Some(l) = logits {
+            for (o, x) in logits_out.chunks_exact_mut(4).zip(l) {
+                o.copy_from_slice(&x.to_le_bytes());
+            }
+        }
+        let mut flags = if logits.is_some() { snap::LOGITS } else { 0 };
         let mut pending = 0;
         if let Some(p) = self.pending {
             flags |= snap::PENDING;
@@ -334,19 +532,24 @@ impl SessionCell {
             && u64_at(snap::LEN) == snap_bytes.len() as u64
             && u32_at(snap::CRC) == snap::crc(snap_bytes)
             && u32_at(snap::MODEL_ID) == self.model().identity()
-            && flags & !(snap::PENDING | snap::PREFILL) == 0
+            && flags & !(snap::PENDING | snap::PREFILL | snap::LOGITS) == 0
+            && !(flags & snap::PENDING != 0 && flags & snap::LOGITS != 0)
             && u32_at(snap::PENDING_TOKEN) < vocab_len
             && history_len <= HISTORY_LEN
             && (0..history_len).all(|i| u32_at(snap::HISTORY + 4 * i) < vocab_len);
         if !ok {
             return Err(bad);
         }
-        self.session.restore(&snap_bytes[snap::CORE..])?;
+        let (core, logits) = snap_bytes[snap::CORE..].split_at(self.session.snapshot_len());
+        self.session.restore(core)?;
+        for (r, x) in self.restored.iter_mut().zip(logits.chunks_exact(4)) {
+            *r = f32::from_le_bytes([x[0], x[1], x[2], x[3]]);
+        }
         self.pending = (flags & snap::PENDING != 0).then(|| Pending {
             token: u32_at(snap::PENDING_TOKEN),
             phase: if flags & snap::PREFILL != 0 { Phase::Prefill } else { Phase::Decode },
         });
-        self.logits_ready = false;
+        self.logits = (flags & snap::LOGITS != 0).then_some(Logits::Restored);
         self.history_len = history_len;
         for (i, t) in self.history[..history_len].iter_mut().enumerate() {
             *t = u32_at(snap::HISTORY + 4 * i);
@@ -358,14 +561,14 @@ impl SessionCell {
     }
 }
 
-/// Bytes of a snapshot of a session of `model`.
+/// Bytes of a snapshot of a session of `model` at its default state capacity.
 ///
 /// # Errors
 /// `KVM_ERR_BAD_CONFIG` if the layout overflows (not for a loaded model).
 pub(crate) fn state_size(model: &Model<'_>) -> Result<usize, kvm_status> {
     let layout =
         Layout::new(model.config(), model.header().state_capacity as usize, model.cache(), model.slot_reads())?;
-    Ok(snap::CORE + layout.snapshot_len())
+    Ok(snap::CORE + layout.snapshot_len() + 4 * model.config().vocab_len as usize)
 }
 
 fn put(out: &mut [u8], at: usize, bytes: &[u8]) {
@@ -377,9 +580,12 @@ mod snap {
     use kvm_core::format::crc32_update;
 
     pub(super) const MAGIC_BYTES: [u8; 4] = *b"KVMC";
-    pub(super) const CURRENT: u32 = 1;
+    /// 2 added the logits.
+    pub(super) const CURRENT: u32 = 2;
     pub(super) const PENDING: u32 = 1 << 0;
     pub(super) const PREFILL: u32 = 1 << 1;
+    /// The logits of the whole context follow the core's state (never with `PENDING`).
+    pub(super) const LOGITS: u32 = 1 << 2;
 
     pub(super) const MAGIC: usize = 0;
     pub(super) const VERSION: usize = 4;
@@ -397,7 +603,8 @@ mod snap {
     pub(super) const CRC: usize = 48;
     /// `[HISTORY_LEN] u32`, unused entries zero.
     pub(super) const HISTORY: usize = 64;
-    /// The core's [`kvm_core::Session::snapshot`].
+    /// The core's [`kvm_core::Session::snapshot`], then `[vocab_len] f32` logits (zero
+    /// without `LOGITS`).
     pub(super) const CORE: usize = HISTORY + 4 * super::HISTORY_LEN;
 
     pub(super) fn crc(snap: &[u8]) -> u32 {
