@@ -66,8 +66,8 @@ pub fn run(path: &Path) -> Result<()> {
     }
     println!("weights        {total} bytes");
     // One line per cache dtype, as `--cache` (or `kvm_model_set_cache`) would pick it: the
-    // core's arena and the C API's, which adds the session handle and the sampler's
-    // scratch (`kvm_arena_size`).
+    // core's arena and the C API's, which adds the session handle, the sampler's scratch
+    // and room for the logits (`kvm_arena_size`).
     for cache in CacheDtype::ALL {
         let m = model.with_cache(cache)?;
         let state = Layout::new(c, h.state_capacity as usize, cache, h.reads).map_or(0, |l| l.snapshot_len());
