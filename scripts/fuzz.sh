@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Runs every fuzz target (fuzz/fuzz_targets/) for SECONDS each, default 60, seeded from
-# small models of every dtype, a GPT-2 tokenizer section and the golden checkpoints:
+# Runs every fuzz target (fuzz/fuzz_targets/), or the TARGETs named, for SECONDS each,
+# default 60, seeded from small models of every dtype, a GPT-2 tokenizer section and the
+# golden checkpoints:
 #
 #   scripts/fuzz.sh 600
+#   scripts/fuzz.sh 600 capi_sequence session_restore
 #
 # Installs what it needs when missing: the nightly toolchain (rustup) and cargo-fuzz
 # (cargo install). Prints one line per target (time, executions, result) for
@@ -12,6 +14,7 @@
 set -euo pipefail
 
 secs=${1:-60}
+shift $(($# > 0 ? 1 : 0))
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
@@ -19,8 +22,12 @@ rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly -
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 
 corpus=fuzz/corpus
-targets=(model_from_bytes tokenizer_from_bytes session_restore capi_sequence export_config export_checkpoint)
-for t in "${targets[@]}"; do mkdir -p "$corpus/$t"; done
+all=(model_from_bytes tokenizer_from_bytes session_restore capi_sequence export_config export_checkpoint)
+for t in "${all[@]}"; do mkdir -p "$corpus/$t"; done
+targets=("${@:-${all[@]}}")
+for t in "${targets[@]}"; do
+    [[ " ${all[*]} " == *" $t "* ]] || { echo "fuzz: unknown target $t (${all[*]})" >&2; exit 2; }
+done
 
 cargo build --release -q -p kvm-export
 export_=target/release/kvm-export
