@@ -112,12 +112,27 @@ pub(crate) mod op {
             acc.wrapping_add(lo(a) * lo(b)).wrapping_add(hi(a) * hi(b))
         }
     }
+
+    /// `acc` plus the sum of the four bytes of `x`, unsigned (`usada8` against zero).
+    #[inline(always)]
+    pub fn usada8(x: u32, acc: u32) -> u32 {
+        #[cfg(kvm_arm_dsp)]
+        {
+            let r: u32;
+            // SAFETY: as in `sxtb16`.
+            unsafe {
+                asm!("usada8 {r}, {x}, {z}, {acc}", r = lateout(reg) r, x = in(reg) x, z = in(reg) 0u32, acc = in(reg) acc, options(pure, nomem, nostack, preserves_flags))
+            };
+            r
+        }
+        #[cfg(not(kvm_arm_dsp))]
+        {
+            x.to_le_bytes().iter().fold(acc, |s, &b| s.wrapping_add(u32::from(b)))
+        }
+    }
 }
 
-use op::{smlad, sxtb16, sxtb16_ror8};
-
-/// Both halfwords 1: `smlad(x, ONES, acc)` adds the two halfwords of `x`.
-const ONES: u32 = 0x0001_0001;
+use op::{smlad, sxtb16, sxtb16_ror8, usada8};
 
 /// The f32 value of the f16 in the low half of `h`, exactly (`f16_le`'s value): the f16's
 /// magnitude bits moved to an f32's place (which makes normals and subnormals alike
@@ -187,10 +202,22 @@ impl Spread {
         self.w[2 * v + 1]
     }
 
-    /// The sum of the block's 32 values.
+    /// The block spread, and the sum of its 32 values: each byte `b` counted as the
+    /// unsigned `b ^ 0x80 = b + 128` as the word is spread, so the sum costs two
+    /// instructions a word and no reloads.
     #[inline(always)]
-    fn sum(&self) -> i32 {
-        self.w.iter().fold(0, |s, &w| smlad(w, ONES, s))
+    fn with_sum(words: &[u32; QK / 4]) -> (Spread, i32) {
+        let mut biased = 0u32;
+        let w = core::array::from_fn(|i| {
+            let x = words[i / 2];
+            if i % 2 == 0 {
+                biased = usada8(x ^ 0x8080_8080, biased);
+                sxtb16(x)
+            } else {
+                sxtb16_ror8(x)
+            }
+        });
+        (Spread { w }, biased as i32 - 128 * QK as i32)
     }
 }
 
@@ -451,8 +478,7 @@ impl<Q: Quant> Kernel for Rows<Q> {
             let bb = 2 + 4 * Q::WORDS;
             let mut acc = [[0.0f32; LANES]; R];
             for (b, words) in qs.iter().enumerate().take(cols / QK) {
-                let spread = Spread::new(words);
-                let asum = if Q::NEEDS_SUM { spread.sum() } else { 0 };
+                let (spread, asum) = if Q::NEEDS_SUM { Spread::with_sum(words) } else { (Spread::new(words), 0) };
                 let da = act_scale_of(ds, b);
                 for (acc, w) in acc.iter_mut().zip(w) {
                     let block = &w[b * bb..(b + 1) * bb];
@@ -512,20 +538,89 @@ fn group_dot<Q: Quant, const W: usize>(g: &[u8], a: &[u8], cols: usize) -> Optio
     let (qs, ds) = act_words(a, cols)?;
     let mut acc = [[0.0f32; LANES]; X16];
     for (b, (gb, words)) in blocks.iter().zip(qs).enumerate() {
-        let spread = Spread::new(words);
-        let asum = if Q::NEEDS_SUM { spread.sum() } else { 0 };
+        let (spread, asum) = if Q::NEEDS_SUM { Spread::with_sum(words) } else { (Spread::new(words), 0) };
         let da = act_scale_of(ds, b);
         for c in (0..X16).step_by(CHUNK) {
             let isums = Q::chunk(&gb.qs, c, &spread, asum);
-            for (k, isum) in isums.into_iter().enumerate() {
-                let r = c + k;
-                let d = gb.d[r / 2];
-                let dw = f16_low(if r % 2 == 0 { d } else { d >> 16 });
-                acc[r][b % LANES] += dw * da * isum as f32;
-            }
+            add_terms(&gb.d, c, da, isums, &mut acc, b % LANES);
         }
     }
     Some(core::array::from_fn(|r| scalar::reduce_lanes(acc[r])))
+}
+
+/// `acc[c + k][lane] += dw * da * isums[k]` for the 4 rows `c..c + 4` of a group block
+/// (`c` a multiple of 4), `dw` row `c + k`'s f16 scale in `d` (two to a word): the
+/// scalar tier's block term and lane sum ([`scalar::block_term`]).
+#[inline(always)]
+fn add_terms(d: &[u32; X16 / 2], c: usize, da: f32, isums: [i32; CHUNK], acc: &mut [[f32; LANES]; X16], lane: usize) {
+    assert!(c + CHUNK <= X16 && c.is_multiple_of(2) && lane < LANES);
+    #[cfg(kvm_arm_dsp)]
+    {
+        // Rows of `acc` are 32 bytes apart (the offsets below).
+        const _: () = assert!(LANES == 8);
+        let [i0, i1, i2, i3] = isums;
+        // SAFETY: `d` points at the 2 scale words of rows `c..c + 4` and `at` at lane
+        // `lane` of row `c` of `acc`, whose rows `c..c + 4` are in bounds (asserted), so
+        // the loads and stores stay inside them. The FPU registers s0-s5, which the asm
+        // operand classes cannot name on a single-precision FPU, are pushed first and
+        // popped last, so they leave as they came; `vcvtb`/`vcvtt` widen an f16 exactly,
+        // as `f16_low` does, and each row's `(dw * da) * isum` then `acc + term` are the
+        // f32 operations of the Rust below, in its order.
+        unsafe {
+            core::arch::asm!(
+                "vpush {{s0-s5}}",
+                "vmov s4, {da}",
+                "ldrd {x}, {y}, [{d}]",
+                "vmov s0, {x}",
+                "vcvtb.f32.f16 s1, s0",
+                "vcvtt.f32.f16 s2, s0",
+                "vmov s0, {y}",
+                "vmul.f32 s1, s1, s4",
+                "vmov s3, {i0}",
+                "vcvt.f32.s32 s3, s3",
+                "vmul.f32 s1, s1, s3",
+                "vldr s5, [{at}]",
+                "vadd.f32 s5, s5, s1",
+                "vstr s5, [{at}]",
+                "vmul.f32 s2, s2, s4",
+                "vmov s3, {i1}",
+                "vcvt.f32.s32 s3, s3",
+                "vmul.f32 s2, s2, s3",
+                "vldr s5, [{at}, #32]",
+                "vadd.f32 s5, s5, s2",
+                "vstr s5, [{at}, #32]",
+                "vcvtb.f32.f16 s1, s0",
+                "vcvtt.f32.f16 s2, s0",
+                "vmul.f32 s1, s1, s4",
+                "vmov s3, {i2}",
+                "vcvt.f32.s32 s3, s3",
+                "vmul.f32 s1, s1, s3",
+                "vldr s5, [{at}, #64]",
+                "vadd.f32 s5, s5, s1",
+                "vstr s5, [{at}, #64]",
+                "vmul.f32 s2, s2, s4",
+                "vmov s3, {i3}",
+                "vcvt.f32.s32 s3, s3",
+                "vmul.f32 s2, s2, s3",
+                "vldr s5, [{at}, #96]",
+                "vadd.f32 s5, s5, s2",
+                "vstr s5, [{at}, #96]",
+                "vpop {{s0-s5}}",
+                d = in(reg) d[c / 2..].as_ptr(),
+                at = in(reg) acc[c][lane..].as_mut_ptr(),
+                da = in(reg) da.to_bits(),
+                i0 = in(reg) i0, i1 = in(reg) i1, i2 = in(reg) i2, i3 = in(reg) i3,
+                x = out(reg) _, y = out(reg) _,
+            );
+        }
+    }
+    #[cfg(not(kvm_arm_dsp))]
+    for (k, isum) in isums.into_iter().enumerate() {
+        let r = c + k;
+        let w = d[r / 2];
+        let dw = f16_low(if r % 2 == 0 { w } else { w >> 16 });
+        acc[r][lane] += dw * da * isum as f32;
+    }
 }
 
 impl GroupKernel for Groups<Q8> {
