@@ -15,8 +15,10 @@
 //! Float weights, attention and softmax are the scalar tier's: single-precision FPUs have
 //! no SIMD, so any other order would only change the bits. The activation quantizer
 //! finds each block's largest magnitude in integer compares (`f32::max` is a library call
-//! on these FPUs). (FPU instructions in `asm!`, such as `vcvtb` for the f16 scales, need
-//! the `sreg` register class, which stable rustc grants only to double-precision FPUs.)
+//! on these FPUs). The group kernels' scale terms are one `asm!` block per 4 rows
+//! ([`add_terms`]): `vcvtb`/`vcvtt` widen the f16 scales, and since stable rustc grants the
+//! `sreg` register class only to double-precision FPUs, the block pushes and pops the FPU
+//! registers it uses.
 //!
 //! Off Arm (host tests), [`op`] emulates the few instructions, so the host checks the
 //! kernels' arithmetic against the scalar tier; the Arm code itself is checked on the
