@@ -17,7 +17,7 @@ use kvm_core::Session;
 use kvm_runtime::pool::{default_threads, Pool};
 
 use crate::prompt::{encode, prefill_with_progress};
-use crate::reply::{End, Generator, Limits, SamplerArgs, Utf8Stream};
+use crate::reply::{End, Generator, Limits, SamplerArgs, TextOut};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -102,7 +102,6 @@ pub fn run(a: &Args) -> Result<()> {
     let interactive = std::io::stdin().is_terminal();
     let mut input = std::io::stdin().lock();
     let (mut line, mut turn) = (Vec::new(), Vec::new());
-    let mut text = String::new();
     loop {
         if interactive {
             eprint!("> ");
@@ -157,29 +156,16 @@ pub fn run(a: &Args) -> Result<()> {
         prefill_with_progress(&mut session, &ids, Phase::Prefill, &pool)?;
         gen.saw(&ids);
         let mut out = std::io::stdout().lock();
-        let mut stream = Utf8Stream::default();
+        let mut text_out = TextOut::new(a.raw);
         let limits = Limits { tokens: a.n, time: None, interrupt: Some(&STOP) };
-        let mut write = |bytes: &[u8]| -> Result<()> {
-            if a.raw {
-                out.write_all(bytes)?;
-            } else {
-                text.clear();
-                stream.push(bytes, &mut text);
-                out.write_all(text.as_bytes())?;
-            }
-            Ok(out.flush()?)
-        };
+        let mut write = |bytes: &[u8]| text_out.write(&mut out, bytes);
         let done = gen.reply(&mut session, &pool, &limits, &mut write, &mut |_, _| Ok(()))?;
         REPLYING.store(false, Ordering::SeqCst);
         // The state takes in the whole reply, so the next turn (or a /save) follows it.
         if let Some(last) = done.last {
             session.decode_with(last, &pool)?;
         }
-        if !a.raw {
-            text.clear();
-            stream.finish(&mut text);
-            out.write_all(text.as_bytes())?;
-        }
+        text_out.finish(&mut out)?;
         writeln!(out)?;
         out.flush()?;
         if done.end == End::Interrupted {

@@ -10,7 +10,7 @@ use kvm_runtime::pool::{default_threads, Pool};
 use serde_json::json;
 
 use crate::prompt::{encode, prefill_with_progress, PromptArg};
-use crate::reply::{logprobs, Generator, Limits, SamplerArgs, Utf8Stream};
+use crate::reply::{logprobs, Generator, Limits, SamplerArgs, TextOut};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -98,18 +98,8 @@ pub fn run(a: &Args) -> Result<()> {
     gen.saw(&prompt_ids);
 
     let mut out = std::io::stdout().lock();
-    let mut stream = Utf8Stream::default();
-    let mut line = String::new();
-    let mut write = |bytes: &[u8], out: &mut std::io::StdoutLock<'_>| -> Result<()> {
-        if a.raw {
-            out.write_all(bytes)?;
-        } else {
-            line.clear();
-            stream.push(bytes, &mut line);
-            out.write_all(line.as_bytes())?;
-        }
-        Ok(out.flush()?)
-    };
+    let mut text_out = TextOut::new(a.raw);
+    let mut write = |bytes: &[u8], out: &mut std::io::StdoutLock<'_>| text_out.write(out, bytes);
     if !a.json {
         write(&prompt, &mut out)?;
     }
@@ -176,11 +166,7 @@ pub fn run(a: &Args) -> Result<()> {
         });
         writeln!(out, "{obj}")?;
     } else {
-        if !a.raw {
-            line.clear();
-            stream.finish(&mut line);
-            out.write_all(line.as_bytes())?;
-        }
+        text_out.finish(&mut out)?;
         writeln!(out)?;
         let rate = decode_tok_s.map_or_else(|| "no steps".to_string(), |r| format!("{r:.1} tok/s"));
         eprintln!(
