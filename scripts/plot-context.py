@@ -20,7 +20,7 @@ from collections import defaultdict
 
 COLOURS = ["#1b6ac9", "#d1495b", "#2e933c", "#7b4fa3", "#e08e0b"]
 W, H = 1000, 420
-PANEL_W, TOP, BOTTOM, LEFT = 400, 56, 340, 70
+PANEL_W, TOP, BOTTOM, LEFT = 400, 66, 340, 70
 
 
 def read_kvm(path):
@@ -129,7 +129,7 @@ def panel(out, x0, title, xlabel, ylabel, series, ylog):
             f = (y - ylo) / (yhi - ylo)
         return BOTTOM - (BOTTOM - TOP) * f
 
-    out.append(f'<text x="{x0 + PANEL_W / 2}" y="{TOP - 24}" class="title">{title}</text>')
+    out.append(f'<text x="{x0 + PANEL_W / 2}" y="{TOP - 12}" class="title">{title}</text>')
     out.append(f'<rect x="{x0}" y="{TOP}" width="{PANEL_W}" height="{BOTTOM - TOP}" class="frame"/>')
     for x in sorted(set(xs)):
         out.append(f'<line x1="{px(x):.1f}" y1="{TOP}" x2="{px(x):.1f}" y2="{BOTTOM}" class="grid"/>')
@@ -169,7 +169,7 @@ def main():
         if medians(d):
             decode.append((name, colour, medians(d)))
         if medians(p):
-            prefill.append((name, colour, [(x, y * 1e3) for x, y in medians(p)]))
+            prefill.append((name, colour, medians(p)))
 
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
@@ -183,7 +183,7 @@ def main():
     if a.title:
         out.append(f'<text x="{W / 2}" y="18" class="title">{a.title}</text>')
     panel(out, LEFT, "Decode after a context", "context depth, tokens (log)", "decode, tokens/s", decode, False)
-    panel(out, LEFT + PANEL_W + 90, "Prefill", "prompt length, tokens (log)", "prefill time, ms (log)", prefill,
+    panel(out, LEFT + PANEL_W + 90, "Prefill", "prompt length, tokens (log)", "prefill time, s (log)", prefill,
           True)
     names = []
     for name, colour, _ in decode + prefill:
