@@ -119,3 +119,40 @@ fn long_run_round_trips_snapshots_bit_exactly() {
     assert_eq!(plain["round_trips"], 0);
     std::fs::remove_file(&path).ok();
 }
+
+#[test]
+fn context_sweep_on_the_bundled_model_keeps_memory_flat() {
+    let model = kvm_test_support::repo().join("models/tiny-kjv-q8_0.kvm");
+    let m = model.to_str().unwrap();
+    // Depths past the 64-token window, each a whole number of 32-token chunks, so every
+    // one of them decodes with the same window fill and a full state.
+    let depths = [0u64, 320, 1280, 2560];
+    let args = ["bench", "--model", m, "--prompt-len", "16,256", "--gen", "8", "--context", "0,320,1280,2560"];
+    let out = Command::new(env!("CARGO_BIN_EXE_kvm"))
+        .args(args)
+        .args(["--threads", "1", "--bw-mib", "0", "--output", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let runs: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let combos: Vec<(u64, u64)> =
+        runs.iter().map(|r| (r["prompt_len"].as_u64().unwrap(), r["context"].as_u64().unwrap())).collect();
+    let expected: Vec<(u64, u64)> = [16, 256].iter().flat_map(|&p| depths.map(|d| (p, d))).collect();
+    assert_eq!(combos, expected);
+    for r in &runs {
+        for key in ["prefill_tok_s", "decode_tok_s", "decode_ms_per_tok"] {
+            assert!(r[key].as_f64().is_some_and(|x| x > 0.0), "{key} in {r}");
+        }
+        assert_eq!(r["state_len"], 32, "{r}");
+    }
+    // A fixed state: past the window every step reads the same bytes, however deep.
+    let state_bytes = |r: &serde_json::Value| r["decode_state_bytes_per_token"].as_u64().unwrap();
+    assert!(state_bytes(&runs[1]) > state_bytes(&runs[0]), "{:?}", runs[..2].to_vec());
+    assert!(runs[1..4].iter().all(|r| state_bytes(r) == state_bytes(&runs[1])));
+    // Each run's own peak: a KV cache for 2,560 tokens would add 10 MiB (4 layers, keys and
+    // values of 128 f32s each) to this model's 7 MiB; the fixed state adds nothing.
+    let peaks: Vec<u64> = runs.iter().map(|r| r["peak_rss_bytes"].as_u64().unwrap()).collect();
+    let (lo, hi) = (*peaks.iter().min().unwrap(), *peaks.iter().max().unwrap());
+    assert!(lo > 0 && (hi as f64) < lo as f64 * 1.1, "{peaks:?}");
+}

@@ -1,7 +1,8 @@
 //! `kvm bench`: prefill and decode speed, the bytes each decoded token reads, this
 //! machine's memory bandwidth measured in the same run, and (with `--checkpoints`) a
 //! long run showing that per-token latency and memory stay flat. Comma lists of prompt
-//! lengths, decode lengths and thread counts run as a sweep, one report per combination.
+//! lengths, decode lengths, context depths and thread counts run as a sweep, one report
+//! per combination.
 //!
 //! Tokens are a fixed pseudo-random stream (prompt) and greedy picks (decode): the
 //! arithmetic of a step does not depend on which token it is, so no text is needed and
@@ -24,7 +25,7 @@ use serde_json::{json, Value};
 
 use probe::{add_bandwidth, bandwidth};
 use report::{print_report, print_table, Format};
-use runs::{long_run, speed, status_bytes};
+use runs::{long_run, reset_peak_rss, speed, status_bytes};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -39,9 +40,10 @@ pub struct Args {
     gen: Vec<usize>,
     /// Tokens in the session when the timed decode starts: 0 (the default) decodes from an
     /// empty context, as llama-bench's tg test does; equal to --prompt-len, it continues
-    /// after the timed prompt; any other value is prefilled, untimed, in a fresh session.
-    #[arg(long, default_value_t = 0)]
-    context: usize,
+    /// after the timed prompt; any other value is prefilled, untimed, in a fresh session
+    /// (llama-bench's `-d`); a comma list sweeps.
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    context: Vec<usize>,
     /// Worker threads (default: all cores); a comma list sweeps.
     #[arg(long, value_delimiter = ',')]
     threads: Vec<usize>,
@@ -88,6 +90,7 @@ pub(super) struct Point {
     threads: usize,
     prompt_len: usize,
     gen: usize,
+    context: usize,
     state_len: usize,
 }
 
@@ -96,8 +99,8 @@ pub fn run(a: &Args) -> Result<()> {
     let model = a.session.model(&file)?;
     let state_len = a.session.state_len(&model)?;
     let threads = if a.threads.is_empty() { vec![default_threads()] } else { a.threads.clone() };
-    if !a.checkpoints.is_empty() && threads.len() * a.prompt_len.len() * a.gen.len() > 1 {
-        bail!("--checkpoints makes one long run: give one --threads and one --gen");
+    if !a.checkpoints.is_empty() && threads.len() * a.prompt_len.len() * a.gen.len() * a.context.len() > 1 {
+        bail!("--checkpoints makes one long run: give one --threads, --gen and --context");
     }
     let format = match (a.json, a.output) {
         (true, _) => Format::Json,
@@ -109,7 +112,9 @@ pub fn run(a: &Args) -> Result<()> {
     for &t in &threads {
         for &prompt_len in &a.prompt_len {
             for &gen in &a.gen {
-                points.push(Point { threads: t, prompt_len, gen, state_len });
+                for &context in &a.context {
+                    points.push(Point { threads: t, prompt_len, gen, context, state_len });
+                }
             }
         }
     }
@@ -120,15 +125,17 @@ pub fn run(a: &Args) -> Result<()> {
     for (i, p) in points.iter().enumerate() {
         if progress {
             eprint!(
-                "\rbench {}/{}: {} threads, prompt {}, gen {}\x1b[K",
+                "\rbench {}/{}: {} threads, prompt {}, gen {}, context {}\x1b[K",
                 i + 1,
                 points.len(),
                 p.threads,
                 p.prompt_len,
-                p.gen
+                p.gen,
+                p.context
             );
             std::io::stderr().flush().ok();
         }
+        reset_peak_rss();
         let pool = Pool::new(p.threads)?;
         let mut report = describe(a.session.model.path(), &model, &pool, state_len)?;
         report["model_pages"] = json!(match file.pages() {

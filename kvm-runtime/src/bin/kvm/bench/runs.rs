@@ -96,8 +96,8 @@ pub(super) fn speed(a: &Args, p: &Point, model: &Model<'_>, pool: &Pool, report:
         bail!("--prompt-len and --gen must be at least 1");
     }
     let vocab_len = model.config().vocab_len;
-    let prompt = token_stream(a.seed, p.prompt_len.max(a.context), vocab_len);
-    let (prompt, context) = (&prompt[..p.prompt_len], &prompt[..a.context]);
+    let prompt = token_stream(a.seed, p.prompt_len.max(p.context), vocab_len);
+    let (prompt, context) = (&prompt[..p.prompt_len], &prompt[..p.context]);
     let (mut prefill_tok_s, mut decode_tok_s, mut matmul_frac, mut head_frac) = (vec![], vec![], vec![], vec![]);
     let (mut prefill_wait, mut decode_wait) = (vec![], vec![]);
     let threads = pool.threads();
@@ -108,7 +108,7 @@ pub(super) fn speed(a: &Args, p: &Point, model: &Model<'_>, pool: &Pool, report:
             timed(threads, || prefill(&mut session, prompt, Phase::Prefill, pool).context("prefill"))?;
         prefill_tok_s.push(p.prompt_len as f64 / secs);
         prefill_wait.push(wait);
-        if a.context != p.prompt_len {
+        if p.context != p.prompt_len {
             session.reset();
             if !context.is_empty() {
                 prefill(&mut session, context, Phase::Prefill, pool).context("prefill")?;
@@ -144,10 +144,10 @@ pub(super) fn speed(a: &Args, p: &Point, model: &Model<'_>, pool: &Pool, report:
     let decode = median(&mut decode_tok_s);
     report["prompt_len"] = json!(p.prompt_len);
     report["gen"] = json!(p.gen);
-    report["context"] = json!(a.context);
+    report["context"] = json!(p.context);
     // The state bytes of the timed steps, on average (`state_bytes_per_token` is the steady
     // state's).
-    let positions: usize = (a.context..a.context + p.gen).map(|t| positions_read(model.config(), p.state_len, t)).sum();
+    let positions: usize = (p.context..p.context + p.gen).map(|t| positions_read(model.config(), p.state_len, t)).sum();
     report["decode_state_bytes_per_token"] = json!((position_bytes(model) * positions as f64 / p.gen as f64) as u64);
     report["prefill_tok_s"] = json!(median(&mut prefill_tok_s));
     report["decode_tok_s"] = json!(decode);
@@ -310,6 +310,13 @@ fn timed<T>(threads: usize, f: impl FnOnce() -> Result<T>) -> Result<(T, f64, f6
     let secs = t.elapsed().as_secs_f64();
     let (_, wait1) = sched_ns();
     Ok((out, secs, (wait1.saturating_sub(wait0)) as f64 / 1e9 / (secs * threads as f64)))
+}
+
+/// Starts a new peak for `VmHWM` at the current resident size (Linux's `clear_refs` 5), so
+/// each run of a sweep reports its own peak rather than the largest so far; where the OS
+/// does not offer it, the peak stays the process's.
+pub(super) fn reset_peak_rss() {
+    std::fs::write("/proc/self/clear_refs", "5").ok();
 }
 
 /// A `/proc/self/status` size field (`VmRSS:`) in bytes; 0 where there is none.
