@@ -620,7 +620,7 @@ fn add_terms(d: &[u32; X16 / 2], c: usize, da: f32, isums: [i32; CHUNK], acc: &m
     for (k, isum) in isums.into_iter().enumerate() {
         let r = c + k;
         let w = d[r / 2];
-        let dw = f16_low(if r % 2 == 0 { w } else { w >> 16 });
+        let dw = f16_low(if r.is_multiple_of(2) { w } else { w >> 16 });
         acc[r][lane] += dw * da * isum as f32;
     }
 }
