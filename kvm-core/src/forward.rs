@@ -8,7 +8,7 @@ use crate::error::Origin;
 use crate::exec::{Exec, Product};
 use crate::format::Role;
 use crate::kernels;
-use crate::math::{axpy, elu, layer_norm, layer_norm_inplace, rope_apply, rope_tables};
+use crate::math::{all_finite, axpy, elu, layer_norm, layer_norm_inplace, rope_apply, rope_tables};
 use crate::model::Model;
 use crate::state::{Acts, Counters, HeadReader, HeadState, LayerState, Layout, Phase, Scratch, Segment};
 use crate::tensor::{Matrix, Vector};
@@ -68,7 +68,10 @@ pub(crate) fn forward(
         );
     }
 
-    let mut origin = (!all_finite(x.x)).then_some(Origin::Embedding);
+    // Where a NaN or an infinity first appears, looked for only when logits are asked for
+    // (the only time the caller hears of one).
+    let watch = !matches!(logits, Logits::None);
+    let mut origin = (watch && !all_finite(x.x)).then_some(Origin::Embedding);
 
     // The counters after the batch: every layer's attention makes the same state steps.
     let mut after = at;
@@ -90,7 +93,7 @@ pub(crate) fn forward(
         for row in x.x.chunks_exact(d) {
             tap(Tap::Block(l), row);
         }
-        if origin.is_none() && !all_finite(x.x) {
+        if watch && origin.is_none() && !all_finite(x.x) {
             origin = Some(Origin::Block(l as u32));
         }
     }
@@ -121,12 +124,6 @@ pub(crate) fn forward(
         }
     }
     (after, origin)
-}
-
-/// No NaN and no infinity in `x` (one branch-free pass).
-pub(crate) fn all_finite(x: &[f32]) -> bool {
-    const EXP: u32 = 0x7F80_0000;
-    !x.iter().fold(false, |acc, v| acc | (v.to_bits() & EXP == EXP))
 }
 
 /// The products of layer `l`'s first job (attention step 1): `c_q`, `c_k`, `c_v`, and the

@@ -35,6 +35,12 @@ pub fn ln_stats(x: &[f32]) -> (f32, f32) {
 /// every SIMD target, where a single running sum would serialise on its latency.
 const LANES: usize = 8;
 
+/// No NaN and no infinity in `x` (one branch-free pass, which vectorises).
+pub fn all_finite(x: &[f32]) -> bool {
+    const EXP: u32 = 0x7F80_0000;
+    !x.iter().fold(false, |acc, v| acc | (v.to_bits() & EXP == EXP))
+}
+
 /// `sum x_i` in eight partial sums.
 pub fn sum(x: &[f32]) -> f32 {
     sum_by(x, |v| v)

@@ -144,11 +144,9 @@ impl<'a> Model<'a> {
     ///
     /// # Errors
     /// [`Error::BadConfig`] if the arena size overflows.
-    pub fn with_cache(mut self, cache: CacheDtype) -> Result<Self> {
-        let layout = Layout::new(self.config(), self.header.state_capacity as usize, cache, self.slot_reads())?;
-        self.header.cache = cache;
-        self.arena_len = layout.arena_len();
-        Ok(self)
+    pub fn with_cache(self, cache: CacheDtype) -> Result<Self> {
+        let reads = self.slot_reads();
+        self.with_sessions(cache, reads)
     }
 
     /// Where this model's sessions keep the slots' read rows (the file's choice unless
@@ -164,9 +162,15 @@ impl<'a> Model<'a> {
     ///
     /// # Errors
     /// [`Error::BadConfig`] if the arena size overflows.
-    pub fn with_slot_reads(mut self, reads: SlotReads) -> Result<Self> {
-        let layout = Layout::new(self.config(), self.header.state_capacity as usize, self.cache(), reads)?;
-        self.header.reads = reads;
+    pub fn with_slot_reads(self, reads: SlotReads) -> Result<Self> {
+        let cache = self.cache();
+        self.with_sessions(cache, reads)
+    }
+
+    /// This model with sessions laid out for `cache` and `reads`, and its arena length.
+    fn with_sessions(mut self, cache: CacheDtype, reads: SlotReads) -> Result<Self> {
+        let layout = Layout::new(self.config(), self.header.state_capacity as usize, cache, reads)?;
+        (self.header.cache, self.header.reads) = (cache, reads);
         self.arena_len = layout.arena_len();
         Ok(self)
     }

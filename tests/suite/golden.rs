@@ -52,6 +52,20 @@ fn run<'m, 'a>(model: Model<'m>, arena: &'a mut Arena, ids: &[u32], prompt_len: 
     (run, session)
 }
 
+/// Every token's logits (`[ids.len(), vocab_len]`) of `ids` fed to `session` in batches of
+/// `batch_len`, the first `prompt_len` as prompt.
+fn batched(session: &mut Session<'_, '_>, ids: &[u32], batch_len: usize, prompt_len: usize) -> Vec<f32> {
+    let vocab = session.model().config().vocab_len as usize;
+    let batch_len = batch_len.max(1);
+    let mut out = vec![0f32; ids.len() * vocab];
+    for (chunk, out) in ids.chunks(batch_len).zip(out.chunks_mut(batch_len * vocab)) {
+        let phase = if session.pos() < prompt_len { Phase::Prefill } else { Phase::Decode };
+        let mut batch = vec![0f32; session.layout().acts_len(chunk.len()).unwrap()];
+        session.step_batch(chunk, phase, &mut batch, &Serial, Logits::All(out)).unwrap();
+    }
+    out
+}
+
 /// Bit-for-bit equality (NaN included).
 fn same_bits(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
@@ -133,22 +147,11 @@ fn check_case(name: &str) {
         let ((want, _), (got, mut session)) = (run(stored, &mut a, &ids, p), run(recomputed, &mut b, &ids, p));
         let first = want.logits.iter().zip(&got.logits).position(|(a, b)| !same_bits(a, b));
         assert!(first.is_none(), "{what}: logits differ from token {first:?} on");
-        let mut batched = vec![0f32; ids.len() * cfg.vocab_len as usize];
         session.reset();
-        for (chunk, out) in ids.chunks(5).zip(batched.chunks_mut(5 * cfg.vocab_len as usize)) {
-            let phase = if session.pos() < p { Phase::Prefill } else { Phase::Decode };
-            let mut batch = vec![0f32; session.layout().acts_len(chunk.len()).unwrap()];
-            session.step_batch(chunk, phase, &mut batch, &Serial, Logits::All(out)).unwrap();
-        }
-        let mut one_by_one = vec![0f32; batched.len()];
         let mut arena = Arena::new(stored.arena_len());
         let mut plain = Session::new(stored, arena.bytes_mut()).unwrap();
-        for (chunk, out) in ids.chunks(5).zip(one_by_one.chunks_mut(5 * cfg.vocab_len as usize)) {
-            let phase = if plain.pos() < p { Phase::Prefill } else { Phase::Decode };
-            let mut batch = vec![0f32; plain.layout().acts_len(chunk.len()).unwrap()];
-            plain.step_batch(chunk, phase, &mut batch, &Serial, Logits::All(out)).unwrap();
-        }
-        assert!(same_bits(&batched, &one_by_one), "{what}: batches of 5 differ");
+        let same = same_bits(&batched(&mut session, &ids, 5, p), &batched(&mut plain, &ids, 5, p));
+        assert!(same, "{what}: batches of 5 differ");
         // A snapshot half way, the rest, then the rest again from the snapshot.
         session.reset();
         let half = ids.len() / 2;
@@ -170,14 +173,7 @@ fn check_case(name: &str) {
     for batch_len in [1, 5, p, ids.len()] {
         let mut arena = Arena::new(model.arena_len());
         let mut session = Session::new(model, arena.bytes_mut()).unwrap();
-        let mut got = vec![0f32; ids.len() * cfg.vocab_len as usize];
-        for (chunk, out) in ids.chunks(batch_len.max(1)).zip(got.chunks_mut(batch_len.max(1) * cfg.vocab_len as usize))
-        {
-            let start = session.pos();
-            let phase = if start < p { Phase::Prefill } else { Phase::Decode };
-            let mut batch = vec![0f32; session.layout().acts_len(chunk.len()).unwrap()];
-            session.step_batch(chunk, phase, &mut batch, &Serial, Logits::All(out)).unwrap();
-        }
+        let got = batched(&mut session, &ids, batch_len, p);
         let want: Vec<f32> = if batch_len >= ids.len() { g["logits_full"].f32.clone() } else { expected.concat() };
         let d = max_abs_diff(&got, &want);
         assert!(d <= TOL, "{name}: batches of {batch_len}: logits differ by {d}");

@@ -112,10 +112,13 @@ impl Layout {
             cfg.v_dim(),
             d,
         ];
-        let slot_rows = if reads == SlotReads::Recomputed {
-            pad(cache.words(layer_sizes[3], dk)) + pad(cache.words(layer_sizes[4], dv))
-        } else {
-            0
+        // Row widths of the cached parts (nk, nv, wk, wv).
+        let part_widths = [1, 1, 1, dk, dv, dk, dv, 1, 1, 1, 1, 1];
+        let slot_rows = match reads {
+            SlotReads::Recomputed => {
+                Self::SLOT_READS.iter().map(|&i| pad(Self::part_words(cache, &part_widths, i, layer_sizes[i]))).sum()
+            }
+            SlotReads::Stored => 0,
         };
         let step_sizes = [
             cfg.vocab_len as usize, // logits of the last token (first: see `Session::logits`)
@@ -144,8 +147,6 @@ impl Layout {
         ];
         let widest_input = d.max(cfg.d_vgate as usize).max(cfg.v_dim()).max(cfg.d_ff as usize);
         let sum = |sizes: &[usize]| sizes.iter().try_fold(0usize, |acc, &n| acc.checked_add(pad(n)));
-        // Row widths of the cached parts (nk, nv, wk, wv).
-        let part_widths = [1, 1, 1, dk, dv, dk, dv, 1, 1, 1, 1, 1];
         let step_len = sum(&step_sizes).ok_or(too_big)?;
         let n_layers = cfg.n_layers as usize;
         let mut lay = Layout {
