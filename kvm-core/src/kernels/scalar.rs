@@ -7,6 +7,8 @@
 //! same exact integer block sums, same f32 operations on them in the same order.
 
 use core::marker::PhantomData;
+#[cfg(any(kvm_arm_dsp, all(target_arch = "arm", kvm_mve), test))]
+use core::mem::MaybeUninit;
 
 use half::f16;
 
@@ -143,6 +145,32 @@ pub fn sum_blocks(terms: impl Iterator<Item = f32>) -> f32 {
 #[inline]
 pub fn reduce_lanes(a: [f32; LANES]) -> f32 {
     ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
+}
+
+/// Row `r`'s [`reduce_lanes`] of lane-major accumulators (`[8][16]`) when only lanes
+/// `0..used` hold terms and the others would be `+0.0`, with those additions left out. That
+/// changes at most the sign of a zero: adding `+0.0` leaves anything else as it is (NaNs
+/// and infinities included), and a lane that is `0.0 + term` or more terms is never
+/// `-0.0`, nor is any sum of such lanes, so then the value is the same.
+///
+/// # Safety
+/// Lanes `0..used` of row `r` are initialized.
+#[cfg(any(kvm_arm_dsp, all(target_arch = "arm", kvm_mve), test))]
+#[inline(always)]
+pub(crate) unsafe fn reduce_used(acc: &[[MaybeUninit<f32>; X16]; LANES], r: usize, used: usize) -> f32 {
+    // SAFETY: only lanes below `used` are read.
+    let a = |l: usize| unsafe { acc[l][r].assume_init() };
+    match used {
+        0 => 0.0,
+        1 => a(0),
+        2 => a(0) + a(1),
+        3 => (a(0) + a(1)) + a(2),
+        4 => (a(0) + a(1)) + (a(2) + a(3)),
+        5 => ((a(0) + a(1)) + (a(2) + a(3))) + a(4),
+        6 => ((a(0) + a(1)) + (a(2) + a(3))) + (a(4) + a(5)),
+        7 => ((a(0) + a(1)) + (a(2) + a(3))) + ((a(4) + a(5)) + a(6)),
+        _ => reduce_lanes(core::array::from_fn(a)),
+    }
 }
 
 /// Block `b`'s term: `(d_w * d_a) * isum`, two f32 multiplies and no FMA.

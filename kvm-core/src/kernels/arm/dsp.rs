@@ -15,14 +15,18 @@
 //! Float weights, attention and softmax are the scalar tier's: single-precision FPUs have
 //! no SIMD, so any other order would only change the bits. The activation quantizer
 //! finds each block's largest magnitude in integer compares (`f32::max` is a library call
-//! on these FPUs). The group kernels' scale terms are one `asm!` block per 4 rows
-//! ([`add_terms`]): `vcvtb`/`vcvtt` widen the f16 scales, and since stable rustc grants the
-//! `sreg` register class only to double-precision FPUs, the block pushes and pops the FPU
-//! registers it uses.
+//! on these FPUs). A group block takes two `asm!` blocks: one for its 16 rows' integer
+//! sums ([`Quant::block`]), one for their scale terms into the rows' lanes
+//! ([`add_terms`]: `vldm` loads 8 scales or sums at once, `vcvtb`/`vcvtt` widen the f16
+//! scales, and since stable rustc grants the `sreg` register class only to
+//! double-precision FPUs, the block pushes and pops the FPU registers it uses); the lanes
+//! are never zeroed ([`group_dot`]).
 //!
 //! Off Arm (host tests), [`op`] emulates the few instructions, so the host checks the
 //! kernels' arithmetic against the scalar tier; the Arm code itself is checked on the
 //! boards (`scripts/mcu-conformance.sh`).
+
+use core::mem::MaybeUninit;
 
 use crate::kernels::scalar::{self, LANES};
 use crate::kernels::{GroupKernel, Kernel, Kernels, BF16, F16, F32, F32P};
@@ -237,33 +241,24 @@ fn act_scale_of(ds: &[u8], b: usize) -> f32 {
     f32::from_le_bytes([ds[4 * b], ds[4 * b + 1], ds[4 * b + 2], ds[4 * b + 3]])
 }
 
-/// An integer weight format: its words per block and the exact block sum of a row's words
-/// with a spread activation block.
-pub(crate) trait Quant {
-    /// Quant words per block and row (q8_0: 8, q4_0: 4).
-    const WORDS: usize;
-    /// A block's quant words as one row stores them.
-    type Words: Copy;
-    /// Whether [`Quant::isum`] needs the activation block's sum.
-    const NEEDS_SUM: bool;
-
-    /// The block's quant words from its plain bytes (`WORDS * 4` of them).
-    fn words(qs: &[u8]) -> Self::Words;
-
-    /// The exact integer dot product of the block with the activation block `a`, whose
-    /// values sum to `asum` (when [`Quant::NEEDS_SUM`]).
-    fn isum(w: Self::Words, a: &Spread, asum: i32) -> i32;
-
-    /// [`Quant::isum`] of rows `c..c + 4` of a group block whose pieces are `qs`
-    /// (`[WORDS][16]` words; `c <= 12`).
-    fn chunk(qs: &[[u32; X16]], c: usize, a: &Spread, asum: i32) -> [i32; CHUNK];
+/// One multiply-accumulate of a spread pair in the group blocks' assembly: `smuad` for a
+/// sum's first product (so no sum is zeroed first), `smlad` for the others.
+#[cfg(kvm_arm_dsp)]
+macro_rules! mac {
+    (first, $s:literal, $x:literal) => {
+        concat!("smuad {", $s, "}, {t}, {", $x, "}\n")
+    };
+    (next, $s:literal, $x:literal) => {
+        concat!("smlad {", $s, "}, {t}, {", $x, "}, {", $s, "}\n")
+    };
 }
 
-/// One piece of [`Q8::chunk`]'s assembly: activation pair `$a` (byte offset), then the
-/// 4 rows' words at byte offset `$w` of the piece, two by two.
+/// One piece of [`Q8::block`]'s assembly for 4 rows: activation pair `$a` (byte offset),
+/// then the 4 rows' words at byte offset `$w` of the piece, two by two; `$f` is `first`
+/// for piece 0.
 #[cfg(kvm_arm_dsp)]
 macro_rules! q8_piece {
-    ($a:literal, $w:literal, $w2:literal) => {
+    ($f:tt, $a:literal, $w:literal, $w2:literal) => {
         concat!(
             "ldrd {e}, {o}, [{a}, #",
             $a,
@@ -271,17 +266,45 @@ macro_rules! q8_piece {
             "ldrd {w0}, {w1}, [{p}, #",
             $w,
             "]\n",
-            "sxtb16 {t}, {w0}\n smlad {s0}, {t}, {e}, {s0}\n",
-            "sxtb16 {t}, {w0}, ror #8\n smlad {s0}, {t}, {o}, {s0}\n",
-            "sxtb16 {t}, {w1}\n smlad {s1}, {t}, {e}, {s1}\n",
-            "sxtb16 {t}, {w1}, ror #8\n smlad {s1}, {t}, {o}, {s1}\n",
+            "sxtb16 {t}, {w0}\n",
+            mac!($f, "s0", "e"),
+            "sxtb16 {t}, {w0}, ror #8\n",
+            mac!(next, "s0", "o"),
+            "sxtb16 {t}, {w1}\n",
+            mac!($f, "s1", "e"),
+            "sxtb16 {t}, {w1}, ror #8\n",
+            mac!(next, "s1", "o"),
             "ldrd {w0}, {w1}, [{p}, #",
             $w2,
             "]\n",
-            "sxtb16 {t}, {w0}\n smlad {s2}, {t}, {e}, {s2}\n",
-            "sxtb16 {t}, {w0}, ror #8\n smlad {s2}, {t}, {o}, {s2}\n",
-            "sxtb16 {t}, {w1}\n smlad {s3}, {t}, {e}, {s3}\n",
-            "sxtb16 {t}, {w1}, ror #8\n smlad {s3}, {t}, {o}, {s3}\n",
+            "sxtb16 {t}, {w0}\n",
+            mac!($f, "s2", "e"),
+            "sxtb16 {t}, {w0}, ror #8\n",
+            mac!(next, "s2", "o"),
+            "sxtb16 {t}, {w1}\n",
+            mac!($f, "s3", "e"),
+            "sxtb16 {t}, {w1}, ror #8\n",
+            mac!(next, "s3", "o"),
+        )
+    };
+}
+
+/// 4 rows of [`Q8::block`] (from `{p}`): the 8 pieces, then the 4 sums stored at `{out}`,
+/// which moves past them.
+#[cfg(kvm_arm_dsp)]
+macro_rules! q8_rows4 {
+    () => {
+        concat!(
+            q8_piece!(first, 0, 0, 8),
+            q8_piece!(next, 8, 64, 72),
+            q8_piece!(next, 16, 128, 136),
+            q8_piece!(next, 24, 192, 200),
+            q8_piece!(next, 32, 256, 264),
+            q8_piece!(next, 40, 320, 328),
+            q8_piece!(next, 48, 384, 392),
+            q8_piece!(next, 56, 448, 456),
+            "strd {s0}, {s1}, [{out}], #8\n",
+            "strd {s2}, {s3}, [{out}], #8\n",
         )
     };
 }
@@ -339,6 +362,28 @@ macro_rules! q4_piece {
     };
 }
 
+/// An integer weight format: its words per block and the exact block sums of its rows'
+/// words with a spread activation block.
+pub(crate) trait Quant {
+    /// Quant words per block and row (q8_0: 8, q4_0: 4).
+    const WORDS: usize;
+    /// A block's quant words as one row stores them.
+    type Words: Copy;
+    /// Whether [`Quant::isum`] needs the activation block's sum.
+    const NEEDS_SUM: bool;
+
+    /// The block's quant words from its plain bytes (`WORDS * 4` of them).
+    fn words(qs: &[u8]) -> Self::Words;
+
+    /// The exact integer dot product of the block with the activation block `a`, whose
+    /// values sum to `asum` (when [`Quant::NEEDS_SUM`]).
+    fn isum(w: Self::Words, a: &Spread, asum: i32) -> i32;
+
+    /// [`Quant::isum`] of the 16 rows of a group block whose pieces are `qs` (`[WORDS][16]`
+    /// words), into `out`.
+    fn block(qs: &[[u32; X16]], a: &Spread, asum: i32, out: &mut MaybeUninit<[i32; X16]>);
+}
+
 /// q8_0 (and q8_0x16) quants.
 pub(crate) struct Q8;
 /// q4_0 (and q4_0x16) quants.
@@ -364,30 +409,62 @@ impl Quant for Q8 {
         s
     }
 
-    /// In assembly on Arm: the compiler keeps neither the spread block nor 4 sums in
-    /// registers across the pieces, and reloads each pair per row.
+    /// In assembly on Arm, 4 rows at a time: each spread pair meets 4 rows' words loaded
+    /// side by side, with the 4 sums in registers (the compiler keeps neither the spread
+    /// block nor the sums in registers across the pieces).
     #[inline(always)]
-    fn chunk(qs: &[[u32; X16]], c: usize, a: &Spread, _asum: i32) -> [i32; CHUNK] {
-        assert!(qs.len() == QK / 4 && c + CHUNK <= X16);
+    fn block(qs: &[[u32; X16]], a: &Spread, _asum: i32, out: &mut MaybeUninit<[i32; X16]>) {
+        assert!(qs.len() == Self::WORDS);
+        #[cfg(kvm_arm_dsp)]
+        // SAFETY: `p` points at row 0 of piece 0 of `[8][16]` words and moves 4 rows at a
+        // time, so offsets 64v + 4k (v < 8, k < 4) from it stay in bounds and word-aligned;
+        // `a` points at 16 words, 8-aligned; `out` at 16 words, written once each.
+        unsafe {
+            core::arch::asm!(
+                q8_rows4!(),
+                "add {p}, {p}, #16",
+                q8_rows4!(),
+                "add {p}, {p}, #16",
+                q8_rows4!(),
+                "add {p}, {p}, #16",
+                q8_rows4!(),
+                p = inout(reg) qs.as_ptr() => _,
+                a = in(reg) a.w.as_ptr(),
+                out = inout(reg) out.as_mut_ptr() => _,
+                e = out(reg) _, o = out(reg) _, w0 = out(reg) _, w1 = out(reg) _, t = out(reg) _,
+                s0 = out(reg) _, s1 = out(reg) _, s2 = out(reg) _, s3 = out(reg) _,
+                options(nostack),
+            );
+        }
+        #[cfg(not(kvm_arm_dsp))]
+        out.write(core::array::from_fn(|r| Self::isum(core::array::from_fn(|v| qs[v][r]), a, 0)));
+    }
+}
+
+impl Q4 {
+    /// [`Quant::isum`] of rows `c..c + 4` of a group block whose pieces are `qs`
+    /// (`[4][16]` words; `c <= 12`); in assembly on Arm, as [`Q8::block`].
+    #[inline(always)]
+    fn chunk(qs: &[[u32; X16]], c: usize, a: &Spread, asum: i32) -> [i32; 4] {
+        assert!(qs.len() == QK / 8 && c + 4 <= X16);
         #[cfg(kvm_arm_dsp)]
         {
-            let (mut s0, mut s1, mut s2, mut s3) = (0i32, 0i32, 0i32, 0i32);
-            // SAFETY: `p` points at row `c` of piece 0 of `[8][16]` words, so offsets
-            // 64v + 4k (v < 8, k < 4) are in bounds and word-aligned; `a` at 16 words,
+            // sum (n - 8) * a = sum n * a - 8 * sum a: the sums start at the second term.
+            let off = asum.wrapping_mul(8).wrapping_neg();
+            let (mut s0, mut s1, mut s2, mut s3) = (off, off, off, off);
+            // SAFETY: `p` points at row `c` of piece 0 of `[4][16]` words, so offsets
+            // 64v + 4k (v < 4, k < 4) are in bounds and word-aligned; `a` at 16 words,
             // 8-aligned. Registers only besides those loads.
             unsafe {
                 core::arch::asm!(
-                    q8_piece!(0, 0, 8),
-                    q8_piece!(8, 64, 72),
-                    q8_piece!(16, 128, 136),
-                    q8_piece!(24, 192, 200),
-                    q8_piece!(32, 256, 264),
-                    q8_piece!(40, 320, 328),
-                    q8_piece!(48, 384, 392),
-                    q8_piece!(56, 448, 456),
+                    q4_piece!(0, 32, 0, 4, 8, 12),
+                    q4_piece!(8, 40, 64, 68, 72, 76),
+                    q4_piece!(16, 48, 128, 132, 136, 140),
+                    q4_piece!(24, 56, 192, 196, 200, 204),
                     p = in(reg) qs[0][c..].as_ptr(),
                     a = in(reg) a.w.as_ptr(),
-                    e = out(reg) _, o = out(reg) _, w0 = out(reg) _, w1 = out(reg) _, t = out(reg) _,
+                    m = in(reg) 0x000f_000fu32,
+                    e = out(reg) _, o = out(reg) _, e2 = out(reg) _, o2 = out(reg) _, w = out(reg) _, t = out(reg) _,
                     s0 = inout(reg) s0, s1 = inout(reg) s1, s2 = inout(reg) s2, s3 = inout(reg) s3,
                     options(pure, readonly, nostack),
                 );
@@ -396,7 +473,7 @@ impl Quant for Q8 {
         }
         #[cfg(not(kvm_arm_dsp))]
         {
-            core::array::from_fn(|k| Self::isum(core::array::from_fn(|v| qs[v][c + k]), a, 0))
+            core::array::from_fn(|k| Self::isum(core::array::from_fn(|v| qs[v][c + k]), a, asum))
         }
     }
 }
@@ -429,36 +506,10 @@ impl Quant for Q4 {
         s.wrapping_sub(asum.wrapping_mul(8))
     }
 
-    /// In assembly on Arm, as [`Q8::chunk`].
     #[inline(always)]
-    fn chunk(qs: &[[u32; X16]], c: usize, a: &Spread, asum: i32) -> [i32; CHUNK] {
-        assert!(qs.len() == QK / 8 && c + CHUNK <= X16);
-        #[cfg(kvm_arm_dsp)]
-        {
-            // sum (n - 8) * a = sum n * a - 8 * sum a: the sums start at the second term.
-            let off = asum.wrapping_mul(8).wrapping_neg();
-            let (mut s0, mut s1, mut s2, mut s3) = (off, off, off, off);
-            // SAFETY: as in `Q8::chunk`, for `[4][16]` words.
-            unsafe {
-                core::arch::asm!(
-                    q4_piece!(0, 32, 0, 4, 8, 12),
-                    q4_piece!(8, 40, 64, 68, 72, 76),
-                    q4_piece!(16, 48, 128, 132, 136, 140),
-                    q4_piece!(24, 56, 192, 196, 200, 204),
-                    p = in(reg) qs[0][c..].as_ptr(),
-                    a = in(reg) a.w.as_ptr(),
-                    m = in(reg) 0x000f_000fu32,
-                    e = out(reg) _, o = out(reg) _, e2 = out(reg) _, o2 = out(reg) _, w = out(reg) _, t = out(reg) _,
-                    s0 = inout(reg) s0, s1 = inout(reg) s1, s2 = inout(reg) s2, s3 = inout(reg) s3,
-                    options(pure, readonly, nostack),
-                );
-            }
-            [s0, s1, s2, s3]
-        }
-        #[cfg(not(kvm_arm_dsp))]
-        {
-            core::array::from_fn(|k| Self::isum(core::array::from_fn(|v| qs[v][c + k]), a, asum))
-        }
+    fn block(qs: &[[u32; X16]], a: &Spread, asum: i32, out: &mut MaybeUninit<[i32; X16]>) {
+        let c: [[i32; 4]; 4] = core::array::from_fn(|k| Self::chunk(qs, 4 * k, a, asum));
+        out.write(core::array::from_fn(|r| c[r / 4][r % 4]));
     }
 }
 
@@ -525,103 +576,125 @@ const _: () =
 const _: () =
     assert!(core::mem::size_of::<GroupWords<{ QK / 8 }>>() == core::mem::size_of::<crate::quant::GroupQ4_0x16>());
 
-/// Rows of a group whose block sums run together: each spread activation word then meets
-/// 4 rows' words loaded side by side, and 4 sums fit in registers.
-const CHUNK: usize = 4;
-
 /// The DSP kernel of a row-interleaved integer dtype (q8_0x16 or q4_0x16).
 pub(crate) struct Groups<Q>(core::marker::PhantomData<Q>);
 
 /// The 16 rows of one group (`g`, `[cols / 32]` blocks of `W` words a row) . activation
-/// `a`, or `None` where the data is not word-aligned.
+/// `a`, or `None` where the data is not word-aligned. Each block's 16 integer sums
+/// ([`Quant::block`]) become their terms in lane `b % 8` of each row ([`add_terms`]);
+/// lanes are lane-major (`[8][16]`) and never zeroed: block `b < 8` writes its term, so a
+/// lane holds the scalar tier's up to the sign of a zero (`0.0 + t` is `t` but for
+/// `t = -0.0`), which the rows' trees ([`scalar::reduce_used`]) carry along and the
+/// final `+ 0.0` takes off, as the scalar tier's sums are never `-0.0`.
 #[inline(always)]
 fn group_dot<Q: Quant, const W: usize>(g: &[u8], a: &[u8], cols: usize) -> Option<[f32; X16]> {
     let blocks: &[GroupWords<W>] = bytemuck::try_cast_slice(g).ok()?;
     let (qs, ds) = act_words(a, cols)?;
-    let mut acc = [[0.0f32; LANES]; X16];
+    let mut lanes = [[MaybeUninit::<f32>::uninit(); X16]; LANES];
     for (b, (gb, words)) in blocks.iter().zip(qs).enumerate() {
         let (spread, asum) = if Q::NEEDS_SUM { Spread::with_sum(words) } else { (Spread::new(words), 0) };
+        let mut isums = MaybeUninit::uninit();
+        Q::block(&gb.qs, &spread, asum, &mut isums);
+        // SAFETY: `block` wrote all 16.
+        let isums = unsafe { isums.assume_init_ref() };
         let da = act_scale_of(ds, b);
-        for c in (0..X16).step_by(CHUNK) {
-            let isums = Q::chunk(&gb.qs, c, &spread, asum);
-            add_terms(&gb.d, c, da, isums, &mut acc, b % LANES);
+        if b < LANES {
+            add_terms::<true>(&gb.d, da, isums, &mut lanes[b]);
+        } else {
+            add_terms::<false>(&gb.d, da, isums, &mut lanes[b % LANES]);
         }
     }
-    Some(core::array::from_fn(|r| scalar::reduce_lanes(acc[r])))
+    let used = blocks.len().min(qs.len()).min(LANES);
+    // SAFETY: lanes `0..used` were written by their first block.
+    Some(core::array::from_fn(|r| (unsafe { scalar::reduce_used(&lanes, r, used) }) + 0.0))
 }
 
-/// `acc[c + k][lane] += dw * da * isums[k]` for the 4 rows `c..c + 4` of a group block
-/// (`c` a multiple of 4), `dw` row `c + k`'s f16 scale in `d` (two to a word): the
-/// scalar tier's block term and lane sum ([`scalar::block_term`]).
+/// Half of [`add_terms`]' assembly: rows `8h..8h + 8` (`{d}`, `{is}` and `{l}` at them,
+/// each moved past): the 4 scale words widened to 8 `dw` (`vcvtb`/`vcvtt`, exact), each
+/// times `da` (`s24`), times its sum converted; then stored (`first`) or added to the
+/// lanes.
+#[cfg(kvm_arm_dsp)]
+macro_rules! terms8 {
+    ($f:tt) => {
+        concat!(
+            "vldmia {d}!, {{s0-s3}}\n",
+            "vcvtb.f32.f16 s4, s0\n vcvtt.f32.f16 s5, s0\n vcvtb.f32.f16 s6, s1\n vcvtt.f32.f16 s7, s1\n",
+            "vcvtb.f32.f16 s8, s2\n vcvtt.f32.f16 s9, s2\n vcvtb.f32.f16 s10, s3\n vcvtt.f32.f16 s11, s3\n",
+            "vmul.f32 s4, s4, s24\n vmul.f32 s5, s5, s24\n vmul.f32 s6, s6, s24\n vmul.f32 s7, s7, s24\n",
+            "vmul.f32 s8, s8, s24\n vmul.f32 s9, s9, s24\n vmul.f32 s10, s10, s24\n vmul.f32 s11, s11, s24\n",
+            "vldmia {is}!, {{s12-s19}}\n",
+            "vcvt.f32.s32 s12, s12\n vcvt.f32.s32 s13, s13\n vcvt.f32.s32 s14, s14\n vcvt.f32.s32 s15, s15\n",
+            "vcvt.f32.s32 s16, s16\n vcvt.f32.s32 s17, s17\n vcvt.f32.s32 s18, s18\n vcvt.f32.s32 s19, s19\n",
+            "vmul.f32 s12, s4, s12\n vmul.f32 s13, s5, s13\n vmul.f32 s14, s6, s14\n vmul.f32 s15, s7, s15\n",
+            "vmul.f32 s16, s8, s16\n vmul.f32 s17, s9, s17\n vmul.f32 s18, s10, s18\n vmul.f32 s19, s11, s19\n",
+            lanes8!($f),
+        )
+    };
+}
+
+/// The end of [`terms8`]: the 8 terms (`s12-s19`) stored, or added to their lanes.
+#[cfg(kvm_arm_dsp)]
+macro_rules! lanes8 {
+    (first) => {
+        "vstmia {l}!, {{s12-s19}}\n"
+    };
+    (next) => {
+        concat!(
+            "vldm {l}, {{s4-s11}}\n",
+            "vadd.f32 s4, s4, s12\n vadd.f32 s5, s5, s13\n vadd.f32 s6, s6, s14\n vadd.f32 s7, s7, s15\n",
+            "vadd.f32 s8, s8, s16\n vadd.f32 s9, s9, s17\n vadd.f32 s10, s10, s18\n vadd.f32 s11, s11, s19\n",
+            "vstmia {l}!, {{s4-s11}}\n",
+        )
+    };
+}
+
+/// `lane[r] = t_r` (`FIRST`) or `lane[r] += t_r` for the 16 rows of a group block, `t_r =
+/// (dw_r * da) * isums[r]` with `dw_r` row `r`'s f16 scale in `d` (two to a word): the
+/// scalar tier's block term ([`scalar::block_term`]) and lane sum, but for `0.0 + t` in
+/// a lane's first term (see [`group_dot`]).
 #[inline(always)]
-fn add_terms(d: &[u32; X16 / 2], c: usize, da: f32, isums: [i32; CHUNK], acc: &mut [[f32; LANES]; X16], lane: usize) {
-    assert!(c + CHUNK <= X16 && c.is_multiple_of(2) && lane < LANES);
+fn add_terms<const FIRST: bool>(d: &[u32; X16 / 2], da: f32, isums: &[i32; X16], lane: &mut [MaybeUninit<f32>; X16]) {
     #[cfg(kvm_arm_dsp)]
-    {
-        // Rows of `acc` are 32 bytes apart (the offsets below).
-        const _: () = assert!(LANES == 8);
-        let [i0, i1, i2, i3] = isums;
-        // SAFETY: `d` points at the 2 scale words of rows `c..c + 4` and `at` at lane
-        // `lane` of row `c` of `acc`, whose rows `c..c + 4` are in bounds (asserted), so
-        // the loads and stores stay inside them. The FPU registers s0-s5, which the asm
-        // operand classes cannot name on a single-precision FPU, are pushed first and
-        // popped last, so they leave as they came; `vcvtb`/`vcvtt` widen an f16 exactly,
-        // as `f16_low` does, and each row's `(dw * da) * isum` then `acc + term` are the
-        // f32 operations of the Rust below, in its order.
-        unsafe {
+    // SAFETY: `d`, `isums` and `lane` point at 8, 16 and 16 words, which the two halves
+    // read (and write) once each. The FPU registers s0-s24, which the asm operand classes
+    // cannot name on a single-precision FPU, are pushed first and popped last, so they
+    // leave as they came; `vcvtb`/`vcvtt` widen an f16 exactly, as `f16_low` does, and each
+    // row's `(dw * da) * isum` then `lane + t` are the f32 operations of the Rust below, in
+    // its order.
+    unsafe {
+        if FIRST {
             core::arch::asm!(
-                "vpush {{s0-s5}}",
-                "vmov s4, {da}",
-                "ldrd {x}, {y}, [{d}]",
-                "vmov s0, {x}",
-                "vcvtb.f32.f16 s1, s0",
-                "vcvtt.f32.f16 s2, s0",
-                "vmov s0, {y}",
-                "vmul.f32 s1, s1, s4",
-                "vmov s3, {i0}",
-                "vcvt.f32.s32 s3, s3",
-                "vmul.f32 s1, s1, s3",
-                "vldr s5, [{at}]",
-                "vadd.f32 s5, s5, s1",
-                "vstr s5, [{at}]",
-                "vmul.f32 s2, s2, s4",
-                "vmov s3, {i1}",
-                "vcvt.f32.s32 s3, s3",
-                "vmul.f32 s2, s2, s3",
-                "vldr s5, [{at}, #32]",
-                "vadd.f32 s5, s5, s2",
-                "vstr s5, [{at}, #32]",
-                "vcvtb.f32.f16 s1, s0",
-                "vcvtt.f32.f16 s2, s0",
-                "vmul.f32 s1, s1, s4",
-                "vmov s3, {i2}",
-                "vcvt.f32.s32 s3, s3",
-                "vmul.f32 s1, s1, s3",
-                "vldr s5, [{at}, #64]",
-                "vadd.f32 s5, s5, s1",
-                "vstr s5, [{at}, #64]",
-                "vmul.f32 s2, s2, s4",
-                "vmov s3, {i3}",
-                "vcvt.f32.s32 s3, s3",
-                "vmul.f32 s2, s2, s3",
-                "vldr s5, [{at}, #96]",
-                "vadd.f32 s5, s5, s2",
-                "vstr s5, [{at}, #96]",
-                "vpop {{s0-s5}}",
-                d = in(reg) d[c / 2..].as_ptr(),
-                at = in(reg) acc[c][lane..].as_mut_ptr(),
+                "vpush {{s0-s24}}",
+                "vmov s24, {da}",
+                terms8!(first),
+                terms8!(first),
+                "vpop {{s0-s24}}",
+                d = inout(reg) d.as_ptr() => _,
+                is = inout(reg) isums.as_ptr() => _,
+                l = inout(reg) lane.as_mut_ptr() => _,
                 da = in(reg) da.to_bits(),
-                i0 = in(reg) i0, i1 = in(reg) i1, i2 = in(reg) i2, i3 = in(reg) i3,
-                x = out(reg) _, y = out(reg) _,
+            );
+        } else {
+            core::arch::asm!(
+                "vpush {{s0-s24}}",
+                "vmov s24, {da}",
+                terms8!(next),
+                terms8!(next),
+                "vpop {{s0-s24}}",
+                d = inout(reg) d.as_ptr() => _,
+                is = inout(reg) isums.as_ptr() => _,
+                l = inout(reg) lane.as_mut_ptr() => _,
+                da = in(reg) da.to_bits(),
             );
         }
     }
     #[cfg(not(kvm_arm_dsp))]
-    for (k, isum) in isums.into_iter().enumerate() {
-        let r = c + k;
+    for (r, (l, &isum)) in lane.iter_mut().zip(isums).enumerate() {
         let w = d[r / 2];
         let dw = f16_low(if r.is_multiple_of(2) { w } else { w >> 16 });
-        acc[r][lane] += dw * da * isum as f32;
+        let t = dw * da * isum as f32;
+        // SAFETY: a later block's lane was written by the first block of the lane.
+        l.write(if FIRST { t } else { (unsafe { l.assume_init() }) + t });
     }
 }
 

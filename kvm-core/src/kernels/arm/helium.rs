@@ -425,7 +425,8 @@ impl GroupBlock for Q4 {
 /// [`GroupBlock::add_terms`] into accumulator `b % 8` of each row, then
 /// [`scalar::reduce_lanes`]' tree: [`scalar::dot_q8_0x16`]'s bits. The accumulators are
 /// lane-major (`[8][16]` per token) and never zeroed: the first 8 blocks write their lanes,
-/// and a row of fewer than 8 blocks leaves the other lanes out of the tree ([`reduce`]).
+/// and a row of fewer than 8 blocks leaves the other lanes out of the tree
+/// ([`scalar::reduce_used`]).
 #[derive(Debug)]
 pub(crate) struct Groups<B>(PhantomData<B>);
 
@@ -454,30 +455,6 @@ impl<B: GroupBlock> GroupKernel for Groups<B> {
             }
         }
         // SAFETY: lanes `0..min(nb, 8)` were written by their first block.
-        acc.map(|acc| core::array::from_fn(|r| unsafe { reduce(&acc, r, nb.min(LANES)) }))
-    }
-}
-
-/// Row `r`'s [`scalar::reduce_lanes`] of `acc` when only lanes `0..used` hold terms and
-/// the others would be `+0.0`: the same value with those additions left out, since each
-/// lane is `0.0 + term` or more terms, never `-0.0`, nor is any sum of them, and adding
-/// `+0.0` to anything else changes nothing (NaNs and infinities included).
-///
-/// # Safety
-/// Lanes `0..used` of row `r` are initialized.
-#[inline(always)]
-unsafe fn reduce(acc: &[[MaybeUninit<f32>; X16]; LANES], r: usize, used: usize) -> f32 {
-    // SAFETY: only lanes below `used` are read.
-    let a = |l: usize| unsafe { acc[l][r].assume_init() };
-    match used {
-        0 => 0.0,
-        1 => a(0),
-        2 => a(0) + a(1),
-        3 => (a(0) + a(1)) + a(2),
-        4 => (a(0) + a(1)) + (a(2) + a(3)),
-        5 => ((a(0) + a(1)) + (a(2) + a(3))) + a(4),
-        6 => ((a(0) + a(1)) + (a(2) + a(3))) + (a(4) + a(5)),
-        7 => ((a(0) + a(1)) + (a(2) + a(3))) + ((a(4) + a(5)) + a(6)),
-        _ => reduce_lanes(core::array::from_fn(a)),
+        acc.map(|acc| core::array::from_fn(|r| unsafe { scalar::reduce_used(&acc, r, nb.min(LANES)) }))
     }
 }
