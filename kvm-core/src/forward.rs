@@ -336,7 +336,9 @@ fn mlp(model: &Model<'_>, l: usize, st: &mut LayerState<'_>, x: &mut Acts<'_>, e
     exec.matmul(&model.matrix(Role::WUp, l), x.a, x.ff, x.act);
     exec.upcoming(&[model.matrix(Role::WDown, l)]);
     for h in x.ff.iter_mut() {
-        let r = h.max(0.0);
+        // relu(h)^2 by a compare: `f32::max` is a libm call on single-precision FPUs, and
+        // the square makes -0.0 and a NaN (both sent to 0 here) give `max`'s bits.
+        let r = if *h > 0.0 { *h } else { 0.0 };
         *h = r * r;
     }
     exec.matmul(&model.matrix(Role::WDown, l), x.ff, x.a, x.act);

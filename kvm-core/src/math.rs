@@ -104,10 +104,24 @@ pub fn axpy(y: &mut [f32], s: f32, x: &[f32]) {
 /// reproduced bit for bit because a one-ulp slip flips bf16 table entries.
 #[inline]
 pub fn rope_freq(j: usize, half: usize, theta: f64) -> f32 {
-    let e = if half > 1 { (j as f64 / (half - 1) as f64) as f32 } else { 0.0 };
+    let e = if half <= 1 {
+        0.0
+    } else if half <= EXACT_F32_INT {
+        // j and half - 1 are exact f32s, so the f32 division is the quotient rounded once;
+        // the f64 quotient never lands on an f32 rounding midpoint it was not already on
+        // (j / k is at least 2^-49 relative from any 25-bit value it is not), so rounding
+        // it again to f32 gives the same bits. Division in f64 is a library call on
+        // single-precision FPUs.
+        j as f32 / (half - 1) as f32
+    } else {
+        (j as f64 / (half - 1) as f64) as f32
+    };
     let base = (1.0 / theta) as f32;
     libm::pow(base as f64, e as f64) as f32
 }
+
+/// Integers up to this are exact in f32 (24-bit significand).
+const EXACT_F32_INT: usize = 1 << 24;
 
 /// Fills the bf16-rounded cos/sin tables of position `pos`: `cos.len() == sin.len() == R/2`.
 pub fn rope_tables(pos: usize, theta: f64, cos: &mut [f32], sin: &mut [f32]) {
@@ -139,6 +153,17 @@ mod tests {
             let x = &x[..n];
             let exact: f64 = x.iter().map(|&v| f64::from(v)).sum();
             assert!((f64::from(sum(x)) - exact).abs() <= 1e-4 * (1.0 + exact.abs()), "sum of {n}");
+        }
+    }
+
+    #[test]
+    fn rope_exponents_divide_in_f32_as_in_f64() {
+        for half in (2..=4096).chain([65_535, 1 << 20, (1 << 24) - 1, 1 << 24]) {
+            let js = (0..half.min(4096)).chain([half / 3, half / 2 + 1, half - 2, half - 1]);
+            for j in js {
+                let want = (j as f64 / (half - 1) as f64) as f32;
+                assert_eq!((j as f32 / (half - 1) as f32).to_bits(), want.to_bits(), "{j} / {}", half - 1);
+            }
         }
     }
 }
