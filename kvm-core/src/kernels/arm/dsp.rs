@@ -309,31 +309,40 @@ macro_rules! q8_rows4 {
     };
 }
 
-/// One row of one piece of [`Q4::chunk`]'s assembly: the word at byte offset `$w`, its
-/// four nibble pairs into sum `$s`.
+/// The first product of row word `{w}` into sum `$s`: `smlad` from the sums' start
+/// (`{z}`, `-8 * asum`) in piece 0, from the sum after it.
+#[cfg(kvm_arm_dsp)]
+macro_rules! q4_start {
+    (first, $s:literal) => {
+        concat!("smlad {", $s, "}, {t}, {e}, {z}\n")
+    };
+    (next, $s:literal) => {
+        concat!("smlad {", $s, "}, {t}, {e}, {", $s, "}\n")
+    };
+}
+
+/// One row of one piece of [`Q4::block`]'s assembly: the word at byte offset `$w`, its
+/// four nibble pairs (masked by `r7`, `0x000f000f`) into sum `$s`.
 #[cfg(kvm_arm_dsp)]
 macro_rules! q4_row {
-    ($w:literal, $s:literal) => {
+    ($f:tt, $w:literal, $s:literal) => {
         concat!(
             "ldr {w}, [{p}, #",
             $w,
             "]\n",
-            "and {t}, {w}, {m}\n smlad {",
-            $s,
-            "}, {t}, {e}, {",
-            $s,
-            "}\n",
-            "and {t}, {m}, {w}, lsr #8\n smlad {",
+            "and {t}, {w}, r7\n",
+            q4_start!($f, $s),
+            "and {t}, r7, {w}, lsr #8\n smlad {",
             $s,
             "}, {t}, {o}, {",
             $s,
             "}\n",
-            "and {t}, {m}, {w}, lsr #4\n smlad {",
+            "and {t}, r7, {w}, lsr #4\n smlad {",
             $s,
             "}, {t}, {e2}, {",
             $s,
             "}\n",
-            "and {t}, {m}, {w}, lsr #12\n smlad {",
+            "and {t}, r7, {w}, lsr #12\n smlad {",
             $s,
             "}, {t}, {o2}, {",
             $s,
@@ -342,11 +351,11 @@ macro_rules! q4_row {
     };
 }
 
-/// One piece of [`Q4::chunk`]'s assembly: the activation pairs of its low (`$a`) and high
-/// (`$a2`) nibbles, then the 4 rows' words from byte offset `$w`.
+/// One piece of [`Q4::block`]'s assembly for 4 rows: the activation pairs of its low
+/// (`$a`) and high (`$a2`) nibbles, then the 4 rows' words from byte offset `$w`.
 #[cfg(kvm_arm_dsp)]
 macro_rules! q4_piece {
-    ($a:literal, $a2:literal, $w0:literal, $w1:literal, $w2:literal, $w3:literal) => {
+    ($f:tt, $a:literal, $a2:literal, $w0:literal, $w1:literal, $w2:literal, $w3:literal) => {
         concat!(
             "ldrd {e}, {o}, [{a}, #",
             $a,
@@ -354,10 +363,28 @@ macro_rules! q4_piece {
             "ldrd {e2}, {o2}, [{a}, #",
             $a2,
             "]\n",
-            q4_row!($w0, "s0"),
-            q4_row!($w1, "s1"),
-            q4_row!($w2, "s2"),
-            q4_row!($w3, "s3"),
+            q4_row!($f, $w0, "s0"),
+            q4_row!($f, $w1, "s1"),
+            q4_row!($f, $w2, "s2"),
+            q4_row!($f, $w3, "s3"),
+        )
+    };
+}
+
+/// 4 rows of [`Q4::block`] (from `{p}`): the 4 pieces, then the 4 sums stored where the
+/// pointer pushed first (`[sp, #4]`) says, which moves past them.
+#[cfg(kvm_arm_dsp)]
+macro_rules! q4_rows4 {
+    () => {
+        concat!(
+            q4_piece!(first, 0, 32, 0, 4, 8, 12),
+            q4_piece!(next, 8, 40, 64, 68, 72, 76),
+            q4_piece!(next, 16, 48, 128, 132, 136, 140),
+            q4_piece!(next, 24, 56, 192, 196, 200, 204),
+            "ldr {e}, [sp, #4]\n",
+            "strd {s0}, {s1}, [{e}], #8\n",
+            "strd {s2}, {s3}, [{e}], #8\n",
+            "str {e}, [sp, #4]\n",
         )
     };
 }
@@ -441,43 +468,6 @@ impl Quant for Q8 {
     }
 }
 
-impl Q4 {
-    /// [`Quant::isum`] of rows `c..c + 4` of a group block whose pieces are `qs`
-    /// (`[4][16]` words; `c <= 12`); in assembly on Arm, as [`Q8::block`].
-    #[inline(always)]
-    fn chunk(qs: &[[u32; X16]], c: usize, a: &Spread, asum: i32) -> [i32; 4] {
-        assert!(qs.len() == QK / 8 && c + 4 <= X16);
-        #[cfg(kvm_arm_dsp)]
-        {
-            // sum (n - 8) * a = sum n * a - 8 * sum a: the sums start at the second term.
-            let off = asum.wrapping_mul(8).wrapping_neg();
-            let (mut s0, mut s1, mut s2, mut s3) = (off, off, off, off);
-            // SAFETY: `p` points at row `c` of piece 0 of `[4][16]` words, so offsets
-            // 64v + 4k (v < 4, k < 4) are in bounds and word-aligned; `a` at 16 words,
-            // 8-aligned. Registers only besides those loads.
-            unsafe {
-                core::arch::asm!(
-                    q4_piece!(0, 32, 0, 4, 8, 12),
-                    q4_piece!(8, 40, 64, 68, 72, 76),
-                    q4_piece!(16, 48, 128, 132, 136, 140),
-                    q4_piece!(24, 56, 192, 196, 200, 204),
-                    p = in(reg) qs[0][c..].as_ptr(),
-                    a = in(reg) a.w.as_ptr(),
-                    m = in(reg) 0x000f_000fu32,
-                    e = out(reg) _, o = out(reg) _, e2 = out(reg) _, o2 = out(reg) _, w = out(reg) _, t = out(reg) _,
-                    s0 = inout(reg) s0, s1 = inout(reg) s1, s2 = inout(reg) s2, s3 = inout(reg) s3,
-                    options(pure, readonly, nostack),
-                );
-            }
-            [s0, s1, s2, s3]
-        }
-        #[cfg(not(kvm_arm_dsp))]
-        {
-            core::array::from_fn(|k| Self::isum(core::array::from_fn(|v| qs[v][c + k]), a, asum))
-        }
-    }
-}
-
 impl Quant for Q4 {
     const WORDS: usize = QK / 8;
     type Words = [u32; QK / 8];
@@ -506,10 +496,45 @@ impl Quant for Q4 {
         s.wrapping_sub(asum.wrapping_mul(8))
     }
 
+    /// In assembly on Arm, as [`Q8::block`]. It needs one register more than the asm
+    /// operands can have, so it saves `r7` (the frame pointer, which the compiler keeps
+    /// for itself) and holds the nibble mask there, and keeps `out` on the stack.
     #[inline(always)]
     fn block(qs: &[[u32; X16]], a: &Spread, asum: i32, out: &mut MaybeUninit<[i32; X16]>) {
-        let c: [[i32; 4]; 4] = core::array::from_fn(|k| Self::chunk(qs, 4 * k, a, asum));
-        out.write(core::array::from_fn(|r| c[r / 4][r % 4]));
+        assert!(qs.len() == Self::WORDS);
+        // sum (n - 8) * a = sum n * a - 8 * sum a: the sums start at the second term.
+        let off = asum.wrapping_mul(8).wrapping_neg();
+        #[cfg(kvm_arm_dsp)]
+        // SAFETY: `p` points at row 0 of piece 0 of `[4][16]` words and moves 4 rows at a
+        // time, so offsets 64v + 4k (v < 4, k < 4) from it stay in bounds and word-aligned;
+        // `a` points at 16 words, 8-aligned; `out` at 16 words, written once each. The
+        // stack gets 2 words, popped before the end; `r7` leaves as it came.
+        unsafe {
+            core::arch::asm!(
+                "push {{{w}}}",
+                "push {{r7}}",
+                "movw r7, #15",
+                "movt r7, #15",
+                q4_rows4!(),
+                "add {p}, {p}, #16",
+                q4_rows4!(),
+                "add {p}, {p}, #16",
+                q4_rows4!(),
+                "add {p}, {p}, #16",
+                q4_rows4!(),
+                "pop {{r7}}",
+                "add sp, sp, #4",
+                p = inout(reg) qs.as_ptr() => _,
+                a = in(reg) a.w.as_ptr(),
+                w = inout(reg) out.as_mut_ptr() => _,
+                z = in(reg) off,
+                t = out(reg) _,
+                e = out(reg) _, o = out(reg) _, e2 = out(reg) _, o2 = out(reg) _,
+                s0 = out(reg) _, s1 = out(reg) _, s2 = out(reg) _, s3 = out(reg) _,
+            );
+        }
+        #[cfg(not(kvm_arm_dsp))]
+        out.write(core::array::from_fn(|r| Self::isum(core::array::from_fn(|v| qs[v][r]), a, 0).wrapping_add(off)));
     }
 }
 
