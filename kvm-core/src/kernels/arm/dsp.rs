@@ -502,14 +502,14 @@ impl Quant for Q4 {
     #[inline(always)]
     fn block(qs: &[[u32; X16]], a: &Spread, asum: i32, out: &mut MaybeUninit<[i32; X16]>) {
         assert!(qs.len() == Self::WORDS);
-        // sum (n - 8) * a = sum n * a - 8 * sum a: the sums start at the second term.
-        let off = asum.wrapping_mul(8).wrapping_neg();
         #[cfg(kvm_arm_dsp)]
         // SAFETY: `p` points at row 0 of piece 0 of `[4][16]` words and moves 4 rows at a
         // time, so offsets 64v + 4k (v < 4, k < 4) from it stay in bounds and word-aligned;
         // `a` points at 16 words, 8-aligned; `out` at 16 words, written once each. The
         // stack gets 2 words, popped before the end; `r7` leaves as it came.
         unsafe {
+            // sum (n - 8) * a = sum n * a - 8 * sum a: the sums start at the second term.
+            let off = asum.wrapping_mul(8).wrapping_neg();
             core::arch::asm!(
                 "push {{{w}}}",
                 "push {{r7}}",
@@ -534,7 +534,7 @@ impl Quant for Q4 {
             );
         }
         #[cfg(not(kvm_arm_dsp))]
-        out.write(core::array::from_fn(|r| Self::isum(core::array::from_fn(|v| qs[v][r]), a, 0).wrapping_add(off)));
+        out.write(core::array::from_fn(|r| Self::isum(core::array::from_fn(|v| qs[v][r]), a, asum)));
     }
 }
 
@@ -623,10 +623,11 @@ fn group_dot<Q: Quant, const W: usize>(g: &[u8], a: &[u8], cols: usize) -> Optio
         // SAFETY: `block` wrote all 16.
         let isums = unsafe { isums.assume_init_ref() };
         let da = act_scale_of(ds, b);
+        let lane = &mut lanes[b % LANES];
         if b < LANES {
-            add_terms::<true>(&gb.d, da, isums, &mut lanes[b]);
+            add_terms::<true>(&gb.d, da, isums, lane);
         } else {
-            add_terms::<false>(&gb.d, da, isums, &mut lanes[b % LANES]);
+            add_terms::<false>(&gb.d, da, isums, lane);
         }
     }
     let used = blocks.len().min(qs.len()).min(LANES);
@@ -687,30 +688,25 @@ fn add_terms<const FIRST: bool>(d: &[u32; X16 / 2], da: f32, isums: &[i32; X16],
     // row's `(dw * da) * isum` then `lane + t` are the f32 operations of the Rust below, in
     // its order.
     unsafe {
+        macro_rules! terms16 {
+            ($f:tt) => {
+                core::arch::asm!(
+                    "vpush {{s0-s24}}",
+                    "vmov s24, {da}",
+                    terms8!($f),
+                    terms8!($f),
+                    "vpop {{s0-s24}}",
+                    d = inout(reg) d.as_ptr() => _,
+                    is = inout(reg) isums.as_ptr() => _,
+                    l = inout(reg) lane.as_mut_ptr() => _,
+                    da = in(reg) da.to_bits(),
+                )
+            };
+        }
         if FIRST {
-            core::arch::asm!(
-                "vpush {{s0-s24}}",
-                "vmov s24, {da}",
-                terms8!(first),
-                terms8!(first),
-                "vpop {{s0-s24}}",
-                d = inout(reg) d.as_ptr() => _,
-                is = inout(reg) isums.as_ptr() => _,
-                l = inout(reg) lane.as_mut_ptr() => _,
-                da = in(reg) da.to_bits(),
-            );
+            terms16!(first);
         } else {
-            core::arch::asm!(
-                "vpush {{s0-s24}}",
-                "vmov s24, {da}",
-                terms8!(next),
-                terms8!(next),
-                "vpop {{s0-s24}}",
-                d = inout(reg) d.as_ptr() => _,
-                is = inout(reg) isums.as_ptr() => _,
-                l = inout(reg) lane.as_mut_ptr() => _,
-                da = in(reg) da.to_bits(),
-            );
+            terms16!(next);
         }
     }
     #[cfg(not(kvm_arm_dsp))]
