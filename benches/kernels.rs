@@ -157,26 +157,31 @@ fn bench_matvec(c: &mut Bench) {
     }
 }
 
+/// Matrix products over a batch of tokens: 16 (the integer formats' group) and a whole
+/// prefill batch of 256, on a `d_model` projection, the up- and down-projections, and
+/// a matrix no L3 holds (24576 x 768, as a model's weights come from memory);
+/// throughput in multiply-adds (weights times tokens).
 fn bench_matmul(c: &mut Bench) {
-    let (rows, cols, n) = (3072, 768, 16);
-    let mut g = c.benchmark_group(format!("matmul/{rows}x{cols}x{n}"));
-    let mut xs = aligned_values(n * cols, 3);
-    let xs = xs.floats_mut();
-    let mut ys = vec![0.0; n * rows];
-    let mut act = vec![0u8; matmul_scratch_len(cols, n)];
-    for dtype in DTYPES {
-        let bytes = weights(dtype, rows, cols);
-        let w = Matrix::new(dtype, rows, cols, bytes.bytes()).expect("shape");
-        g.throughput(Throughput::Bytes((n * w.data.len()) as u64));
-        for t in tiers() {
-            // SAFETY: `supported` checked the CPU.
-            unsafe { tier::force_tier(t) };
-            g.bench_function(BenchmarkId::new(dtype.name(), t), |b| {
-                b.iter(|| kernels::matmul(&w, xs, &mut ys, &mut act))
-            });
+    for (rows, cols, n) in [(3072, 768, 16), (768, 768, 256), (3072, 768, 256), (768, 3072, 256), (24576, 768, 256)] {
+        let mut g = c.benchmark_group(format!("matmul/{rows}x{cols}x{n}"));
+        let mut xs = aligned_values(n * cols, 3);
+        let xs = xs.floats_mut();
+        let mut ys = vec![0.0; n * rows];
+        let mut act = vec![0u8; matmul_scratch_len(cols, n)];
+        for dtype in DTYPES {
+            let bytes = weights(dtype, rows, cols);
+            let w = Matrix::new(dtype, rows, cols, bytes.bytes()).expect("shape");
+            g.throughput(Throughput::Elements((n * rows * cols) as u64));
+            for t in tiers() {
+                // SAFETY: `supported` checked the CPU.
+                unsafe { tier::force_tier(t) };
+                g.bench_function(BenchmarkId::new(dtype.name(), t), |b| {
+                    b.iter(|| kernels::matmul(&w, xs, &mut ys, &mut act))
+                });
+            }
         }
+        g.finish();
     }
-    g.finish();
 }
 
 /// Attention's helpers on one head of paper-120m: the scores of a query against 640 keys

@@ -72,44 +72,64 @@ fn random_model(cfg: &Config, seed: u64, dtype: DType) -> Vec<u8> {
     bytes
 }
 
+/// Every token's logits of `ids` in `session`: the first `prompt` fed in batches of
+/// `batch` tokens (single steps for 1), then the rest decoded one at a time.
+fn logits(session: &mut Session<'_, '_>, ids: &[u32], prompt: usize, batch: usize) -> Vec<f32> {
+    let vocab = session.model().config().vocab_len as usize;
+    let mut out = vec![0f32; ids.len() * vocab];
+    let mut acts = vec![0f32; session.layout().acts_len(batch).unwrap()];
+    for (i, chunk) in ids[..prompt].chunks(batch).enumerate() {
+        let out = &mut out[i * batch * vocab..][..chunk.len() * vocab];
+        session.step_batch(chunk, Phase::Prefill, &mut acts, &Serial, Logits::All(out)).unwrap();
+    }
+    for (t, &id) in ids.iter().enumerate().skip(prompt) {
+        out[t * vocab..(t + 1) * vocab].copy_from_slice(session.decode(id).unwrap());
+    }
+    out
+}
+
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// Random weights of `cfg`: every token's logits the same bits stepwise as in batches,
+/// and a snapshot after the prompt resuming exactly. Integer (q8_0) weights in one batch;
+/// f32 ones in batches of 5 (decode's kernels, so the steps' bits), and in one batch of
+/// the whole prompt against two (the batch kernel, whose bits depend on no batch size).
 fn check(name: &str, cfg: Config) {
-    let blob = random_model(&cfg, name.len() as u64 * 7919, DType::F32);
-    let model = Model::from_bytes(&blob).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let vocab = cfg.vocab_len as usize;
     let ids: Vec<u32> = (0..150u32).map(|i| (i * 37 + 11) % cfg.vocab_len).collect();
     let prompt = 41;
+    for dtype in [DType::Q8_0, DType::F32] {
+        let blob = random_model(&cfg, name.len() as u64 * 7919, dtype);
+        let model = Model::from_bytes(&blob).unwrap_or_else(|e| panic!("{name} {dtype:?}: {e}"));
+        let mut arenas: Vec<Arena> = (0..5).map(|_| Arena::new(model.arena_len())).collect();
+        let [a1, a2, a3, a4, a5] = &mut arenas[..] else { unreachable!() };
+        let mut one = Session::new(model, a1.bytes_mut()).unwrap();
+        let stepwise = logits(&mut one, &ids, prompt, 1);
+        assert!(stepwise.iter().all(|z| z.is_finite()), "{name} {dtype:?}: non-finite logits");
+        let exact = if dtype == DType::Q8_0 { prompt } else { 5 };
+        let mut batched = Session::new(model, a2.bytes_mut()).unwrap();
+        let out = logits(&mut batched, &ids, prompt, exact);
+        assert!(same_bits(&stepwise, &out), "{name} {dtype:?}: batches of {exact} differ from single steps");
+        assert_eq!(one.state_slots(), batched.state_slots(), "{name} {dtype:?}");
+        if dtype == DType::F32 {
+            let whole = logits(&mut Session::new(model, a3.bytes_mut()).unwrap(), &ids, prompt, prompt);
+            let halves = logits(&mut Session::new(model, a4.bytes_mut()).unwrap(), &ids, prompt, prompt.div_ceil(2));
+            assert!(same_bits(&whole, &halves), "{name} {dtype:?}: one batch and two differ");
+        }
 
-    let mut a1 = Arena::new(model.arena_len());
-    let mut one = Session::new(model, a1.bytes_mut()).unwrap();
-    let mut stepwise = Vec::new();
-    for (t, &id) in ids.iter().enumerate() {
-        one.step(id, if t < prompt { Phase::Prefill } else { Phase::Decode }, true).unwrap();
-        assert!(one.logits().iter().all(|z| z.is_finite()), "{name}: non-finite logits at {t}");
-        stepwise.extend_from_slice(one.logits());
-    }
-
-    let mut a2 = Arena::new(model.arena_len());
-    let mut batched = Session::new(model, a2.bytes_mut()).unwrap();
-    let mut out = vec![0f32; ids.len() * vocab];
-    let mut batch = vec![0f32; batched.layout().acts_len(prompt).unwrap()];
-    batched
-        .step_batch(&ids[..prompt], Phase::Prefill, &mut batch, &Serial, Logits::All(&mut out[..prompt * vocab]))
-        .unwrap();
-    let mut snap = vec![0u8; batched.snapshot_len()];
-    batched.snapshot(&mut snap).unwrap();
-    for (t, &id) in ids.iter().enumerate().skip(prompt) {
-        out[t * vocab..(t + 1) * vocab].copy_from_slice(batched.decode(id).unwrap());
-    }
-    let d = max_abs_diff(&stepwise, &out);
-    assert!(d < 1e-4, "{name}: batched prefill differs from single steps by {d}");
-    assert_eq!(one.state_slots(), batched.state_slots(), "{name}");
-
-    // Resume from the snapshot taken after the prompt: the same continuation, exactly.
-    let mut a3 = Arena::new(model.arena_len());
-    let mut resumed = Session::new(model, a3.bytes_mut()).unwrap();
-    resumed.restore(&snap).unwrap();
-    for (t, &id) in ids.iter().enumerate().skip(prompt) {
-        assert_eq!(resumed.decode(id).unwrap(), &out[t * vocab..(t + 1) * vocab], "{name}: resumed at {t}");
+        // Resume from a snapshot taken after the prompt: the same continuation, exactly.
+        let mut fresh = Session::new(model, a3.bytes_mut()).unwrap();
+        let mut acts = vec![0f32; fresh.layout().acts_len(prompt).unwrap()];
+        fresh.step_batch(&ids[..prompt], Phase::Prefill, &mut acts, &Serial, Logits::Last).unwrap();
+        let mut snap = vec![0u8; fresh.snapshot_len()];
+        fresh.snapshot(&mut snap).unwrap();
+        let mut resumed = Session::new(model, a5.bytes_mut()).unwrap();
+        resumed.restore(&snap).unwrap();
+        for (t, &id) in ids.iter().enumerate().skip(prompt) {
+            let want = fresh.decode(id).unwrap().to_vec();
+            assert_eq!(resumed.decode(id).unwrap(), &want[..], "{name} {dtype:?}: resumed at {t}");
+        }
     }
 }
 

@@ -20,6 +20,7 @@ mod aarch64;
 // emulated instructions.
 #[cfg(any(kvm_arm_dsp, kvm_mve, test))]
 mod arm;
+mod gemm;
 mod prefetch;
 pub mod scalar;
 mod table;
@@ -51,12 +52,20 @@ pub const fn act_scratch_len(cols: usize) -> usize {
 /// that one pass over the weights feeds the arithmetic rather than waiting on memory.
 pub const MATMUL_TOKENS: usize = 16;
 
-/// Bytes of activation scratch [`matmul`] needs to read integer-format weights once per
-/// [`MATMUL_TOKENS`] tokens of an `[n, cols]` input. Any multiple of
-/// [`act_scratch_len`] down to one token also works, streaming the weights more often.
+/// Bytes of scratch [`matmul`] needs for an `[n, cols]` input: to read integer-format
+/// weights once per [`MATMUL_TOKENS`] tokens, and, for a batch of several tokens, to
+/// transpose it for the float weights' batch kernel. Any multiple of [`act_scratch_len`]
+/// down to one token also works, streaming integer weights more often and float ones
+/// through decode's tiles.
 pub const fn matmul_scratch_len(cols: usize, n: usize) -> usize {
     let tokens = if n < MATMUL_TOKENS { n } else { MATMUL_TOKENS };
-    act_scratch_len(cols) * tokens
+    let ints = act_scratch_len(cols) * tokens;
+    let floats = if n < gemm::MIN_TOKENS { 0 } else { gemm::scratch_len(cols, n) };
+    if ints > floats {
+        ints
+    } else {
+        floats
+    }
 }
 
 /// `y[r] = sum_c w[r, c] * x[c]` for every row. `x.len() == w.cols`,
@@ -331,6 +340,27 @@ pub(crate) trait Kernels {
     /// # Safety
     /// The CPU supports the tier.
     unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]);
+
+    /// [`gemm::run`] with the tier's batch kernel, where it has one: `ys[t * ld + r] =
+    /// w[r] . xs[t]` for the float weights `w` (`[rows, rb]` of `dtype`) and the tokens of
+    /// `xs` (`[n, cols]`); returns whether it ran (the caller then walks the tiles).
+    ///
+    /// # Safety
+    /// The CPU supports the tier; `rb == dtype.row_bytes(cols)`, `dtype` is a float one,
+    /// and `ys` holds `n` rows of `ld >= rows` values.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm(
+        _dtype: DType,
+        _w: &[u8],
+        _rb: usize,
+        _cols: usize,
+        _xs: &[f32],
+        _ys: &mut [f32],
+        _ld: usize,
+        _scratch: &mut [u8],
+    ) -> bool {
+        false
+    }
 }
 
 /// A float dtype as a type, so that one kernel can be generic over the three.

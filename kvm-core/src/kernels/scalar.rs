@@ -333,11 +333,16 @@ pub fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
                     *o = b.weight(i, base);
                 }
             }
-            for s in spills {
-                if let Some(o) = out.get_mut(u32::from_le_bytes(s.col) as usize) {
-                    *o = f32::from_bits(u32::from_le_bytes(s.bits));
-                }
-            }
+            apply_f32p_spills(spills, out);
+        }
+    }
+}
+
+/// Writes an f32p row's spilled weights into its decoded row `out`.
+pub fn apply_f32p_spills(spills: &[F32PSpill], out: &mut [f32]) {
+    for s in spills {
+        if let Some(o) = out.get_mut(u32::from_le_bytes(s.col) as usize) {
+            *o = f32::from_bits(u32::from_le_bytes(s.bits));
         }
     }
 }

@@ -221,6 +221,82 @@ fn f32p_spills_zeros_and_subnormals(t: Tier) {
     }
 }
 
+/// Batches of float weights with [`matmul_scratch_len`] bytes of scratch, which lets a
+/// tier with a batch kernel ([`gemm`]) run it: within [`BUDGET`] of the reference for
+/// batch sizes around its threshold and its blocks, odd rows and columns, and an f32p
+/// matrix with spills; and each token's results the same bits in any batch of at least
+/// [`gemm::MIN_TOKENS`] tokens and however the rows are split.
+fn float_batches(t: Tier) {
+    let ns = [gemm::MIN_TOKENS - 1, gemm::MIN_TOKENS, 9, 16, 17, 63, 64, 65, 130];
+    for dtype in [DType::F32, DType::F16, DType::BF16, DType::F32P] {
+        let cols_all: &[usize] = if dtype.block_len() == 1 { &[1, 3, 16, 17, 33, 100, 255] } else { &[32, 96, 288] };
+        for &cols in cols_all {
+            for rows in [1, 5, 7, 13, 25] {
+                let bytes = encode(dtype, rows, cols, (rows + cols) as u32);
+                let w = Matrix::new(dtype, rows, cols, &bytes).unwrap();
+                for n in ns {
+                    let xs = values(n * cols, n as u32);
+                    let ys = batch(&w, &xs);
+                    let what = format_args!("{t} batch {dtype:?} [{rows}, {cols}] x {n} tokens");
+                    assert_close(&ys, &reference(&w, &xs), &magnitudes(&w, &xs), &what);
+                    if n < gemm::MIN_TOKENS {
+                        continue;
+                    }
+                    // The last MIN_TOKENS tokens alone: the same bits.
+                    let tail = batch(&w, &xs[(n - gemm::MIN_TOKENS) * cols..]);
+                    assert_bits(
+                        &tail,
+                        &ys[(n - gemm::MIN_TOKENS) * rows..],
+                        &format_args!("{what}: the last tokens alone"),
+                    );
+                    // The rows in two parts: the same bits.
+                    let k = rows / 2;
+                    let (top, bottom) = (batch(&w.row_range(0, k), &xs), batch(&w.row_range(k, rows), &xs));
+                    let joined: Vec<f32> = (0..n)
+                        .flat_map(|i| {
+                            top[i * k..(i + 1) * k].iter().chain(&bottom[i * (rows - k)..(i + 1) * (rows - k)])
+                        })
+                        .copied()
+                        .collect();
+                    assert_bits(&joined, &ys, &format_args!("{what}: rows split at {k}"));
+                }
+            }
+        }
+    }
+    // f32p with every spill slot used, as in `f32p_spills_zeros_and_subnormals`.
+    let (rows, cols) = (9, 96);
+    let src: Vec<f32> = (0..rows)
+        .flat_map(|r| {
+            let mut row = values(cols, 60 + r as u32);
+            let mut c = 20 + r;
+            while crate::quant::f32p_spills(&row) < crate::quant::f32p_slots(cols) {
+                row[c] = 3e-9 * (c as f32 - 40.0);
+                c += 7;
+            }
+            row
+        })
+        .collect();
+    let mut bytes = vec![0u8; DType::F32P.matrix_bytes(rows, cols).unwrap()];
+    quantize_matrix(DType::F32P, cols, &src, &mut bytes).unwrap();
+    let w = Matrix::new(DType::F32P, rows, cols, &bytes).unwrap();
+    let xs = values(20 * cols, 3);
+    assert_close(
+        &batch(&w, &xs),
+        &reference(&w, &xs),
+        &magnitudes(&w, &xs),
+        &format_args!("{t} batch f32p with spills"),
+    );
+}
+
+/// `matmul` of `w` and `xs` with all the scratch it can use.
+fn batch(w: &Matrix<'_>, xs: &[f32]) -> Vec<f32> {
+    let n = xs.len() / w.cols;
+    let mut ys = vec![f32::NAN; n * w.rows];
+    let mut act = vec![0u8; matmul_scratch_len(w.cols, n)];
+    matmul(w, xs, &mut ys, &mut act);
+    ys
+}
+
 fn supported_tiers() -> impl Iterator<Item = Tier> {
     Tier::ALL.into_iter().filter(|&t| tier::supported(t))
 }
@@ -234,6 +310,7 @@ fn every_supported_tier_matches_scalar() {
         assert_eq!(tier(), t);
         suite(t);
         f32p_spills_zeros_and_subnormals(t);
+        float_batches(t);
     }
     #[cfg(feature = "std")]
     env_selects_tier();
@@ -764,7 +841,9 @@ fn empty_shapes() {
 fn scratch_lengths() {
     assert_eq!(act_scratch_len(768), 768 + 24 * 4);
     assert_eq!(matmul_scratch_len(768, 3), 3 * act_scratch_len(768));
-    assert_eq!(matmul_scratch_len(768, 1000), MATMUL_TOKENS * act_scratch_len(768));
+    // From gemm::MIN_TOKENS on, room to transpose the batch for float weights.
+    assert_eq!(matmul_scratch_len(768, 1000), gemm::scratch_len(768, 1000));
+    assert!(gemm::scratch_len(768, 1000) >= 4 * 768 * 1000);
 }
 
 #[test]

@@ -23,7 +23,9 @@ pub(super) unsafe fn run<K: Kernels, const RF: usize, const RQ: usize, const T: 
     // SAFETY: (both arms) the caller guarantees the tier.
     unsafe {
         if !w.dtype.quantizes_act() {
-            walk::<K, RF, RQ, T>(w.dtype, data, rb, cols, Input::Floats(xs), ys, ld);
+            if !K::gemm(w.dtype, data, rb, cols, xs, ys, ld, act) {
+                walk::<K, RF, RQ, T>(w.dtype, data, rb, cols, Input::Floats(xs), ys, ld);
+            }
         } else {
             quantized::<K>(cols, xs, ys, ld, act, |a, per, yg| {
                 walk::<K, RF, RQ, T>(w.dtype, data, rb, cols, Input::Quantized(a, per), yg, ld)

@@ -15,6 +15,7 @@ use core::marker::PhantomData;
 use half::f16;
 
 use super::prefetch_ahead;
+use crate::kernels::gemm::{self, Gemm, BLOCK};
 use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32, I8};
 use crate::quant::{f32p_row, BlockF32P, DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
 
@@ -40,6 +41,169 @@ impl Kernels for Avx2 {
         // SAFETY: the caller guarantees AVX2/FMA/F16C.
         unsafe { dequant_row(dtype, row, out) }
     }
+
+    unsafe fn gemm(
+        dtype: DType,
+        w: &[u8],
+        rb: usize,
+        cols: usize,
+        xs: &[f32],
+        ys: &mut [f32],
+        ld: usize,
+        scratch: &mut [u8],
+    ) -> bool {
+        // SAFETY: forwarded.
+        unsafe { gemm::run::<Self>(dtype, w, rb, cols, xs, ys, ld, scratch) }
+    }
+}
+
+impl Gemm for Avx2 {
+    const LANES: usize = 8;
+
+    /// 6 rows by 2 vectors of tokens: 12 accumulators, 2 token vectors and a broadcast
+    /// weight in the 16 registers.
+    fn rows(_vecs: usize) -> usize {
+        6
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn tile(w: &[*const f32], xt: *const f32, cols: usize, vecs: usize, out: &mut [f32]) {
+        let w: [*const f32; 6] = core::array::from_fn(|r| w[r]);
+        let width = vecs * 8;
+        for v0 in (0..vecs).step_by(2) {
+            // SAFETY: (both arms) `xt` holds `BLOCK >= width` tokens per column; the
+            // rest forwarded.
+            unsafe {
+                if v0 + 2 <= vecs {
+                    gemm_tile::<2>(w, xt.add(8 * v0), cols, &mut out[8 * v0..], width);
+                } else {
+                    gemm_tile::<1>(w, xt.add(8 * v0), cols, &mut out[8 * v0..], width);
+                }
+            }
+        }
+    }
+
+    /// 8 tokens by up to 8 rows at a time: an 8 x 8 transpose (rows past `rows` zero),
+    /// then each token's values in one masked store.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn store(out: &[f32], width: usize, rows: usize, n: usize, ys: &mut [f32], ld: usize) {
+        for r0 in (0..rows).step_by(8) {
+            let real = (rows - r0).min(8);
+            let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(real as i32), lanes);
+            for t0 in (0..n).step_by(8) {
+                // (Whole loops with a test inside, not `take`: unrolled, the 8 vectors stay
+                // in registers.)
+                let mut r8 = [_mm256_setzero_ps(); 8];
+                for (r, v) in r8.iter_mut().enumerate() {
+                    if r < real {
+                        // SAFETY: row `r0 + r < rows` holds `width >= t0 + 8` values
+                        // (`width` is whole vectors of 8).
+                        *v = unsafe { _mm256_loadu_ps(out.as_ptr().add((r0 + r) * width + t0)) };
+                    }
+                }
+                for (j, v) in transpose8(r8).into_iter().enumerate() {
+                    if t0 + j < n {
+                        // SAFETY: token `t0 + j < n` has `rows` values at `(t0 + j) * ld`.
+                        unsafe { _mm256_maskstore_ps(ys.as_mut_ptr().add((t0 + j) * ld + r0), mask, v) };
+                    }
+                }
+            }
+        }
+    }
+
+    /// 8 x 8 blocks in 24 shuffles each; the columns past the last whole 8 as the default
+    /// does.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn transpose(xs: &[f32], cols: usize, xt: &mut [f32]) {
+        let n = xs.len() / cols;
+        let body = cols - cols % 8;
+        for t0 in (0..BLOCK).step_by(8) {
+            for c0 in (0..body).step_by(8) {
+                // Token `t0 + i`'s 8 values from column `c0`, zero past the last token.
+                let mut rows = [_mm256_setzero_ps(); 8];
+                for (i, row) in rows.iter_mut().enumerate() {
+                    if t0 + i < n {
+                        // SAFETY: token `t0 + i < n` holds `cols >= c0 + 8` values.
+                        *row = unsafe { _mm256_loadu_ps(xs.as_ptr().add((t0 + i) * cols + c0)) };
+                    }
+                }
+                for (j, col) in transpose8(rows).into_iter().enumerate() {
+                    // SAFETY: `xt` holds `cols * BLOCK` values, 64-byte aligned, and
+                    // `t0 + 8 <= BLOCK`.
+                    unsafe { _mm256_store_ps(xt.as_mut_ptr().add((c0 + j) * BLOCK + t0), col) };
+                }
+            }
+        }
+        for c in body..cols {
+            for (t, v) in xt[c * BLOCK..(c + 1) * BLOCK].iter_mut().enumerate() {
+                *v = if t < n { xs[t * cols + c] } else { 0.0 };
+            }
+        }
+    }
+}
+
+/// [`Gemm::tile`] of 6 rows by `V` vectors of tokens, into `out` at a row stride of
+/// `width` values.
+///
+/// # Safety
+/// As [`Gemm::tile`] for `V` vectors, with AVX2 and FMA enabled in the (inlining) caller.
+#[inline(always)]
+unsafe fn gemm_tile<const V: usize>(w: [*const f32; 6], xt: *const f32, cols: usize, out: &mut [f32], width: usize) {
+    // SAFETY: the caller enables the features; `xt` holds `cols` columns of `BLOCK >= 8 *
+    // V` tokens (32-byte aligned: columns are 64-byte aligned and `8 * v0` floats in),
+    // each row `cols` f32 and `out` `5 * width + 8 * V` values.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); V]; 6];
+        for c in 0..cols {
+            let mut x = [_mm256_setzero_ps(); V];
+            for (v, x) in x.iter_mut().enumerate() {
+                *x = _mm256_load_ps(xt.add(c * BLOCK + 8 * v));
+            }
+            for r in 0..6 {
+                let b = _mm256_set1_ps(w[r].add(c).read_unaligned());
+                for v in 0..V {
+                    acc[r][v] = _mm256_fmadd_ps(b, x[v], acc[r][v]);
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (v, &acc) in acc.iter().enumerate() {
+                _mm256_storeu_ps(out.as_mut_ptr().add(r * width + 8 * v), acc);
+            }
+        }
+    }
+}
+
+/// The transpose of an 8 x 8 block: `out[j]` lane `i` is `rows[i]` lane `j`. Pairs of
+/// rows interleave, then quads within 128-bit lanes, then the lanes of two quads meet.
+#[inline(always)]
+fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+    let mut a = r;
+    let mut b = r;
+    // SAFETY: register-only AVX shuffles, enabled in the (inlining) caller.
+    unsafe {
+        // a[2i], a[2i + 1]: rows 2i and 2i + 1 interleaved, columns 4L, 4L + 1 (low) and
+        // 4L + 2, 4L + 3 (high) of each 128-bit lane L.
+        for i in 0..4 {
+            a[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+            a[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+        }
+        // b[4g + k], lane L: rows 4g..4g + 4 at column 4L + k.
+        for g in 0..2 {
+            let (lo, hi) = ([a[4 * g], a[4 * g + 2]], [a[4 * g + 1], a[4 * g + 3]]);
+            b[4 * g] = _mm256_shuffle_ps::<0x44>(lo[0], lo[1]);
+            b[4 * g + 1] = _mm256_shuffle_ps::<0xEE>(lo[0], lo[1]);
+            b[4 * g + 2] = _mm256_shuffle_ps::<0x44>(hi[0], hi[1]);
+            b[4 * g + 3] = _mm256_shuffle_ps::<0xEE>(hi[0], hi[1]);
+        }
+        // Column 4L + k: lane L of both quads.
+        for k in 0..4 {
+            a[k] = _mm256_permute2f128_ps::<0x20>(b[k], b[4 + k]);
+            a[4 + k] = _mm256_permute2f128_ps::<0x31>(b[k], b[4 + k]);
+        }
+    }
+    a
 }
 
 /// An element type whose 8 consecutive values widen exactly to one vector: the float
@@ -108,20 +272,13 @@ impl Kernel for Packed {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], cols: usize) -> [[f32; T]; R] {
-        // Each 128-bit lane gets 4 weights' 12 bytes; dword `j` takes weight `j`'s 3 and
-        // its byte 2 again.
-        let spread = _mm256_setr_epi32(0, 1, 2, 0, 3, 4, 5, 0);
-        let bytes = _mm256_broadcastsi128_si256(_mm_setr_epi8(0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10, 11, 11));
-        let keep = _mm256_set1_epi32(0x807F_FFFF_u32 as i32);
-        let (field, fifteen) = (_mm256_set1_epi32(0x7F80_0000), _mm256_set1_epi32(15));
         let mut base = [_mm256_setzero_si256(); R];
         let mut spills = [&[][..]; R];
         let mut blocks = [core::ptr::null::<u8>(); R];
         let mut nb = cols / QK;
         for r in 0..R {
             let (e, s, b) = f32p_row(w[r], cols);
-            (base[r], spills[r], blocks[r], nb) =
-                (_mm256_set1_epi32((e << 23) as i32), s, b.as_ptr().cast(), nb.min(b.len()));
+            (base[r], spills[r], blocks[r], nb) = (f32p_base(e), s, b.as_ptr().cast(), nb.min(b.len()));
         }
         let mut acc = [[_mm256_setzero_ps(); T]; R];
         for b in 0..nb {
@@ -129,23 +286,9 @@ impl Kernel for Packed {
                 // SAFETY: every row has `nb` blocks.
                 let p = unsafe { blocks[r].add(b * size_of::<BlockF32P>()) };
                 super::prefetch_packed::<R>(p);
-                // SAFETY: the block's 112 bytes are readable: 8 at 96 and 104, 32 at
-                // 0, 24, 48 and 72.
-                let nib = unsafe { [96, 104].map(|o| _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(o).cast()))) };
-                // Weights 0..8 and 8..16 are the low nibbles, 16..24 and 24..32 the high.
-                let ds = [
-                    _mm256_and_si256(nib[0], fifteen),
-                    _mm256_and_si256(nib[1], fifteen),
-                    _mm256_srli_epi32::<4>(nib[0]),
-                    _mm256_srli_epi32::<4>(nib[1]),
-                ];
-                for (g, d) in ds.into_iter().enumerate() {
-                    // SAFETY: as above.
-                    let raw = unsafe { _mm256_loadu_si256(p.add(24 * g).cast()) };
-                    let m = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(raw, spread), bytes);
-                    let e = _mm256_and_si256(_mm256_sub_epi32(base[r], _mm256_slli_epi32::<23>(d)), field);
-                    let e = _mm256_andnot_si256(_mm256_cmpeq_epi32(d, fifteen), e);
-                    let wv = _mm256_castsi256_ps(_mm256_or_si256(_mm256_and_si256(m, keep), e));
+                // SAFETY: a whole block.
+                let ws = unsafe { f32p_block(p, base[r]) };
+                for (g, wv) in ws.into_iter().enumerate() {
                     for t in 0..T {
                         // SAFETY: `a[t]` holds `cols` floats, whole blocks.
                         let x = unsafe { _mm256_loadu_ps(a[t].as_ptr().add(b * QK + 8 * g)) };
@@ -162,6 +305,75 @@ impl Kernel for Packed {
         }
         out
     }
+}
+
+/// An f32p row's base exponent in every lane's exponent field, for [`f32p_block`].
+#[inline(always)]
+fn f32p_base(base: u32) -> __m256i {
+    // SAFETY: AVX, enabled in the (inlining) caller.
+    unsafe { _mm256_set1_epi32((base << 23) as i32) }
+}
+
+/// The 32 weights of the f32p block at `p` as four vectors of 8 (its head's spills not
+/// applied), under the row's `base` ([`f32p_base`]). A permute and a byte shuffle spread 8
+/// weights' 3 bytes into their lanes (the top byte twice, so the sign lands in bit 31),
+/// and each exponent nibble `d` becomes `(base - d) << 23` (zero for 15).
+///
+/// # Safety
+/// AVX2 is enabled in the (inlining) caller; `p` points at a whole block (112 bytes).
+#[inline(always)]
+unsafe fn f32p_block(p: *const u8, base: __m256i) -> [__m256; 4] {
+    // SAFETY: the block's 112 bytes are readable: 8 at 96 and 104, 32 at 0, 24, 48 and 72.
+    unsafe {
+        // Each 128-bit lane gets 4 weights' 12 bytes; dword `j` takes weight `j`'s 3 and
+        // its byte 2 again.
+        let spread = _mm256_setr_epi32(0, 1, 2, 0, 3, 4, 5, 0);
+        let bytes = _mm256_broadcastsi128_si256(_mm_setr_epi8(0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10, 11, 11));
+        let keep = _mm256_set1_epi32(0x807F_FFFF_u32 as i32);
+        let (field, fifteen) = (_mm256_set1_epi32(0x7F80_0000), _mm256_set1_epi32(15));
+        let nib = [
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(96).cast())),
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(104).cast())),
+        ];
+        // Weights 0..8 and 8..16 are the low nibbles, 16..24 and 24..32 the high.
+        let ds = [
+            _mm256_and_si256(nib[0], fifteen),
+            _mm256_and_si256(nib[1], fifteen),
+            _mm256_srli_epi32::<4>(nib[0]),
+            _mm256_srli_epi32::<4>(nib[1]),
+        ];
+        // (Loops, not `array::from_fn`: a closure would not inherit the caller's features,
+        // and its intrinsics would stay calls.)
+        let mut out = [_mm256_setzero_ps(); 4];
+        for (g, (o, d)) in out.iter_mut().zip(ds).enumerate() {
+            let raw = _mm256_loadu_si256(p.add(24 * g).cast());
+            let m = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(raw, spread), bytes);
+            let e = _mm256_and_si256(_mm256_sub_epi32(base, _mm256_slli_epi32::<23>(d)), field);
+            let e = _mm256_andnot_si256(_mm256_cmpeq_epi32(d, fifteen), e);
+            *o = _mm256_castsi256_ps(_mm256_or_si256(_mm256_and_si256(m, keep), e));
+        }
+        out
+    }
+}
+
+/// Decodes an f32p row (`out.len()` weights): its blocks 32 weights at a time, then its
+/// spills, as [`scalar::dequant_row`] does.
+///
+/// # Safety
+/// AVX2 is present; `row` holds `out.len()` weights of f32p.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dequant_f32p(row: &[u8], out: &mut [f32]) {
+    let (base, spills, blocks) = f32p_row(row, out.len());
+    let base = f32p_base(base);
+    for (b, o) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+        // SAFETY: a whole block; `o` holds 32 values.
+        unsafe {
+            for (g, v) in f32p_block((b as *const BlockF32P).cast(), base).into_iter().enumerate() {
+                _mm256_storeu_ps(o.as_mut_ptr().add(8 * g), v);
+            }
+        }
+    }
+    scalar::apply_f32p_spills(spills, out);
 }
 
 /// Float kernel: `R x T` accumulators of 8 lanes, the `cols % 8` tail in scalar.
@@ -916,7 +1128,7 @@ pub(super) unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
             DType::BF16 => widen_row::<BF16>(row, out),
             DType::Q8_0 | DType::Q8_0x16 => blocks_row::<Q8>(row, out),
             DType::Q4_0 | DType::Q4_0x16 => blocks_row::<Q4>(row, out),
-            DType::F32P => scalar::dequant_row(dtype, row, out),
+            DType::F32P => dequant_f32p(row, out),
         }
     }
 }

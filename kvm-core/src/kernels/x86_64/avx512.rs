@@ -14,6 +14,7 @@ use core::marker::PhantomData;
 
 use super::avx2::{self, quant_tile, Blocks32, GroupSums, Q4, Q8};
 use super::{prefetch, prefetch_ahead, prefetch_packed, tile_ahead};
+use crate::kernels::gemm::{self, Gemm, BLOCK};
 use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32, I8};
 use crate::quant::{f32p_row, BlockF32P, DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
 
@@ -36,8 +37,183 @@ impl Kernels for Avx512 {
     }
 
     unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
-        // SAFETY: this tier includes the AVX2 one.
-        unsafe { avx2::dequant_row(dtype, row, out) }
+        // SAFETY: (every arm) this tier includes the AVX2 one; `has_vbmi` checked VBMI.
+        unsafe {
+            match dtype {
+                DType::F32P if has_vbmi() => dequant_f32p_vbmi(row, out),
+                DType::F32P => dequant_f32p_shuffle(row, out),
+                _ => avx2::dequant_row(dtype, row, out),
+            }
+        }
+    }
+
+    unsafe fn gemm(
+        dtype: DType,
+        w: &[u8],
+        rb: usize,
+        cols: usize,
+        xs: &[f32],
+        ys: &mut [f32],
+        ld: usize,
+        scratch: &mut [u8],
+    ) -> bool {
+        // SAFETY: forwarded.
+        unsafe { gemm::run::<Self>(dtype, w, rb, cols, xs, ys, ld, scratch) }
+    }
+}
+
+impl Gemm for Avx512 {
+    const LANES: usize = 16;
+
+    /// 24 of the 32 registers accumulate (12 for a single vector of tokens, which leaves
+    /// FMA latency hidden by 12 independent sums).
+    fn rows(vecs: usize) -> usize {
+        match vecs {
+            1 | 2 => 12,
+            3 => 8,
+            _ => 6,
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn tile(w: &[*const f32], xt: *const f32, cols: usize, vecs: usize, out: &mut [f32]) {
+        // SAFETY: (every arm) forwarded; `rows(vecs)` pointers.
+        unsafe {
+            match vecs {
+                1 => gemm_tile::<12, 1>(w, xt, cols, out),
+                2 => gemm_tile::<12, 2>(w, xt, cols, out),
+                3 => gemm_tile::<8, 3>(w, xt, cols, out),
+                _ => gemm_tile::<6, 4>(w, xt, cols, out),
+            }
+        }
+    }
+
+    /// 16 tokens at a time: a 16 x 16 transpose of the rows (those past `rows` zero),
+    /// then each token's `rows` values in one masked store.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn store(out: &[f32], width: usize, rows: usize, n: usize, ys: &mut [f32], ld: usize) {
+        let mask: __mmask16 = (1 << rows.min(16)) - 1;
+        for t0 in (0..n).step_by(16) {
+            // (Whole loops with a test inside, not `take`: unrolled, the 16 vectors stay in
+            // registers.)
+            let mut r16 = [_mm512_setzero_ps(); 16];
+            for (r, v) in r16.iter_mut().enumerate() {
+                if r < rows {
+                    // SAFETY: row `r < rows` holds `width >= t0 + 16` values (`width` is
+                    // whole vectors of 16).
+                    *v = unsafe { _mm512_loadu_ps(out.as_ptr().add(r * width + t0)) };
+                }
+            }
+            for (j, v) in transpose16(r16).into_iter().enumerate() {
+                if t0 + j < n {
+                    // SAFETY: token `t0 + j < n` has `rows` values at `(t0 + j) * ld`.
+                    unsafe { _mm512_mask_storeu_ps(ys.as_mut_ptr().add((t0 + j) * ld), mask, v) };
+                }
+            }
+        }
+    }
+
+    /// 16 x 16 blocks in 64 shuffles each; the columns past the last whole 16 as the
+    /// default does.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn transpose(xs: &[f32], cols: usize, xt: &mut [f32]) {
+        let n = xs.len() / cols;
+        let body = cols - cols % 16;
+        for t0 in (0..BLOCK).step_by(16) {
+            for c0 in (0..body).step_by(16) {
+                // Token `t0 + i`'s 16 values from column `c0`, zero past the last token.
+                let mut rows = [_mm512_setzero_ps(); 16];
+                for (i, row) in rows.iter_mut().enumerate() {
+                    if t0 + i < n {
+                        // SAFETY: token `t0 + i < n` holds `cols >= c0 + 16` values.
+                        *row = unsafe { _mm512_loadu_ps(xs.as_ptr().add((t0 + i) * cols + c0)) };
+                    }
+                }
+                for (j, col) in transpose16(rows).into_iter().enumerate() {
+                    // SAFETY: `xt` holds `cols * BLOCK` values, 64-byte aligned, and
+                    // `t0 + 16 <= BLOCK`.
+                    unsafe { _mm512_store_ps(xt.as_mut_ptr().add((c0 + j) * BLOCK + t0), col) };
+                }
+            }
+        }
+        for c in body..cols {
+            for (t, v) in xt[c * BLOCK..(c + 1) * BLOCK].iter_mut().enumerate() {
+                *v = if t < n { xs[t * cols + c] } else { 0.0 };
+            }
+        }
+    }
+}
+
+/// The transpose of a 16 x 16 block: `out[j]` lane `i` is `rows[i]` lane `j`. Pairs of
+/// rows interleave, then quads within 128-bit lanes, then lanes across vectors twice.
+#[inline(always)]
+fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
+    let (mut a, mut b) = (r, r);
+    // SAFETY: register-only AVX-512 F shuffles, enabled in the (inlining) caller.
+    unsafe {
+        // a[2i], a[2i + 1]: rows 2i and 2i + 1 interleaved, columns 4L, 4L + 1 (low) and
+        // 4L + 2, 4L + 3 (high) of each 128-bit lane L.
+        for i in 0..8 {
+            a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+            a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+        }
+        // b[4g + k], lane L: rows 4g..4g + 4 at column 4L + k.
+        for g in 0..4 {
+            let (lo, hi) = ([a[4 * g], a[4 * g + 2]], [a[4 * g + 1], a[4 * g + 3]]);
+            b[4 * g] = _mm512_shuffle_ps::<0x44>(lo[0], lo[1]);
+            b[4 * g + 1] = _mm512_shuffle_ps::<0xEE>(lo[0], lo[1]);
+            b[4 * g + 2] = _mm512_shuffle_ps::<0x44>(hi[0], hi[1]);
+            b[4 * g + 3] = _mm512_shuffle_ps::<0xEE>(hi[0], hi[1]);
+        }
+        // c[4k..4k + 4], for column offset k: groups 0 and 1, then 2 and 3, side by side,
+        // lanes 0-1 of each, then lanes 2-3.
+        for k in 0..4 {
+            let (g01, g23) = ([b[k], b[4 + k]], [b[8 + k], b[12 + k]]);
+            a[4 * k] = _mm512_shuffle_f32x4::<0x44>(g01[0], g01[1]);
+            a[4 * k + 1] = _mm512_shuffle_f32x4::<0xEE>(g01[0], g01[1]);
+            a[4 * k + 2] = _mm512_shuffle_f32x4::<0x44>(g23[0], g23[1]);
+            a[4 * k + 3] = _mm512_shuffle_f32x4::<0xEE>(g23[0], g23[1]);
+        }
+        // Column 4L + k: lane L of groups 0..4.
+        for k in 0..4 {
+            let (lo, hi) = ([a[4 * k], a[4 * k + 2]], [a[4 * k + 1], a[4 * k + 3]]);
+            b[k] = _mm512_shuffle_f32x4::<0x88>(lo[0], lo[1]);
+            b[4 + k] = _mm512_shuffle_f32x4::<0xDD>(lo[0], lo[1]);
+            b[8 + k] = _mm512_shuffle_f32x4::<0x88>(hi[0], hi[1]);
+            b[12 + k] = _mm512_shuffle_f32x4::<0xDD>(hi[0], hi[1]);
+        }
+    }
+    b
+}
+
+/// [`Gemm::tile`] of `R` rows by `V` vectors of tokens.
+///
+/// # Safety
+/// As [`Gemm::tile`], with the tier's features enabled in the (inlining) caller.
+#[inline(always)]
+unsafe fn gemm_tile<const R: usize, const V: usize>(w: &[*const f32], xt: *const f32, cols: usize, out: &mut [f32]) {
+    let w: [*const f32; R] = core::array::from_fn(|r| w[r]);
+    // SAFETY: the caller enables the features; `xt` holds `cols` aligned columns of
+    // `BLOCK >= 16 * V` tokens, each row `cols` f32 and `out` `R * V * 16` values.
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); V]; R];
+        for c in 0..cols {
+            let mut x = [_mm512_setzero_ps(); V];
+            for (v, x) in x.iter_mut().enumerate() {
+                *x = _mm512_load_ps(xt.add(c * BLOCK + 16 * v));
+            }
+            for r in 0..R {
+                let b = _mm512_set1_ps(w[r].add(c).read_unaligned());
+                for v in 0..V {
+                    acc[r][v] = _mm512_fmadd_ps(b, x[v], acc[r][v]);
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (v, &acc) in acc.iter().enumerate() {
+                _mm512_storeu_ps(out.as_mut_ptr().add((r * V + v) * 16), acc);
+            }
+        }
     }
 }
 
@@ -230,10 +406,9 @@ unsafe fn packed_vbmi<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32];
     unsafe { packed::<Vbmi, R, T>(w, a, cols) }
 }
 
-/// The `f32p` tile with byte spread `S`: `R x T` accumulators of 16 lanes. Each block's 32
-/// weights rebuild as two vectors: their bytes spread into their lanes, and a lookup of
-/// their exponent nibbles in the row's 16-entry table of exponent fields fills bits
-/// 23..31. The spilled weights of the head are added in scalar.
+/// The `f32p` tile with byte spread `S`: `R x T` accumulators of 16 lanes, each block's
+/// 32 weights rebuilt as two vectors ([`f32p_block`]). The spilled weights of the head
+/// are added in scalar.
 ///
 /// # Safety
 /// As [`Kernel::tile`]; the tier's and `S`'s features are enabled in the (inlining) caller.
@@ -245,8 +420,6 @@ unsafe fn packed<S: Spread, const R: usize, const T: usize>(
 ) -> [[f32; T]; R] {
     // SAFETY: the caller enables the features; the loads stay inside the rows and `a`.
     unsafe {
-        let keep = _mm512_set1_epi32(0x807F_FFFF_u32 as i32);
-        let steps = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0);
         let mut table = [_mm512_setzero_si512(); R];
         let mut spills = [&[][..]; R];
         let mut blocks = [core::ptr::null::<u8>(); R];
@@ -254,9 +427,7 @@ unsafe fn packed<S: Spread, const R: usize, const T: usize>(
         for r in 0..R {
             let (base, s, b) = f32p_row(w[r], cols);
             (spills[r], blocks[r], nb) = (s, b.as_ptr().cast(), nb.min(b.len()));
-            // Entry `d`: `(base - d) << 23` in the exponent bits; entry 15: zero.
-            let e = _mm512_sub_epi32(_mm512_set1_epi32((base << 23) as i32), _mm512_slli_epi32::<23>(steps));
-            table[r] = _mm512_maskz_and_epi32(0x7FFF, e, _mm512_set1_epi32(0x7F80_0000));
+            table[r] = f32p_table(base);
         }
         let mut acc = [[_mm512_setzero_ps(); T]; R];
         for b in 0..nb {
@@ -269,13 +440,7 @@ unsafe fn packed<S: Spread, const R: usize, const T: usize>(
                 // Every row has `nb` blocks.
                 let p = blocks[r].add(b * size_of::<BlockF32P>());
                 prefetch_packed::<R>(p);
-                // The block's 112 bytes are readable: 16 at 96, 64 at 0 and at 48.
-                let nib = _mm512_cvtepu8_epi32(_mm_loadu_si128(p.add(96).cast()));
-                for (h, d) in [nib, _mm512_srli_epi32::<4>(nib)].into_iter().enumerate() {
-                    let m = S::spread(_mm512_loadu_si512(p.add(48 * h).cast()));
-                    let e = _mm512_permutexvar_epi32(d, table[r]);
-                    // (m & keep) | e
-                    let wv = _mm512_castsi512_ps(_mm512_ternarylogic_epi32::<0xEA>(m, keep, e));
+                for (h, wv) in f32p_block::<S>(p, table[r]).into_iter().enumerate() {
                     for t in 0..T {
                         acc[r][t] = _mm512_fmadd_ps(wv, x[t][h], acc[r][t]);
                     }
@@ -290,6 +455,87 @@ unsafe fn packed<S: Spread, const R: usize, const T: usize>(
         }
         out
     }
+}
+
+/// An f32p row's exponent fields by nibble: entry `d` is `(base - d) << 23` in the
+/// exponent bits, entry 15 zero.
+#[inline(always)]
+fn f32p_table(base: u32) -> __m512i {
+    // SAFETY: register-only AVX-512 F, enabled in the (inlining) caller.
+    unsafe {
+        let steps = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0);
+        let e = _mm512_sub_epi32(_mm512_set1_epi32((base << 23) as i32), _mm512_slli_epi32::<23>(steps));
+        _mm512_maskz_and_epi32(0x7FFF, e, _mm512_set1_epi32(0x7F80_0000))
+    }
+}
+
+/// The 32 weights of the f32p block at `p` as two vectors of 16 (its head's spills not
+/// applied), with byte spread `S` and the row's [`f32p_table`]: the bytes spread into
+/// their lanes, a lookup of their exponent nibbles in the table fills bits 23..31.
+///
+/// # Safety
+/// The tier's and `S`'s features are enabled in the (inlining) caller; `p` points at a
+/// whole block (112 bytes).
+#[inline(always)]
+unsafe fn f32p_block<S: Spread>(p: *const u8, table: __m512i) -> [__m512; 2] {
+    // SAFETY: the block's 112 bytes are readable: 16 at 96, 64 at 0 and at 48.
+    unsafe {
+        let keep = _mm512_set1_epi32(0x807F_FFFF_u32 as i32);
+        let nib = _mm512_cvtepu8_epi32(_mm_loadu_si128(p.add(96).cast()));
+        // The permute reads the low 4 bits of each index: the low nibbles, then the high.
+        let ds = [nib, _mm512_srli_epi32::<4>(nib)];
+        // (A loop, not `array::from_fn`: a closure would not inherit the caller's
+        // features, and its intrinsics would stay calls.)
+        let mut out = [_mm512_setzero_ps(); 2];
+        for (h, (o, d)) in out.iter_mut().zip(ds).enumerate() {
+            let m = S::spread(_mm512_loadu_si512(p.add(48 * h).cast()));
+            let e = _mm512_permutexvar_epi32(d, table);
+            // (m & keep) | e
+            *o = _mm512_castsi512_ps(_mm512_ternarylogic_epi32::<0xEA>(m, keep, e));
+        }
+        out
+    }
+}
+
+/// Decodes an f32p row (`out.len()` weights) with byte spread `S`: its blocks 32 weights
+/// at a time, then its spills, as [`scalar::dequant_row`] does.
+///
+/// # Safety
+/// The tier's and `S`'s features are enabled in the (inlining) caller; `row` holds
+/// `out.len()` weights of f32p.
+#[inline(always)]
+unsafe fn dequant_f32p<S: Spread>(row: &[u8], out: &mut [f32]) {
+    let (base, spills, blocks) = f32p_row(row, out.len());
+    let table = f32p_table(base);
+    for (b, o) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+        // SAFETY: a whole block; `o` holds 32 values.
+        unsafe {
+            for (h, v) in f32p_block::<S>((b as *const BlockF32P).cast(), table).into_iter().enumerate() {
+                _mm512_storeu_ps(o.as_mut_ptr().add(16 * h), v);
+            }
+        }
+    }
+    scalar::apply_f32p_spills(spills, out);
+}
+
+/// [`dequant_f32p`] with [`Shuffle`].
+///
+/// # Safety
+/// As [`Kernels::dequant_row`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn dequant_f32p_shuffle(row: &[u8], out: &mut [f32]) {
+    // SAFETY: forwarded, with the features enabled here.
+    unsafe { dequant_f32p::<Shuffle>(row, out) }
+}
+
+/// [`dequant_f32p`] with [`Vbmi`].
+///
+/// # Safety
+/// As [`Kernels::dequant_row`], and the CPU has VBMI.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")]
+unsafe fn dequant_f32p_vbmi(row: &[u8], out: &mut [f32]) {
+    // SAFETY: forwarded, with the features enabled here.
+    unsafe { dequant_f32p::<Vbmi>(row, out) }
 }
 
 /// `vpdpbusd` on biased weights, its accumulator starting at `-BIAS * sum(a)` (found once

@@ -1,0 +1,215 @@
+//! The float product of a batch of tokens (prefill), register-tiled over tokens: the
+//! driver every SIMD tier shares, which transposes the batch's activations once and hands
+//! the tier's [`Gemm`] kernel tiles of weight rows by vectors of tokens.
+//!
+//! Decode reads every weight once per token, and its tiles ([`super::walk`]) sum each
+//! row's products across vector lanes. Prefill reads each weight once per batch and is
+//! bound by the FMA units instead, which such dot-product tiles keep waiting (two loads and
+//! a horizontal sum at the end for every few products). Here a vector holds one value for
+//! each of `LANES` tokens instead: `xt` is the batch transposed (`[cols, BLOCK]` per block
+//! of [`BLOCK`] tokens), and each weight, broadcast, meets a whole vector of tokens in one
+//! fused multiply-add. A tile of `R` rows by `V` vectors keeps `R * V` accumulators in
+//! registers for the whole row and loads `V` vectors and `R` weights per column.
+//!
+//! The walk goes tile by tile down the rows, and each tile meets every block of the batch,
+//! so each weight is read from memory once per batch: f32 weights in place, other float
+//! dtypes decoded a tile's rows at a time into scratch. Results gather in a staging panel
+//! of [`PANEL`] rows and then go to the output a token's row at a time.
+//!
+//! Each output is one lane's sum over the columns in order, so it does not
+//! depend on the batch's size, the tile or how the pool splits the rows: a token gets the
+//! same bits in any batch of at least [`MIN_TOKENS`] (decode's tiles, which sum in
+//! lanes, give slightly different ones).
+
+use super::{prefetch_lines, Access, Kernels};
+use crate::quant::DType;
+
+/// Tokens in a block of the transposed batch: the most a tile takes at a time.
+pub(crate) const BLOCK: usize = 64;
+
+/// Rows a tier's tile takes at most ([`Gemm::rows`]).
+pub(crate) const MAX_ROWS: usize = 12;
+
+/// Tokens from which a batch of float weights runs here rather than in decode's tiles: below
+/// it, too many vector lanes would hold no token.
+pub(crate) const MIN_TOKENS: usize = 8;
+
+/// Rows whose results gather in a staging panel (`[n, PANEL]`) before they go to the
+/// output: rows of a token 12 KB apart (as the up-projection's are) fall into the same
+/// few cache sets, and tiles of 6 or 12 rows writing a few of their values at a time
+/// evicted each other's lines (the 3072-row product ran at 0.84x). A multiple of every
+/// tile height ([`Gemm::rows`]) and of a cache line's 16 values.
+const PANEL: usize = 48;
+
+/// Bytes of scratch [`run`] needs for `n` tokens of `cols` values: the transposed batch,
+/// a tile's decoded rows, the staging panel, and room to align them to a cache line.
+pub(crate) const fn scratch_len(cols: usize, n: usize) -> usize {
+    let tokens = n.div_ceil(BLOCK) * BLOCK;
+    4 * (tokens * cols + MAX_ROWS * cols + tokens * PANEL) + 64
+}
+
+/// A tier's part of the batch product.
+pub(crate) trait Gemm: Kernels {
+    /// f32 lanes of the tier's vectors.
+    const LANES: usize;
+
+    /// Rows of the tile that takes `vecs` vectors of tokens (`1..=BLOCK / LANES`), at
+    /// most [`MAX_ROWS`].
+    fn rows(vecs: usize) -> usize;
+
+    /// `out[r * vecs * LANES + t] = sum_c w[r][c] * xt[c * BLOCK + t]` for every row
+    /// `r < rows(vecs)` and token `t < vecs * LANES`, summed over `c` in order with fused
+    /// multiply-adds.
+    ///
+    /// # Safety
+    /// The CPU supports the tier; `w` holds `rows(vecs)` pointers to `cols` readable f32
+    /// each (not necessarily aligned); `xt` points at `cols * BLOCK` readable f32,
+    /// 64-byte aligned; `out` holds `rows(vecs) * vecs * LANES` values.
+    unsafe fn tile(w: &[*const f32], xt: *const f32, cols: usize, vecs: usize, out: &mut [f32]);
+
+    /// `ys[t * ld + r] = out[r * width + t]` for the `rows` rows and `n` tokens of a
+    /// tile's results: the transpose back into the batch's layout.
+    ///
+    /// # Safety
+    /// The CPU supports the tier; `out` holds `rows` rows of `width >= n` values (and
+    /// `MAX_ROWS * BLOCK` in all), `ys` holds `(n - 1) * ld + rows` values.
+    unsafe fn store(out: &[f32], width: usize, rows: usize, n: usize, ys: &mut [f32], ld: usize) {
+        for t in 0..n {
+            for (r, y) in ys[t * ld..][..rows].iter_mut().enumerate() {
+                *y = out[r * width + t];
+            }
+        }
+    }
+
+    /// `xt[c * BLOCK + t] = xs[t * cols + c]` for the `xs.len() / cols <= BLOCK` tokens
+    /// of `xs`, and zero for the tokens after them.
+    ///
+    /// # Safety
+    /// The CPU supports the tier; `xt` holds `cols * BLOCK` values, 64-byte aligned.
+    unsafe fn transpose(xs: &[f32], cols: usize, xt: &mut [f32]) {
+        let n = xs.len() / cols;
+        for (c, col) in xt.chunks_exact_mut(BLOCK).enumerate() {
+            for (t, v) in col.iter_mut().enumerate() {
+                *v = if t < n { xs[t * cols + c] } else { 0.0 };
+            }
+        }
+    }
+}
+
+/// `ys[t * ld + r] = w[r] . xs[t]` for the float weights `w` (`[rows, rb]` of `dtype`) and
+/// every token of `xs` (`[n, cols]`) with tier `G`, if the batch is large enough and
+/// `scratch` holds [`scratch_len`] bytes; returns whether it ran.
+///
+/// # Safety
+/// The CPU supports `G`'s tier; `rb == dtype.row_bytes(cols)`, `dtype` is a float one, and
+/// `ys` holds `n` rows of `ld >= rows` values.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn run<G: Gemm>(
+    dtype: DType,
+    w: &[u8],
+    rb: usize,
+    cols: usize,
+    xs: &[f32],
+    ys: &mut [f32],
+    ld: usize,
+    scratch: &mut [u8],
+) -> bool {
+    let n = xs.len() / cols;
+    let rows = w.len() / rb;
+    if n < MIN_TOKENS || rows == 0 || ys.len() < n * ld || ld < rows {
+        return false;
+    }
+    // SAFETY: any bytes are valid f32s.
+    let (_, floats, _) = unsafe { scratch.align_to_mut::<f32>() };
+    let skip = floats.as_ptr().align_offset(64).min(floats.len());
+    let tokens = n.div_ceil(BLOCK) * BLOCK;
+    let Some((xt, rest)) = floats[skip..].split_at_mut_checked(tokens * cols) else { return false };
+    let Some((decoded, rest)) = rest.split_at_mut_checked(MAX_ROWS * cols) else { return false };
+    let Some(panel) = rest.get_mut(..tokens * PANEL) else { return false };
+    for (xs, xt) in xs.chunks(BLOCK * cols).zip(xt.chunks_exact_mut(BLOCK * cols)) {
+        // SAFETY: the caller guarantees the tier; `xt` is a block, 64-byte aligned
+        // (`skip`, and `BLOCK * 4` is a multiple of 64).
+        unsafe { G::transpose(xs, cols, xt) };
+    }
+    let in_place = dtype == DType::F32;
+    let mut out = [0f32; MAX_ROWS * BLOCK];
+    // The first block's tile height, which every block's tile has at least (`rows` falls
+    // with `vecs`): a tile's rows are decoded once and meet every block.
+    let tile0 = G::rows(n.min(BLOCK).div_ceil(G::LANES));
+    for p0 in (0..rows).step_by(PANEL) {
+        let p1 = (p0 + PANEL).min(rows);
+        for r0 in (p0..p1).step_by(tile0) {
+            let real = tile0.min(p1 - r0);
+            // The next tile's weights, into L2 while this one runs: they come from memory.
+            let next = ((r0 + tile0) * rb).min(w.len());
+            prefetch_lines(&w[next..(next + tile0 * rb).min(w.len())], Access::Later);
+            // The rows past the panel's end repeat its last one, their sums dropped.
+            let mut ptrs = [core::ptr::null::<f32>(); MAX_ROWS];
+            for (r, p) in ptrs.iter_mut().enumerate() {
+                let rr = r.min(real - 1);
+                let row = &w[(r0 + rr) * rb..][..rb];
+                *p = if in_place {
+                    row.as_ptr().cast()
+                } else {
+                    if r < real {
+                        // SAFETY: the caller guarantees the tier; `row` is a whole row.
+                        unsafe { G::dequant_row(dtype, row, &mut decoded[r * cols..(r + 1) * cols]) };
+                    }
+                    decoded[rr * cols..].as_ptr()
+                };
+            }
+            for (b, xt) in xt.chunks_exact(BLOCK * cols).enumerate() {
+                let (t0, nb) = (b * BLOCK, (n - b * BLOCK).min(BLOCK));
+                let vecs = nb.div_ceil(G::LANES);
+                let (tile, width) = (G::rows(vecs), vecs * G::LANES);
+                // SAFETY: the caller guarantees the tier; each pointer is a whole row of
+                // `cols` f32 (`rb` bytes of f32 in place, or decoded), `xt` a 64-byte
+                // aligned block and `out` `MAX_ROWS * BLOCK >= tile * width` values.
+                unsafe { G::tile(&ptrs[..tile], xt.as_ptr(), cols, vecs, &mut out[..tile * width]) };
+                // SAFETY: as above; `out` holds `tile >= real` rows of `width >= nb`, and
+                // `panel` `n` rows of `PANEL >= r0 - p0 + real` from token `t0`.
+                unsafe { G::store(&out, width, real, nb, &mut panel[t0 * PANEL + r0 - p0..], PANEL) };
+            }
+        }
+        for (t, y) in ys.chunks_exact_mut(ld).take(n).enumerate() {
+            y[p0..p1].copy_from_slice(&panel[t * PANEL..][..p1 - p0]);
+        }
+    }
+    true
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    extern crate std;
+    use std::vec;
+
+    use super::*;
+    use crate::kernels::tests::values;
+    use crate::kernels::tier::{supported, Tier};
+    use crate::kernels::x86_64::{avx2::Avx2, avx512::Avx512};
+
+    /// The x86 tiers run their batch kernel, given the scratch, from [`MIN_TOKENS`] on,
+    /// and leave a smaller batch, or one with too little scratch, to decode's tiles.
+    #[test]
+    fn x86_tiers_take_batches_with_scratch() {
+        let (rows, cols) = (7, 40);
+        let w: vec::Vec<u8> = values(rows * cols, 1).iter().flat_map(|v| v.to_le_bytes()).collect();
+        let ran = |tier: Tier, n: usize, scratch: usize| {
+            let (xs, mut ys) = (values(n * cols, 2), vec![0f32; n * rows]);
+            let mut s = vec![0u8; scratch];
+            // SAFETY: `supported` checked the CPU; the shapes are whole.
+            unsafe {
+                match tier {
+                    Tier::Avx2 => Avx2::gemm(DType::F32, &w, 4 * cols, cols, &xs, &mut ys, rows, &mut s),
+                    _ => Avx512::gemm(DType::F32, &w, 4 * cols, cols, &xs, &mut ys, rows, &mut s),
+                }
+            }
+        };
+        for tier in [Tier::Avx2, Tier::Avx512].into_iter().filter(|&t| supported(t)) {
+            let n = MIN_TOKENS;
+            assert!(ran(tier, n, scratch_len(cols, n)), "{tier}");
+            assert!(!ran(tier, n - 1, scratch_len(cols, n)), "{tier}");
+            assert!(!ran(tier, n, scratch_len(cols, n) / 2), "{tier}");
+        }
+    }
+}
