@@ -80,7 +80,7 @@
 /**
  * The longest batch of prompt tokens: activations stay a few KB per token, in cache.
  */
-#define KVM_MAX_BATCH_TOKENS 64
+#define KVM_MAX_BATCH_TOKENS 256
 
 /**
  * The outcome of a call. `KVM_OK` is 0; each kind of core error has its own code, then

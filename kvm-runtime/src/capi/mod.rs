@@ -372,7 +372,7 @@ pub struct kvm_session_config {
 pub const KVM_MAX_THREADS: u32 = 256;
 
 /// The longest batch of prompt tokens: activations stay a few KB per token, in cache.
-pub const KVM_MAX_BATCH_TOKENS: u32 = 64;
+pub const KVM_MAX_BATCH_TOKENS: u32 = 256;
 #[cfg(feature = "std")]
 const _: () = assert!(KVM_MAX_BATCH_TOKENS as usize == crate::prefill::BATCH_TOKENS);
 
