@@ -56,7 +56,9 @@ impl Preset {
     pub fn config(self) -> Config {
         match self {
             Preset::Paper120m => paper(12, 768, 6),
-            Preset::Paper350m => paper(24, 1024, 8),
+            // The 350M configs halve each block's residual branch (`residual_scale: 0.5`
+            // in the reference's configs/prolong/350M/kvm_wd.yaml).
+            Preset::Paper350m => Config { residual_scale: 0.5, ..paper(24, 1024, 8) },
             Preset::Tiny => Config {
                 vocab_len: 256,
                 n_layers: 2,
@@ -320,6 +322,7 @@ mod tests {
         c.validate().unwrap();
         let c = Preset::Paper350m.config();
         assert_eq!((c.n_layers, c.d_model, c.n_heads, c.d_ff, c.d_vgate), (24, 1024, 8, 4096, 32));
+        assert_eq!(c.residual_scale, 0.5);
         c.validate().unwrap();
         Preset::Tiny.config().validate().unwrap();
         assert_eq!((vgate_rank(768), vgate_rank(2048), vgate_rank(4096)), (32, 64, 96));
