@@ -18,8 +18,8 @@ D = 0) against `llama-bench -p 0 -n N -d D`. Prefill `ppP` is `kvm bench --promp
 --gen 1` against `llama-bench -p P -n 0`. Every result line goes to OUT/NAME.jsonl (NAME:
 kvm unless given) and OUT/llama.jsonl as the programs print it, plus a "side_by_side" key
 (round, dtype, threads, test); a second run into the same OUT adds rounds, `--report` only
-prints the tables of what OUT holds, and scripts/plot-context.py draws it. The tables also
-go to OUT/tables.md.
+prints the tables of what OUT holds, and scripts/plot-context.py draws it (from a run of
+one dtype and thread count). The tables also go to OUT/tables.md.
 """
 
 import argparse
