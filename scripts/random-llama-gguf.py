@@ -24,6 +24,7 @@ If a gguf package's quantizer lacks a type, write f32 and convert it with llama.
 """
 
 import argparse
+import os
 import sys
 
 import gguf
@@ -61,7 +62,8 @@ def main():
     qtype = getattr(gguf.GGMLQuantizationType, a.dtype.upper())
     rng = np.random.default_rng(a.seed)
 
-    w = gguf.GGUFWriter(a.out, "llama")
+    # Written beside the output and renamed over it when complete: never a partial file.
+    w = gguf.GGUFWriter(a.out + ".partial", "llama")
     w.add_context_length(CONTEXT)
     w.add_embedding_length(d_model)
     w.add_block_count(layers)
@@ -113,6 +115,7 @@ def main():
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    os.replace(a.out + ".partial", a.out)
     print(f"wrote {a.out}: {a.preset}, {a.dtype}, {per_token:,} weights read per token", file=sys.stderr)
 
 

@@ -148,8 +148,10 @@ def report(a, variants):
             lines += tables(name, {key: cell(key[2], rounds, llama.get(key, {})) for key, rounds in kvm.items()})
     text = "\n".join(lines)
     print(text)
-    with open(os.path.join(a.out, "tables.md"), "w") as f:
+    path = os.path.join(a.out, "tables.md")
+    with open(path + ".partial", "w") as f:
         f.write(text + "\n")
+    os.replace(path + ".partial", path)
 
 
 def main():
