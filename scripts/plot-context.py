@@ -35,7 +35,9 @@ def read_kvm(path):
             if "decode_tok_s" not in r:
                 continue
             decode[r["context"]].append(r["decode_tok_s"])
-            prefill[r["prompt_len"]].append(r["prompt_len"] / r["prefill_tok_s"])
+            # A one-token prompt is how a decode from an empty context is asked for.
+            if r["prompt_len"] > 1:
+                prefill[r["prompt_len"]].append(r["prompt_len"] / r["prefill_tok_s"])
     return decode, prefill
 
 

@@ -9,11 +9,11 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use kvm_core::cache::{CacheDtype, SlotReads};
-use kvm_core::config::Config;
+use kvm_core::config::{Config, StateBudget};
 use kvm_core::format::{canonical_tensors, Role};
 use kvm_core::quant::DType;
 use kvm_export::convert::{convert, TokenizerSource};
-use kvm_export::synth::{synth, Preset};
+use kvm_export::synth::{growable, parse_budget, synth, Preset, GROWTH_CONTEXT};
 use kvm_write::atomic::AtomicFile;
 use kvm_write::policy::Policy;
 use kvm_write::writer::{error_table, peak_rss_bytes, TensorReport, WriteReport};
@@ -92,6 +92,17 @@ enum Cmd {
         out: PathBuf,
         #[command(flatten)]
         storage: Storage,
+        /// The state budget: fixed (the preset's, like the paper's main models: 256 slots),
+        /// sqrt (the paper's growable `16 * ctx^0.5` slots, at least the fixed size),
+        /// saturation (the paper's `1024 * ctx / (1024 + ctx)`), power-law:F:E (`F *
+        /// ctx^E`, at least the fixed size) or saturation:N (`N * ctx / (N + ctx)`).
+        #[arg(long, default_value = "fixed", value_name = "BUDGET")]
+        state: String,
+        /// A growable state's room: every slot it grows to within this many tokens of
+        /// context (default 65536, where sqrt reaches 4096 slots); past it the state
+        /// merges without growing.
+        #[arg(long, value_name = "TOKENS")]
+        max_context: Option<usize>,
         /// The random seed: the same seed gives the same file.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -217,12 +228,16 @@ fn run() -> Result<()> {
             file.file().write_all(&section).with_context(|| format!("writing {}", out.display()))?;
             file.commit()
         }
-        Cmd::Synth { preset, out, storage, seed, quiet } => {
+        Cmd::Synth { preset, out, storage, state, max_context, seed, quiet } => {
             let names = Preset::ALL.map(Preset::name).join(", ");
             let preset =
                 Preset::from_name(&preset).ok_or_else(|| anyhow!("unknown preset `{preset}` (expected {names})"))?;
             let policy = parse_policy(&storage)?;
-            let cfg = preset.config();
+            let cfg = match (parse_budget(&state)?, max_context) {
+                (StateBudget::Fixed, None) => preset.config(),
+                (StateBudget::Fixed, Some(_)) => bail!("--max-context sizes a growable state: give --state too"),
+                (budget, context) => growable(preset.config(), budget, context.unwrap_or(GROWTH_CONTEXT))?,
+            };
             write_with_progress(&out, quiet, count(&cfg), |on_tensor| {
                 synth(&out, &cfg, &policy, seed, on_tensor).with_context(|| format!("writing {}", out.display()))
             })

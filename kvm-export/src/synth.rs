@@ -7,12 +7,17 @@
 //! about one tensor. Scales keep activations in a sensible range through a deep stack:
 //! matrices `N(0, 1/sqrt(cols))`, layer-norm weights near 1, biases near 0, token-shift
 //! mixes uniform in `[0, 1]`, head temperatures near 1.
+//!
+//! A preset's state is fixed, as the paper's main models' is; [`growable`] gives it one
+//! of the paper's growable budgets instead, with room for the slots it grows to over a
+//! given context.
 
 use std::path::Path;
 
-use anyhow::Result;
+use anyhow::{anyhow, bail, Result};
 use kvm_core::config::{flags, Config, StateBudget};
 use kvm_core::format::{Role, TokenizerKind};
+use kvm_core::state::state_slots;
 
 use kvm_write::policy::Policy;
 use kvm_write::writer::{write_model, TensorReport, WriteReport};
@@ -51,7 +56,9 @@ impl Preset {
     pub fn config(self) -> Config {
         match self {
             Preset::Paper120m => paper(12, 768, 6),
-            Preset::Paper350m => paper(24, 1024, 8),
+            // The 350M configs halve each block's residual branch (`residual_scale: 0.5`
+            // in the reference's configs/prolong/350M/kvm_wd.yaml).
+            Preset::Paper350m => Config { residual_scale: 0.5, ..paper(24, 1024, 8) },
             Preset::Tiny => Config {
                 vocab_len: 256,
                 n_layers: 2,
@@ -104,6 +111,70 @@ fn paper(n_layers: u32, d_model: u32, n_heads: u32) -> Config {
         residual_scale: 1.0,
         flags: flags::ALL,
     }
+}
+
+/// The paper's square-root state: `16 * ctx^0.5` slots, at least the fixed model's 256
+/// (`state_budget_mode: power_law`, `state_growth_factor: 16.0`, `state_growth_exponent:
+/// 0.5`, `state_min_len: 256` in configs/prolong/{120M,350M}/kvm_sqrt16_wd.yaml of the
+/// reference, github.com/recursal/KVM-paper).
+pub const SQRT16: StateBudget = StateBudget::PowerLaw { factor: 16.0, exponent: 0.5 };
+
+/// The paper's saturating state: `1024 * ctx / (1024 + ctx)` slots, at least one
+/// (`state_budget_mode: kvm_saturation`, `state_saturation_n: 1024`, `state_min_len: 1` in
+/// configs/prolong/{120M,350M}/kvm_swa_saturate1024_wd.yaml). That model alternates KVM
+/// layers with sliding-window ones (`alt_layer_every: 2`), which kvm does not run: here
+/// every layer is a KVM layer with this budget.
+pub const SATURATE1024: StateBudget = StateBudget::Saturation { n: 1024.0 };
+
+/// The context a growable state has room for unless asked otherwise: the longest the
+/// benchmarks measure.
+pub const GROWTH_CONTEXT: usize = 65_536;
+
+/// Parses `--state`: `fixed`, `sqrt` ([`SQRT16`]), `saturation` ([`SATURATE1024`]),
+/// `power-law:F:E` (`F * ctx^E` slots) or `saturation:N` (`N * ctx / (N + ctx)` slots).
+///
+/// # Errors
+/// Any other text, or numbers that do not parse.
+pub fn parse_budget(s: &str) -> Result<StateBudget> {
+    let num = |x: &str| x.parse::<f64>().map_err(|_| anyhow!("--state {s}: `{x}` is not a number"));
+    Ok(match s.split(':').collect::<Vec<_>>()[..] {
+        ["fixed"] => StateBudget::Fixed,
+        ["sqrt"] => SQRT16,
+        ["saturation"] => SATURATE1024,
+        ["power-law", f, e] => StateBudget::PowerLaw { factor: num(f)?, exponent: num(e)? },
+        ["saturation", n] => StateBudget::Saturation { n: num(n)? },
+        _ => bail!("unknown --state `{s}` (expected fixed, sqrt, saturation, power-law:F:E or saturation:N)"),
+    })
+}
+
+/// `cfg` (a preset's fixed-state config) with a growable `budget`, its capacity
+/// (`max_state_chunks`) the whole chunks that hold every slot the state reaches within
+/// `context` tokens and the step after them (past that it merges without growing). A
+/// power law keeps the fixed state's size as its floor, a saturating state starts from
+/// one slot, as the paper's configs do ([`SQRT16`], [`SATURATE1024`]).
+///
+/// # Errors
+/// A fixed `budget`, an invalid one, or one that outgrows the format's 1024 chunks of
+/// state within `context`.
+pub fn growable(cfg: Config, budget: StateBudget, context: usize) -> Result<Config> {
+    let state_min_len = match budget {
+        StateBudget::Fixed => bail!("a fixed state does not grow"),
+        StateBudget::PowerLaw { .. } => cfg.state_min_len,
+        StateBudget::Saturation { .. } => 1,
+    };
+    // Grown without a cap first: the most chunks the format allows.
+    let most = Config { budget, state_min_len, max_state_chunks: 1 << 10, ..cfg };
+    most.validate().map_err(|e| anyhow!("--state: {e}"))?;
+    let slots = state_slots(&most, most.max_state_len()).nth(context).unwrap_or(0);
+    if slots >= most.max_state_len() {
+        bail!(
+            "this state grows past {} slots within {context} tokens of context (give a shorter context)",
+            most.max_state_len()
+        );
+    }
+    let grown = Config { max_state_chunks: slots.div_ceil(cfg.chunk_len as usize).max(1) as u32, ..most };
+    grown.validate()?;
+    Ok(grown)
 }
 
 /// SplitMix64: tiny, fast, and every seed (zero included) gives a full-period stream.
@@ -216,24 +287,31 @@ mod tests {
         bytes
     }
 
-    /// Greedy continuation of a fixed prompt, as token ids.
-    fn greedy(blob: &[u8], n: usize) -> Vec<u32> {
+    #[repr(C, align(64))]
+    struct Block([u8; 64]);
+
+    /// Runs `f` on a session of `blob`'s model in an arena of the file's capacity.
+    fn with_session<T>(blob: &[u8], f: impl FnOnce(Session<'_, '_>) -> T) -> T {
         let model = Model::from_bytes(blob).unwrap();
-        #[repr(C, align(64))]
-        struct Block([u8; 64]);
         let mut buf: Vec<Block> = (0..model.arena_len().div_ceil(64)).map(|_| Block([0; 64])).collect();
         // SAFETY: `Block` is plain bytes; the slice covers the allocation.
         let arena = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), buf.len() * 64) };
-        let mut s = Session::new(model, &mut arena[..model.arena_len()]).unwrap();
-        let mut logits = s.prefill(b"In the beginning".map(u32::from).as_slice()).unwrap().to_vec();
-        let mut out = Vec::new();
-        for _ in 0..n {
-            assert!(logits.iter().all(|x| x.is_finite()));
-            let next = (0..logits.len()).max_by(|&a, &b| logits[a].total_cmp(&logits[b])).unwrap() as u32;
-            out.push(next);
-            logits = s.decode(next).unwrap().to_vec();
-        }
-        out
+        f(Session::new(model, &mut arena[..model.arena_len()]).unwrap())
+    }
+
+    /// Greedy continuation of a fixed prompt, as token ids.
+    fn greedy(blob: &[u8], n: usize) -> Vec<u32> {
+        with_session(blob, |mut s| {
+            let mut logits = s.prefill(b"In the beginning".map(u32::from).as_slice()).unwrap().to_vec();
+            let mut out = Vec::new();
+            for _ in 0..n {
+                assert!(logits.iter().all(|x| x.is_finite()));
+                let next = (0..logits.len()).max_by(|&a, &b| logits[a].total_cmp(&logits[b])).unwrap() as u32;
+                out.push(next);
+                logits = s.decode(next).unwrap().to_vec();
+            }
+            out
+        })
     }
 
     #[test]
@@ -244,12 +322,93 @@ mod tests {
         c.validate().unwrap();
         let c = Preset::Paper350m.config();
         assert_eq!((c.n_layers, c.d_model, c.n_heads, c.d_ff, c.d_vgate), (24, 1024, 8, 4096, 32));
+        assert_eq!(c.residual_scale, 0.5);
         c.validate().unwrap();
         Preset::Tiny.config().validate().unwrap();
         assert_eq!((vgate_rank(768), vgate_rank(2048), vgate_rank(4096)), (32, 64, 96));
         for p in Preset::ALL {
             assert_eq!(Preset::from_name(p.name()), Some(p));
         }
+    }
+
+    #[test]
+    fn budgets_parse_and_the_papers_growable_states_have_room_for_65536_tokens() {
+        assert_eq!(parse_budget("fixed").unwrap(), StateBudget::Fixed);
+        assert_eq!(parse_budget("sqrt").unwrap(), StateBudget::PowerLaw { factor: 16.0, exponent: 0.5 });
+        assert_eq!(parse_budget("saturation").unwrap(), StateBudget::Saturation { n: 1024.0 });
+        assert_eq!(parse_budget("power-law:8:0.25").unwrap(), StateBudget::PowerLaw { factor: 8.0, exponent: 0.25 });
+        assert_eq!(parse_budget("saturation:300").unwrap(), StateBudget::Saturation { n: 300.0 });
+        for bad in ["", "sqrt:2", "power-law:1", "power-law:a:1", "saturation:", "linear"] {
+            assert!(parse_budget(bad).is_err(), "{bad}");
+        }
+        // sqrt: 16 * 65536^0.5 = 4096 slots, 16 chunks of 256, at least the fixed 256.
+        let c = growable(Preset::Paper120m.config(), SQRT16, GROWTH_CONTEXT).unwrap();
+        assert_eq!((c.max_state_chunks, c.natural_state_len(), c.state_min_len), (16, 4096, 256));
+        assert_eq!(c.budget, SQRT16);
+        // saturation: floor(1024 * 65536 / 66560) = 1008 slots, in 4 chunks, from one slot up.
+        let c = growable(Preset::Paper350m.config(), SATURATE1024, GROWTH_CONTEXT).unwrap();
+        assert_eq!((c.max_state_chunks, c.natural_state_len(), c.state_min_len), (4, 1024, 1));
+        assert!(growable(Preset::Tiny.config(), StateBudget::Fixed, 1024).is_err());
+        assert!(growable(Preset::Tiny.config(), StateBudget::Saturation { n: -1.0 }, 1024).is_err());
+        // A state as large as its context outgrows the format's 1024 chunks (262,144 slots).
+        let linear = StateBudget::PowerLaw { factor: 1.0, exponent: 1.0 };
+        assert!(growable(Preset::Paper120m.config(), linear, 200_000).is_ok());
+        assert!(growable(Preset::Paper120m.config(), linear, 300_000).is_err());
+    }
+
+    /// Spec §3 on its own: the slots after each of `n` tokens for a power-law budget
+    /// `factor * ctx^0.5`, at least `min_len`, at most `cap`.
+    fn power_law_slots(cfg: &Config, factor: f64, min_len: usize, cap: usize, n: usize) -> Vec<usize> {
+        let (c, w) = (cfg.chunk_len as usize, cfg.window_len());
+        let mut slots = 0;
+        (1..=n)
+            .map(|n| {
+                if n <= c {
+                    slots = n;
+                } else if n > w + c && (n - w - 1).is_multiple_of(c) {
+                    // The chunk [b, b + c) leaves the window as token b + w + 1 comes in.
+                    let b = n - w - 1;
+                    let ctx = b + w;
+                    let want = ((factor * (ctx as f64).sqrt()).floor() as usize).max(min_len);
+                    let target = want.min(b + c).min(cap).max(slots);
+                    slots += (target - slots).min(c);
+                }
+                slots
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_growable_tiny_model_grows_its_state_as_its_budget_says() {
+        // The paper's sqrt budget on tiny's chunks of 16 and window of 32, with room for
+        // 1024 tokens of context: 16 * 1024^0.5 = 512 slots, 32 chunks.
+        let cfg = growable(Preset::Tiny.config(), SQRT16, 1024).unwrap();
+        assert_eq!(cfg.natural_state_len(), 512);
+        let path = tmp("sqrt.kvm");
+        synth(&path, &cfg, &Policy::uniform(DType::Q8_0), 3, &mut |_| {}).unwrap();
+        let blob = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).ok();
+        let model = Model::from_bytes(&blob).unwrap();
+        assert_eq!((model.config().budget, model.header().state_capacity), (SQRT16, 512));
+        // Past 1024 tokens of context, so the state fills its room and stays there.
+        let n = 1200;
+        let expected = power_law_slots(&cfg, 16.0, 16, 512, n);
+        let grown: Vec<usize> = with_session(&blob, |mut s| {
+            let mut rng = Rng::new(9);
+            (0..n)
+                .map(|_| {
+                    s.decode((rng.next_u64() % 256) as u32).unwrap();
+                    s.state_slots()
+                })
+                .collect()
+        });
+        assert_eq!(grown, expected);
+        assert!(grown.iter().copied().eq(state_slots(&cfg, 512).take(n)));
+        // Whole chunks go in (the first fold, at token 49, makes 32 slots) until the root
+        // is smaller than the tokens covered (271 at ctx 288), then the root: 16 * 512^0.5
+        // = 362 at ctx 512, 512 at 1024 and no more.
+        let at = |n: usize| grown[n - 1];
+        assert_eq!((at(48), at(49), at(289), at(513), at(1025), at(n)), (16, 32, 271, 362, 512, 512));
     }
 
     #[test]

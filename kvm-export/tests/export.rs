@@ -137,3 +137,36 @@ fn a_good_export_replaces_the_old_file_and_loads() {
     assert_eq!(names(&dir), ["config.json", "model.kvm", "model.safetensors"]);
     std::fs::remove_dir_all(dir).ok();
 }
+
+#[test]
+fn synth_writes_the_growable_states_asked_for_and_refuses_bad_ones() {
+    let dir = std::env::temp_dir().join(format!("kvm-export-test-{}-synth", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("m.kvm");
+    let budget = |args: &[&str]| {
+        let o = export(&[&["synth", "--preset", "tiny", "-q", "-o", s(&out)], args].concat());
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let bytes = std::fs::read(&out).unwrap();
+        let model = kvm_core::Model::from_bytes(&bytes).unwrap();
+        let c = *model.config();
+        (c.budget, c.state_min_len, model.header().state_capacity)
+    };
+    use kvm_core::config::StateBudget::{Fixed, PowerLaw, Saturation};
+    assert_eq!(budget(&[]), (Fixed, 16, 16));
+    // 16 * 65536^0.5 = 4096 slots by default; 16 * 1024^0.5 = 512 with a shorter context.
+    assert_eq!(budget(&["--state", "sqrt"]), (PowerLaw { factor: 16.0, exponent: 0.5 }, 16, 4096));
+    assert_eq!(budget(&["--state", "sqrt", "--max-context", "1024"]).2, 512);
+    // floor(1024 * 65536 / 66560) = 1008 slots, in whole chunks of 16: 1008.
+    assert_eq!(budget(&["--state", "saturation"]), (Saturation { n: 1024.0 }, 1, 1008));
+    assert_eq!(budget(&["--state", "power-law:2:0.5", "--max-context", "4096"]).2, 128);
+    assert_eq!(budget(&["--state", "saturation:100"]).0, Saturation { n: 100.0 });
+    let o = s(&out);
+    fails_saying(&["synth", "--preset", "tiny", "-o", o, "--state", "cubic"], &["unknown --state `cubic`", "sqrt"]);
+    fails_saying(&["synth", "--preset", "tiny", "-o", o, "--state", "power-law:2"], &["power-law:F:E"]);
+    fails_saying(&["synth", "--preset", "tiny", "-o", o, "--max-context", "8"], &["--max-context", "--state"]);
+    fails_saying(
+        &["synth", "--preset", "tiny", "-o", o, "--state", "power-law:1:1", "--max-context", "99999"],
+        &["grows past 16384 slots"],
+    );
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -93,6 +93,18 @@ impl Plan {
     }
 }
 
+/// The state's slot counts along a session of at most `state_len` slots, without running
+/// the model: the `n`-th item (from 1) is the slot count once `n` tokens are in, which is
+/// what the `n`-th token's attention reads (a fold comes before the token's read). The
+/// counters of spec §3 alone decide it, so it holds for every model of `cfg`.
+pub fn state_slots(cfg: &Config, state_len: usize) -> impl Iterator<Item = usize> + '_ {
+    let mut at = Counters::new(0, 0, 0);
+    core::iter::from_fn(move || {
+        at = Plan::new(cfg, state_len, at, Phase::Decode).next();
+        Some(at.slots)
+    })
+}
+
 impl Plan {
     /// The counters after this step.
     fn next(&self) -> Counters {
@@ -154,4 +166,47 @@ fn target_slots(cfg: &Config, state_len: usize, ctx: usize, avail: usize, cur: u
     let cap = avail.min(cfg.chunk_len as usize * cfg.max_state_chunks as usize).min(state_len);
     let want = if want < 0 { 0 } else { (want as u64).min(cap as u64) as usize };
     want.max(cur)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_slots_follow_the_budget_chunk_by_chunk() {
+        // Chunks of 4, a window of 8, room for 16 slots, 2 * ctx^0.5 of them, at least 4.
+        let cfg = Config {
+            vocab_len: 16,
+            n_layers: 1,
+            n_heads: 1,
+            d_model: 8,
+            d_qk: 8,
+            d_v: 8,
+            d_ff: 8,
+            d_vgate: 0,
+            rope_dim: 2,
+            rope_theta: 10000.0,
+            chunk_len: 4,
+            window_chunks: 2,
+            max_state_chunks: 4,
+            budget: StateBudget::PowerLaw { factor: 2.0, exponent: 0.5 },
+            state_min_len: 4,
+            state_round_down: 1,
+            sink_len: 1,
+            logit_softcap: 0.0,
+            residual_scale: 1.0,
+            flags: flags::VLENS,
+        };
+        cfg.validate().unwrap();
+        // The first chunk enters whole; the first fold comes with token 13 (its chunk
+        // [4, 8) leaves the window, ctx = 12: floor(2 * 12^0.5) = 6), then every 4 tokens:
+        // ctx 16 -> 8, 20 -> 8, 24 -> 9, 28 -> 10.
+        let grown = [1, 2, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 10, 10];
+        assert!(state_slots(&cfg, 16).take(30).eq(grown));
+        // A smaller arena stops the growth at its size.
+        assert!(state_slots(&cfg, 9).take(30).eq(grown.map(|s| s.min(9))));
+        // A fixed state of 4 never grows past the first chunk.
+        let fixed = Config { budget: StateBudget::Fixed, max_state_chunks: 1, ..cfg };
+        assert!(state_slots(&fixed, 4).take(30).eq(grown.map(|s| s.min(4))));
+    }
 }

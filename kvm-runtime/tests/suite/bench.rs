@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use kvm_core::quant::DType;
-use kvm_export::synth::{synth, Preset};
+use kvm_export::synth::{growable, synth, Preset, SQRT16};
 use kvm_write::policy::Policy;
 
 fn tiny_model(name: &str) -> PathBuf {
@@ -161,4 +161,52 @@ fn context_sweep_on_the_bundled_model_keeps_memory_flat() {
     assert!(lo > 0 && (hi as f64) < lo as f64 * 1.1, "{peaks:?}");
     let lightest = *peaks.iter().min().unwrap();
     assert!(peaks.iter().all(|&p| p < lightest + (3 << 20)), "{peaks:?}");
+}
+
+#[test]
+fn context_sweep_on_a_growable_model_reports_its_state_at_each_depth() {
+    // The paper's sqrt budget on tiny (chunks of 16, a window of 32), room for 1024 tokens
+    // of context: 16 * 1024^0.5 = 512 slots.
+    let cfg = growable(Preset::Tiny.config(), SQRT16, 1024).unwrap();
+    let path = std::env::temp_dir().join(format!("kvm-bench-test-{}-sqrt.kvm", std::process::id()));
+    synth(&path, &cfg, &Policy::uniform(DType::Q8_0), 5, &mut |_| {}).unwrap();
+    let m = path.to_str().unwrap();
+    let info = Command::new(env!("CARGO_BIN_EXE_kvm")).args(["info", "--model", m]).output().unwrap();
+    let info = String::from_utf8(info.stdout).unwrap();
+    assert!(info.contains("power_law 16 * ctx^0.5; 512 slots (--state-slots 16..=512)"), "{info}");
+    let args = ["bench", "--model", m, "--prompt-len", "16", "--gen", "8", "--context", "0,64,288,512,1024,1100"];
+    let out = Command::new(env!("CARGO_BIN_EXE_kvm")).args(args).args(["--threads", "1", "--bw-mib", "0"]).output();
+    let out = out.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let runs: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let key = |k: &str| -> Vec<u64> { runs.iter().map(|r| r[k].as_u64().unwrap()).collect() };
+    // The slots the last of the 8 decoded tokens read (spec §3, folds at tokens b + 33):
+    // from empty, 8 initial ones; at 64, the chunks [16, 48) in whole (ctx 64 asks for
+    // 128); then the root, floor(16 * ctx^0.5): 271 at 288, 362 at 512, 512 at 1024, and
+    // no more past the room.
+    assert_eq!(key("decode_state_slots"), [8, 48, 271, 362, 512, 512]);
+    // Each run's arena holds what it reaches (never below one chunk), as llama-bench
+    // sizes its cache to each test.
+    assert_eq!(key("state_len"), [16, 48, 271, 362, 512, 512]);
+    let arena = key("arena_bytes");
+    assert!(arena.windows(2).take(4).all(|w| w[0] < w[1]) && arena[4] == arena[5], "{arena:?}");
+    // A step reads more state bytes the deeper it is, up to the room.
+    let bytes = key("decode_state_bytes_per_token");
+    assert!(bytes.windows(2).take(4).all(|w| w[0] < w[1]), "{bytes:?}");
+    // 2 layers x 2 heads x f32 key and value rows of 32: 1 KiB a position. The steps at
+    // 1025..=1032 read 512 slots and windows of 17..=24 tokens: 532.5 positions a step.
+    assert_eq!(bytes[4], 1024 * 4260 / 8);
+    assert!(runs.iter().all(|r| r["peak_rss_bytes"].as_u64().unwrap() > 0));
+    // The table shows the slots of each test.
+    let md = Command::new(env!("CARGO_BIN_EXE_kvm"))
+        .args(["bench", "--model", m, "--prompt-len", "300", "--gen", "4", "--context", "1024"])
+        .args(["--threads", "1", "--bw-mib", "0", "--output", "md"])
+        .output()
+        .unwrap();
+    let md = String::from_utf8(md.stdout).unwrap();
+    let cells: Vec<Vec<&str>> = md.lines().map(|l| l.split('|').map(str::trim).collect()).collect();
+    let slots: Vec<(&str, &str)> = cells[2..].iter().map(|r| (r[6], r[8])).collect();
+    assert_eq!(slots, [("pp300", "271"), ("tg4 @ d1024", "512")], "{md}");
+    std::fs::remove_file(&path).ok();
 }

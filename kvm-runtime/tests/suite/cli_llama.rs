@@ -419,7 +419,10 @@ fn bench_sweeps_comma_lists_in_every_format() {
     assert_eq!(String::from_utf8(ok(&base, b"")).unwrap().lines().count(), 4);
     let csv = String::from_utf8(ok(&[&base[..], &["--output", "csv"]].concat(), b"")).unwrap();
     let rows: Vec<Vec<&str>> = csv.lines().map(|l| l.split(',').collect()).collect();
-    assert_eq!(rows[0], ["model", "dtype", "params", "cache", "threads", "test", "tok/s", "peak MiB"]);
+    assert_eq!(rows[0], ["model", "dtype", "params", "cache", "threads", "test", "tok/s", "slots", "peak MiB"]);
+    // The slots after each prompt, and after 4 tokens decoded from an empty context.
+    let slots: Vec<&str> = rows[1..].iter().map(|r| r[7]).collect();
+    assert_eq!(slots, ["8", "4", "16", "4", "8", "4", "16", "4"]);
     let tests: Vec<(&str, &str)> = rows[1..].iter().map(|r| (r[4], r[5])).collect();
     assert_eq!(
         tests,

@@ -120,7 +120,8 @@ pub struct SessionArgs {
     pub cache: CacheArg,
     /// State slots a session holds, from `chunk_len` to the most the model can use
     /// (`kvm info` shows both); fewer keeps a growable-state model's arena smaller, and it
-    /// then merges without growing once full. Default: the file's capacity.
+    /// then merges without growing once full. Default: the file's capacity (`kvm bench`:
+    /// the slots each run reaches).
     #[arg(long)]
     pub state_slots: Option<usize>,
 }

@@ -17,7 +17,7 @@ use std::io::{IsTerminal, Write};
 use anyhow::{bail, Result};
 use kvm_core::config::Config;
 use kvm_core::format::Role;
-use kvm_core::state::bswa_begin;
+use kvm_core::state::{bswa_begin, state_slots};
 use kvm_core::Model;
 use kvm_runtime::file::Pages;
 use kvm_runtime::pool::{default_threads, Pool};
@@ -97,7 +97,7 @@ pub(super) struct Point {
 pub fn run(a: &Args) -> Result<()> {
     let file = a.session.model.open()?;
     let model = a.session.model(&file)?;
-    let state_len = a.session.state_len(&model)?;
+    let asked = a.session.state_slots.map(|_| a.session.state_len(&model)).transpose()?;
     let threads = if a.threads.is_empty() { vec![default_threads()] } else { a.threads.clone() };
     if !a.checkpoints.is_empty() && threads.len() * a.prompt_len.len() * a.gen.len() * a.context.len() > 1 {
         bail!("--checkpoints makes one long run: give one --threads, --gen and --context");
@@ -113,6 +113,11 @@ pub fn run(a: &Args) -> Result<()> {
         for &prompt_len in &a.prompt_len {
             for &gen in &a.gen {
                 for &context in &a.context {
+                    // The most tokens one session of the run holds (with --checkpoints: the
+                    // long run and its round trips; else the prompt or the context, then
+                    // the decoded tokens).
+                    let tokens = if a.checkpoints.is_empty() { prompt_len.max(context) } else { a.round_trip } + gen;
+                    let state_len = asked.unwrap_or_else(|| state_len_for(&model, tokens));
                     points.push(Point { threads: t, prompt_len, gen, context, state_len });
                 }
             }
@@ -137,7 +142,7 @@ pub fn run(a: &Args) -> Result<()> {
         }
         reset_peak_rss();
         let pool = Pool::new(p.threads)?;
-        let mut report = describe(a.session.model.path(), &model, &pool, state_len)?;
+        let mut report = describe(a.session.model.path(), &model, &pool, p.state_len)?;
         report["model_pages"] = json!(match file.pages() {
             Pages::Huge => "huge",
             Pages::Mapped => "mapped",
@@ -183,6 +188,16 @@ pub fn run(a: &Args) -> Result<()> {
     Ok(())
 }
 
+/// The state capacity a session of `tokens` tokens needs: the slots it reaches, within the
+/// file's capacity and never below `chunk_len` (the least a session holds). A growable
+/// state's arena is then as large as the context it is measured at, as llama-bench sizes
+/// its KV cache to each test; a fixed state's is the file's.
+fn state_len_for(model: &Model<'_>, tokens: usize) -> usize {
+    let (cfg, capacity) = (model.config(), model.header().state_capacity as usize);
+    let reached = state_slots(cfg, capacity).nth(tokens.saturating_sub(1)).unwrap_or(0);
+    reached.max(cfg.chunk_len as usize).min(capacity)
+}
+
 /// The model, the machine and the bytes one decode step reads.
 fn describe(path: &std::path::Path, model: &Model<'_>, pool: &Pool, state_len: usize) -> Result<Value> {
     let cfg = model.config();
@@ -195,8 +210,9 @@ fn describe(path: &std::path::Path, model: &Model<'_>, pool: &Pool, state_len: u
     }
     let dtype = model.matrix(Role::Wq, 0).dtype.name();
     // Attention reads every state slot and the window's keys and values, stored as the
-    // cache dtype, for each head of each layer. Steady state: the state is full and the window holds
-    // `window_len - chunk_len + r` tokens, r = 1..=chunk_len, so on average this many.
+    // cache dtype, for each head of each layer. Steady state: all `state_len` slots are in
+    // use and the window holds `window_len - chunk_len + r` tokens, r = 1..=chunk_len, so
+    // on average this many.
     let (c, w) = (cfg.chunk_len as f64, cfg.window_len() as f64);
     let state_bytes = position_bytes(model) * (state_len as f64 + w - c + (c + 1.0) / 2.0);
     Ok(json!({
@@ -225,11 +241,11 @@ fn position_bytes(model: &Model<'_>) -> f64 {
 }
 
 /// Positions the step at position `t` attends to: its window's tokens, and once the
-/// context outgrows the window, every one of `state_len` state slots (taken as full).
-fn positions_read(cfg: &Config, state_len: usize, t: usize) -> usize {
+/// context outgrows the window, the `slots` the state holds then.
+fn positions_read(cfg: &Config, slots: usize, t: usize) -> usize {
     let n = t + 1;
     let window = n - bswa_begin(cfg, n);
-    window + if n > cfg.window_len() { state_len } else { 0 }
+    window + if n > cfg.window_len() { slots } else { 0 }
 }
 
 /// The median of `v` (sorted in place).

@@ -19,9 +19,9 @@ pub(super) fn print_table(reports: &[Value], format: Format) {
     let mut rows: Vec<Vec<String>> = Vec::new();
     let long = reports.iter().any(|r| r["checkpoints"].is_array());
     let head: &[&str] = if long {
-        &["model", "dtype", "cache", "threads", "position", "ms/token", "best chunk ms", "rss MiB"]
+        &["model", "dtype", "cache", "threads", "position", "ms/token", "best chunk ms", "slots", "rss MiB"]
     } else {
-        &["model", "dtype", "params", "cache", "threads", "test", "tok/s", "peak MiB"]
+        &["model", "dtype", "params", "cache", "threads", "test", "tok/s", "slots", "peak MiB"]
     };
     let num = |x: &Value, digits: usize| x.as_f64().map_or_else(|| "?".into(), |v| format!("{v:.digits$}"));
     let mib = |x: &Value| num(&Value::from(x.as_f64().unwrap_or(f64::NAN) / (1u64 << 20) as f64), 1);
@@ -32,7 +32,8 @@ pub(super) fn print_table(reports: &[Value], format: Format) {
             for c in r["checkpoints"].as_array().into_iter().flatten() {
                 let mut row = common.to_vec();
                 row.extend([s("cache"), r["threads"].to_string(), c["pos"].to_string()]);
-                row.extend([num(&c["ms_per_tok"], 4), num(&c["best_chunk_ms_per_tok"], 4), mib(&c["rss_bytes"])]);
+                row.extend([num(&c["ms_per_tok"], 4), num(&c["best_chunk_ms_per_tok"], 4)]);
+                row.extend([c["state_slots"].to_string(), mib(&c["rss_bytes"])]);
                 rows.push(row);
             }
             continue;
@@ -40,9 +41,10 @@ pub(super) fn print_table(reports: &[Value], format: Format) {
         let params = format!("{:.2} M", r["params"].as_f64().unwrap_or(0.0) / 1e6);
         let context = r["context"].as_u64().unwrap_or(0);
         let depth = if context > 0 { format!(" @ d{context}") } else { String::new() };
-        for (test, rate) in [
-            (format!("pp{}", r["prompt_len"]), &r["prefill_tok_s"]),
-            (format!("tg{}{depth}", r["gen"]), &r["decode_tok_s"]),
+        // The slots a test's last token read: a growable state's size at that depth.
+        for (test, rate, slots) in [
+            (format!("pp{}", r["prompt_len"]), &r["prefill_tok_s"], &r["prefill_state_slots"]),
+            (format!("tg{}{depth}", r["gen"]), &r["decode_tok_s"], &r["decode_state_slots"]),
         ] {
             let mut row = common.to_vec();
             row.extend([
@@ -51,6 +53,7 @@ pub(super) fn print_table(reports: &[Value], format: Format) {
                 r["threads"].to_string(),
                 test,
                 num(rate, 2),
+                slots.to_string(),
                 mib(&r["peak_rss_bytes"]),
             ]);
             rows.push(row);
@@ -121,6 +124,12 @@ pub(super) fn print_report(r: &Value) {
             100.0 * f("decode_wait_fraction"),
             f("prefill_tok_s_adj"),
             f("decode_tok_s_adj")
+        );
+    }
+    if r.get("decode_state_slots").is_some() {
+        println!(
+            "state          {} slots after the prompt, {} at the last decoded token (room for {})",
+            r["prefill_state_slots"], r["decode_state_slots"], r["state_len"]
         );
     }
     if let Some(rows) = r["checkpoints"].as_array() {

@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use kvm_core::exec::{Exec, HeadFn, PieceFn, Product};
 use kvm_core::kernels;
 use kvm_core::sampler::Pcg32;
-use kvm_core::state::Phase;
+use kvm_core::state::{state_slots, Phase};
 use kvm_core::tensor::Matrix;
 use kvm_core::{Model, Session};
 use kvm_runtime::arena::Arena;
@@ -100,6 +100,7 @@ pub(super) fn speed(a: &Args, p: &Point, model: &Model<'_>, pool: &Pool, report:
     let (prompt, context) = (&prompt[..p.prompt_len], &prompt[..p.context]);
     let (mut prefill_tok_s, mut decode_tok_s, mut matmul_frac, mut head_frac) = (vec![], vec![], vec![], vec![]);
     let (mut prefill_wait, mut decode_wait) = (vec![], vec![]);
+    let (mut prefill_slots, mut decode_slots) = (0, 0);
     let threads = pool.threads();
     let mut run = Run::new(*model, p.state_len)?;
     for _ in 0..a.runs {
@@ -108,6 +109,7 @@ pub(super) fn speed(a: &Args, p: &Point, model: &Model<'_>, pool: &Pool, report:
             timed(threads, || prefill(&mut session, prompt, Phase::Prefill, pool).context("prefill"))?;
         prefill_tok_s.push(p.prompt_len as f64 / secs);
         prefill_wait.push(wait);
+        prefill_slots = session.state_slots();
         if p.context != p.prompt_len {
             session.reset();
             if !context.is_empty() {
@@ -126,6 +128,7 @@ pub(super) fn speed(a: &Args, p: &Point, model: &Model<'_>, pool: &Pool, report:
         })?;
         decode_tok_s.push(p.gen as f64 / secs);
         decode_wait.push(wait);
+        decode_slots = session.state_slots();
         matmul_frac.push(Duration::from_nanos(timed_exec.matmul.load(Ordering::Relaxed)).as_secs_f64() / secs);
         head_frac.push(Duration::from_nanos(timed_exec.head.load(Ordering::Relaxed)).as_secs_f64() / secs);
     }
@@ -145,10 +148,16 @@ pub(super) fn speed(a: &Args, p: &Point, model: &Model<'_>, pool: &Pool, report:
     report["prompt_len"] = json!(p.prompt_len);
     report["gen"] = json!(p.gen);
     report["context"] = json!(p.context);
-    // The state bytes of the timed steps, on average (`state_bytes_per_token` is the steady
-    // state's).
-    let positions: usize = (p.context..p.context + p.gen).map(|t| positions_read(model.config(), p.state_len, t)).sum();
+    // The state bytes of the timed steps, on average, with the slots each step reads
+    // (`state_bytes_per_token` is a full state's).
+    let cfg = model.config();
+    let slots = state_slots(cfg, p.state_len).skip(p.context);
+    let positions: usize = (p.context..p.context + p.gen).zip(slots).map(|(t, s)| positions_read(cfg, s, t)).sum();
     report["decode_state_bytes_per_token"] = json!((position_bytes(model) * positions as f64 / p.gen as f64) as u64);
+    // The slots the state holds after the timed prompt and after the timed decode (the
+    // last decoded token read them).
+    report["prefill_state_slots"] = json!(prefill_slots);
+    report["decode_state_slots"] = json!(decode_slots);
     report["prefill_tok_s"] = json!(median(&mut prefill_tok_s));
     report["decode_tok_s"] = json!(decode);
     report["decode_ms_per_tok"] = json!(1e3 / decode);
