@@ -10,7 +10,7 @@ use crate::format::Role;
 use crate::kernels;
 use crate::math::{all_finite, axpy, elu, layer_norm, layer_norm_inplace, rope_apply, rope_tables};
 use crate::model::Model;
-use crate::state::{Acts, Counters, HeadReader, HeadState, LayerState, Layout, Phase, Scratch, Segment};
+use crate::state::{Acts, Counters, HeadReader, HeadState, LayerState, Layout, Phase, Scratch, Segment, SEGMENT_LEN};
 use crate::tensor::{Matrix, Vector};
 
 /// An observation point of the forward pass, for tests and debugging.
@@ -291,16 +291,28 @@ fn attention(
             }
         }
 
-        // o: [n_heads, i1 - i0, d_v] into v's rows of the segment, which the pushes consumed
+        // o: [n_heads, i1 - i0, d_v] into v's rows of the segment, which the pushes consumed;
+        // several queries of a head read each key once (a batch's scratch holds them).
         let seg = i1 - i0;
         let (q, st): (&[f32], &LayerState<'_>) = (x.q, st);
         let o = &mut x.v[i0 * vd..i1 * vd];
-        let scores_len = s.scores.len() / h_n;
-        exec.heads(o, seg * dv, s.scores, scores_len, &|h, out, scores| {
+        let many = seg > 1 && !x.scores.is_empty();
+        let scratch: &mut [f32] = if many { x.scores } else { s.scores };
+        let scratch_len = scratch.len() / h_n;
+        exec.heads(o, seg * dv, scratch, scratch_len, &|h, out, scratch| {
             let reader = HeadReader::new(st, h, cfg, st_len);
-            for ((i, plan), out) in (i0..i1).zip(plans).zip(out.chunks_exact_mut(dv)) {
-                let q = &q[i * qd + h * dk..i * qd + (h + 1) * dk];
-                reader.attend(q, plan, temps(h), scores, out);
+            let query = |i: usize| &q[i * qd + h * dk..i * qd + (h + 1) * dk];
+            if many {
+                // qs: [seg, d_qk], this head's queries
+                let (qs, scratch) = scratch.split_at_mut(SEGMENT_LEN * dk);
+                for (i, row) in (i0..i1).zip(qs.chunks_exact_mut(dk)) {
+                    row.copy_from_slice(query(i));
+                }
+                reader.attend_many(&qs[..seg * dk], plans, temps(h), scratch, out);
+            } else {
+                for ((i, plan), out) in (i0..i1).zip(plans).zip(out.chunks_exact_mut(dv)) {
+                    reader.attend(query(i), plan, temps(h), scratch, out);
+                }
             }
         });
         // concat o_h: [i1 - i0, n_heads * d_v]

@@ -30,6 +30,7 @@ use crate::cache::{CacheDtype, Rows, RowsMut, SlotReads};
 use crate::config::Config;
 use crate::error::{ConfigField, Error, Result};
 use crate::kernels;
+use crate::state::plan::SEGMENT_LEN;
 
 /// Required alignment of the arena's first byte.
 pub const ARENA_ALIGN: usize = 64;
@@ -67,6 +68,9 @@ pub struct Layout {
     row_widths: [usize; ROW_PARTS],
     /// The widest input a matrix kernel sees.
     widest_input: usize,
+    /// f32s a batch of several tokens keeps for its segments' attention scores
+    /// ([`Acts::scores`]).
+    segment_scores: usize,
 }
 
 const LAYER_PARTS: usize = 12;
@@ -146,6 +150,10 @@ impl Layout {
             cfg.rope_dim as usize / 2, // RoPE sin
         ];
         let widest_input = d.max(cfg.d_vgate as usize).max(cfg.v_dim()).max(cfg.d_ff as usize);
+        // Per head: a segment's queries (`[SEGMENT_LEN, dk]`), their scores and their dot
+        // products as the kernels write them (`[SEGMENT_LEN, s + w]` each).
+        let per_head = mul(2 * SEGMENT_LEN, s.checked_add(w).ok_or(too_big)?)?.checked_add(mul(SEGMENT_LEN, dk)?);
+        let segment_scores = mul(h, per_head.ok_or(too_big)?)?;
         let sum = |sizes: &[usize]| sizes.iter().try_fold(0usize, |acc, &n| acc.checked_add(pad(n)));
         let step_len = sum(&step_sizes).ok_or(too_big)?;
         let n_layers = cfg.n_layers as usize;
@@ -161,6 +169,7 @@ impl Layout {
             step_sizes,
             row_widths,
             widest_input,
+            segment_scores,
         };
         let layer_words = core::array::from_fn::<_, LAYER_PARTS, _>(|i| lay.layer_part_words(i));
         lay.layer_len = sum(&layer_words).ok_or(too_big)?;
@@ -195,7 +204,18 @@ impl Layout {
     /// [`crate::Session::step_batch`]).
     pub fn acts_len(&self, n: usize) -> Option<usize> {
         let rows = self.row_widths.iter().try_fold(0usize, |acc, &w| acc.checked_add(pad(w.checked_mul(n)?)))?;
+        let rows = rows.checked_add(pad(self.segment_scores_len(n)))?;
         rows.checked_add(pad(kernels::matmul_scratch_len(self.widest_input, n).div_ceil(4)))
+    }
+
+    /// f32s of [`Acts::scores`] for `n` tokens: none for one, whose attention has the
+    /// step scratch's scores.
+    fn segment_scores_len(&self, n: usize) -> usize {
+        if n < 2 {
+            0
+        } else {
+            self.segment_scores
+        }
     }
 
     /// f32s of the persistent part (counters + every layer's state).
@@ -397,6 +417,10 @@ pub(crate) struct Acts<'s> {
     /// `[n, rope_dim / 2]` bf16-rounded RoPE tables of each token's position.
     pub cos: &'s mut [f32],
     pub sin: &'s mut [f32],
+    /// `[n_heads, SEGMENT_LEN * (d_qk + 2 * (state_len + window_len))]` for several tokens,
+    /// else empty: each head's queries of a segment, their attention scores and their dot
+    /// products as the kernels write them (`HeadReader::attend_many`).
+    pub scores: &'s mut [f32],
     /// Kernel scratch (quantized activations).
     pub act: &'s mut [u8],
 }
@@ -419,6 +443,7 @@ impl<'s> Acts<'s> {
             ff: take(&mut buf, z[10]),
             cos: take(&mut buf, z[11]),
             sin: take(&mut buf, z[12]),
+            scores: take(&mut buf, lay.segment_scores_len(n)),
             act: bytemuck::cast_slice_mut(take(&mut buf, kernels::matmul_scratch_len(lay.widest_input, n).div_ceil(4))),
         }
     }

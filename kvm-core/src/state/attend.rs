@@ -40,30 +40,86 @@ impl<'l, 's> HeadReader<'l, 's> {
     /// token's `plan` leaves (when it reads the state) and window tokens
     /// `[window_begin, t]`; writes `out` (`d_v`).
     pub fn attend(&self, q: &[f32], plan: &Plan, temps: (f32, f32), scores: &mut [f32], out: &mut [f32]) {
-        let (dk, dv) = (self.cfg.d_qk as usize, self.cfg.d_v as usize);
-        let scale = 1.0 / libm::sqrtf(dk as f32);
-        let (front_temp, state_temp) = temps;
-        let n_state = if plan.read_state { plan.slots_after } else { 0 };
+        let dk = self.cfg.d_qk as usize;
+        let n_state = self.state_read(plan);
         let n_window = plan.t + 1 - plan.window_begin;
         let scores = &mut scores[..n_state + n_window];
         let (state_scores, window_scores) = scores.split_at_mut(n_state);
+        self.state_rows(n_state).0.dots(q, state_scores);
+        let mut at = 0;
+        for span in ring_spans(self.cfg, self.h, plan.window_begin, plan.t + 1) {
+            self.st.wk.as_rows().rows(span.start, span.end, dk).dots(q, &mut window_scores[at..at + span.len()]);
+            at += span.len();
+        }
+        self.finish(plan, temps, scores, out);
+    }
+
+    /// [`HeadReader::attend`] of the `m = plans.len()` queries `qs` (`[m, d_qk]`) of one
+    /// segment ([`crate::state::Segment`]): tokens of one chunk, which read the same state
+    /// slots and window tokens from the same first one, each up to its own. Every key is
+    /// read once for all the queries ([`kernels::dots_many`]); each query's scores, and
+    /// so its `outs` row (`[m, d_v]`), are the bits `attend` gives. `scratch` holds
+    /// `2 * m * (n_state + n_window)` values of the last query's reads.
+    pub fn attend_many(&self, qs: &[f32], plans: &[Plan], temps: (f32, f32), scratch: &mut [f32], outs: &mut [f32]) {
+        let (dk, dv, m) = (self.cfg.d_qk as usize, self.cfg.d_v as usize, plans.len());
+        let Some(last) = plans.last() else { return };
+        let n_state = self.state_read(last);
+        let len = n_state + last.t + 1 - last.window_begin;
+        let (scores, dots) = scratch[..2 * m * len].split_at_mut(m * len);
+        // Each run of keys against every query, `[m, run]`, into each query's row.
+        let mut spread = |rows: crate::cache::Rows<'_>, n: usize, at: usize| {
+            rows.dots_many(qs, dk, &mut dots[..m * n]);
+            for (row, d) in scores.chunks_exact_mut(len).zip(dots.chunks_exact(n.max(1))) {
+                row[at..at + n].copy_from_slice(&d[..n]);
+            }
+        };
+        if n_state > 0 {
+            spread(self.state_rows(n_state).0, n_state, 0);
+        }
+        let mut at = n_state;
+        for span in ring_spans(self.cfg, self.h, last.window_begin, last.t + 1) {
+            if !span.is_empty() {
+                spread(self.st.wk.as_rows().rows(span.start, span.end, dk), span.len(), at);
+            }
+            at += span.len();
+        }
+        for ((plan, row), out) in plans.iter().zip(scores.chunks_exact_mut(len)).zip(outs.chunks_exact_mut(dv)) {
+            debug_assert_eq!((self.state_read(plan), plan.window_begin), (n_state, last.window_begin));
+            self.finish(plan, temps, &mut row[..n_state + plan.t + 1 - plan.window_begin], out);
+        }
+    }
+
+    /// State slots a token of `plan` reads.
+    #[inline]
+    fn state_read(&self, plan: &Plan) -> usize {
+        if plan.read_state {
+            plan.slots_after
+        } else {
+            0
+        }
+    }
+
+    /// The head's first `n` state slots' keys and read values.
+    #[inline]
+    fn state_rows(&self, n: usize) -> (crate::cache::Rows<'_>, crate::cache::Rows<'_>) {
+        let (dk, dv) = (self.cfg.d_qk as usize, self.cfg.d_v as usize);
         let state = slot_index(self.h, self.state_len, 0);
-        let (nk, nv) = (self.st.nk.as_rows(), self.st.nv.as_rows());
-        let (nk, nv) = (nk.rows(state, state + n_state, dk), nv.rows(state, state + n_state, dv));
-        let (wk, wv) = (self.st.wk.as_rows(), self.st.wv.as_rows());
-        nk.dots(q, state_scores);
+        (self.st.nk.as_rows().rows(state, state + n, dk), self.st.nv.as_rows().rows(state, state + n, dv))
+    }
+
+    /// Attention after the dot products: `scores` (the state's, then the window's from
+    /// `window_begin` to `t`) scaled, their softmax, and the weighted sum of the values
+    /// into `out`.
+    fn finish(&self, plan: &Plan, temps: (f32, f32), scores: &mut [f32], out: &mut [f32]) {
+        let (dv, n_state) = (self.cfg.d_v as usize, self.state_read(plan));
+        let scale = 1.0 / libm::sqrtf(self.cfg.d_qk as f32);
+        let (front_temp, state_temp) = temps;
+        let (state_scores, window_scores) = scores.split_at_mut(n_state);
         for x in state_scores.iter_mut() {
             *x = *x * state_temp * scale;
         }
-        let spans = ring_spans(self.cfg, self.h, plan.window_begin, plan.t + 1);
-        let mut at = 0;
-        for span in spans.clone() {
-            let part = &mut window_scores[at..at + span.len()];
-            wk.rows(span.start, span.end, dk).dots(q, part);
-            for x in part.iter_mut() {
-                *x = *x * front_temp * scale;
-            }
-            at += span.len();
+        for x in window_scores.iter_mut() {
+            *x = *x * front_temp * scale;
         }
         let max = kernels::max(scores);
         kernels::exp_sub(scores, max);
@@ -73,10 +129,11 @@ impl<'l, 's> HeadReader<'l, 's> {
         }
         out.fill(0.0);
         let (state_scores, window_scores) = scores.split_at(n_state);
-        nv.weighted_sum(state_scores, out);
+        self.state_rows(n_state).1.weighted_sum(state_scores, out);
         let mut at = 0;
-        for span in spans {
-            wv.rows(span.start, span.end, dv).weighted_sum(&window_scores[at..at + span.len()], out);
+        for span in ring_spans(self.cfg, self.h, plan.window_begin, plan.t + 1) {
+            let part = &window_scores[at..at + span.len()];
+            self.st.wv.as_rows().rows(span.start, span.end, dv).weighted_sum(part, out);
             at += span.len();
         }
     }
