@@ -140,8 +140,9 @@ pub(super) unsafe fn run<G: Gemm>(
         let p1 = (p0 + PANEL).min(rows);
         for r0 in (p0..p1).step_by(tile0) {
             let real = tile0.min(p1 - r0);
-            // The next tile's weights, into L2 while this one runs: they come from memory.
-            let next = ((r0 + tile0) * rb).min(w.len());
+            // Weights four tiles ahead, into L2 while this one runs: they come from memory
+            // (one or two tiles ahead ran 0.97x and 0.99x as fast, a 24576 x 768 matrix).
+            let next = ((r0 + 4 * tile0) * rb).min(w.len());
             prefetch_lines(&w[next..(next + tile0 * rb).min(w.len())], Access::Later);
             // The rows past the panel's end repeat its last one, their sums dropped.
             let mut ptrs = [core::ptr::null::<f32>(); MAX_ROWS];

@@ -385,7 +385,7 @@ fn check_stored_entries<T: Stored>(t: Tier, entries: &Attention<T>, store: fn(f3
         }
     }
     for d in [1, 3, 15, 16, 17, 31, 32, 33, 64, 127, 128, 129] {
-        for n in [0, 1, 3, 4, 5, 9] {
+        for n in [0, 1, 3, 4, 5, 9, 16, 17, 37] {
             let ((rows, wide), x) = (stored(n * d, d as u32), values(d, 5 + n as u32));
             let (mut want, mut got) = (vec![f32::NAN; n], vec![f32::NAN; n]);
             scalar::dots(&wide, &x, &mut want);

@@ -1055,14 +1055,19 @@ fn dots_tile<T: StoredType<Float: Widen16>, const R: usize, const Q: usize>(
     }
     for (r, acc) in acc.iter().enumerate() {
         for (q, &a) in acc.iter().enumerate() {
-            let half = _mm256_add_ps(
-                _mm512_castps512_ps256(a),
-                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a))),
-            );
             let (row, x) = (&rows[r * d + body..(r + 1) * d], &xs[q * d + body..(q + 1) * d]);
-            out[(i0 + q) * n + j0 + r] = scalar::dot_tail(avx2::fold8(half), row, x);
+            out[(i0 + q) * n + j0 + r] = scalar::dot_tail(fold_lanes(a), row, x);
         }
     }
+}
+
+/// [`scalar::fold_lanes`] of one vector.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn fold_lanes(a: __m512) -> f32 {
+    let half =
+        _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a))));
+    avx2::fold8(half)
 }
 
 /// `R` rows of [`dots`] (`rows`: `[R, x.len()]`).
@@ -1085,11 +1090,7 @@ fn dot_rows<T: StoredType<Float: Widen16>, const R: usize>(rows: &[T], x: &[f32]
     }
     let mut out = [0f32; R];
     for (r, (o, a)) in out.iter_mut().zip(acc).enumerate() {
-        let half = _mm256_add_ps(
-            _mm512_castps512_ps256(a),
-            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a))),
-        );
-        *o = scalar::dot_tail(avx2::fold8(half), &rows[r * d + body..(r + 1) * d], &x[body..]);
+        *o = scalar::dot_tail(fold_lanes(a), &rows[r * d + body..(r + 1) * d], &x[body..]);
     }
     out
 }
