@@ -173,10 +173,8 @@ impl<W: Widen8 + FloatType> Kernel for Float<W> {
     }
 }
 
-/// `f32p` kernel: `R x T` accumulators of 4 lanes. A block's 32 weights rebuild 4 at a
-/// time: a table lookup spreads their 3 bytes into their lanes (the top byte twice, so the
-/// sign lands in bit 31), and each exponent nibble `d` becomes `(base - d) << 23` (zero
-/// for 15). The spilled weights of the head are added in scalar.
+/// `f32p` kernel: `R x T` accumulators of 4 lanes, each block's 32 weights rebuilt 4 at a
+/// time ([`f32p_block`]). The spilled weights of the head are added in scalar.
 pub(crate) struct Packed;
 
 impl Kernel for Packed {
@@ -184,10 +182,6 @@ impl Kernel for Packed {
 
     #[target_feature(enable = "neon")]
     unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], cols: usize) -> [[f32; T]; R] {
-        const SPREAD: [u8; 16] = [0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10, 11, 11];
-        // SAFETY: 16 readable bytes.
-        let spread = unsafe { vld1q_u8(SPREAD.as_ptr()) };
-        let (keep, field, fifteen) = (vdupq_n_u32(0x807F_FFFF), vdupq_n_u32(0x7F80_0000), vdupq_n_u32(15));
         let mut base = [vdupq_n_u32(0); R];
         let mut spills = [&[][..]; R];
         let mut blocks = [core::ptr::null::<u8>(); R];
@@ -201,25 +195,9 @@ impl Kernel for Packed {
             for r in 0..R {
                 // SAFETY: every row has `nb` blocks.
                 let p = unsafe { blocks[r].add(b * size_of::<BlockF32P>()) };
-                // SAFETY: the block's 112 bytes are readable: 16 at 96 and at 12 g.
-                let e = unsafe { vld1q_u8(p.add(96)) };
-                // Nibbles of weights 0..16 (low) and 16..32 (high), widened to 32 lanes.
-                let mut ds = [vdupq_n_u32(0); 8];
-                for (half, n) in [vandq_u8(e, vdupq_n_u8(15)), vshrq_n_u8::<4>(e)].into_iter().enumerate() {
-                    let (lo, hi) = (vmovl_u8(vget_low_u8(n)), vmovl_high_u8(n));
-                    ds[4 * half..4 * half + 4].copy_from_slice(&[
-                        vmovl_u16(vget_low_u16(lo)),
-                        vmovl_high_u16(lo),
-                        vmovl_u16(vget_low_u16(hi)),
-                        vmovl_high_u16(hi),
-                    ]);
-                }
-                for (g, d) in ds.into_iter().enumerate() {
-                    // SAFETY: as above.
-                    let m = vreinterpretq_u32_u8(vqtbl1q_u8(unsafe { vld1q_u8(p.add(12 * g)) }, spread));
-                    let e = vandq_u32(vshlq_n_u32::<23>(vsubq_u32(base[r], d)), field);
-                    let e = vbicq_u32(e, vceqq_u32(d, fifteen));
-                    let wv = vreinterpretq_f32_u32(vorrq_u32(vandq_u32(m, keep), e));
+                // SAFETY: a whole block.
+                let ws = unsafe { f32p_block(p, base[r]) };
+                for (g, wv) in ws.into_iter().enumerate() {
                     for t in 0..T {
                         // SAFETY: `a[t]` holds `cols` floats, whole blocks.
                         let x = unsafe { vld1q_f32(a[t].as_ptr().add(b * QK + 4 * g)) };
@@ -236,6 +214,63 @@ impl Kernel for Packed {
         }
         out
     }
+}
+
+/// The 32 weights of the f32p block at `p` as eight vectors of 4 (its head's spills not
+/// applied), under the row's base exponent `base` (in every lane). A table lookup spreads
+/// 4 weights' 3 bytes into their lanes (the top byte twice, so the sign lands in bit 31),
+/// and each exponent nibble `d` becomes `(base - d) << 23` (zero for 15).
+///
+/// # Safety
+/// NEON is enabled in the (inlining) caller; `p` points at a whole block (112 bytes).
+#[inline(always)]
+unsafe fn f32p_block(p: *const u8, base: uint32x4_t) -> [float32x4_t; 8] {
+    const SPREAD: [u8; 16] = [0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10, 11, 11];
+    // SAFETY: the block's 112 bytes are readable: 16 at 96 and at 12 g; `SPREAD` 16 bytes.
+    unsafe {
+        let spread = vld1q_u8(SPREAD.as_ptr());
+        let (keep, field, fifteen) = (vdupq_n_u32(0x807F_FFFF), vdupq_n_u32(0x7F80_0000), vdupq_n_u32(15));
+        let e = vld1q_u8(p.add(96));
+        // Nibbles of weights 0..16 (low) and 16..32 (high), widened to 32 lanes.
+        let mut ds = [vdupq_n_u32(0); 8];
+        for (half, n) in [vandq_u8(e, vdupq_n_u8(15)), vshrq_n_u8::<4>(e)].into_iter().enumerate() {
+            let (lo, hi) = (vmovl_u8(vget_low_u8(n)), vmovl_high_u8(n));
+            ds[4 * half..4 * half + 4].copy_from_slice(&[
+                vmovl_u16(vget_low_u16(lo)),
+                vmovl_high_u16(lo),
+                vmovl_u16(vget_low_u16(hi)),
+                vmovl_high_u16(hi),
+            ]);
+        }
+        let mut out = [vdupq_n_f32(0.0); 8];
+        for (g, (o, d)) in out.iter_mut().zip(ds).enumerate() {
+            let m = vreinterpretq_u32_u8(vqtbl1q_u8(vld1q_u8(p.add(12 * g)), spread));
+            let e = vandq_u32(vshlq_n_u32::<23>(vsubq_u32(base, d)), field);
+            let e = vbicq_u32(e, vceqq_u32(d, fifteen));
+            *o = vreinterpretq_f32_u32(vorrq_u32(vandq_u32(m, keep), e));
+        }
+        out
+    }
+}
+
+/// Decodes an f32p row (`out.len()` weights): its blocks 32 weights at a time, then its
+/// spills, as [`scalar::dequant_row`] does.
+///
+/// # Safety
+/// NEON is present; `row` holds `out.len()` weights of f32p.
+#[target_feature(enable = "neon")]
+unsafe fn dequant_f32p(row: &[u8], out: &mut [f32]) {
+    let (base, spills, blocks) = f32p_row(row, out.len());
+    let base = vdupq_n_u32(base);
+    for (b, o) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+        // SAFETY: a whole block; `o` holds 32 values.
+        unsafe {
+            for (g, v) in f32p_block((b as *const BlockF32P).cast(), base).into_iter().enumerate() {
+                vst1q_f32(o.as_mut_ptr().add(4 * g), v);
+            }
+        }
+    }
+    scalar::apply_f32p_spills(spills, out);
 }
 
 /// An integer format whose blocks widen to 32 signed bytes, with an f16 scale first.
@@ -825,7 +860,7 @@ unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
             DType::Q8_0 | DType::Q8_0x16 => blocks_row::<Q8>(row, out),
             // An interleaved row comes in its plain form (as `scalar::dequant_row`).
             DType::Q4_0 | DType::Q4_0x16 => blocks_row::<Q4>(row, out),
-            DType::F32P => scalar::dequant_row(dtype, row, out),
+            DType::F32P => dequant_f32p(row, out),
         }
     }
 }
