@@ -87,11 +87,16 @@ pub(crate) trait Gemm: Kernels {
     /// # Safety
     /// The CPU supports the tier; `xt` holds `cols * BLOCK` values, 64-byte aligned.
     unsafe fn transpose(xs: &[f32], cols: usize, xt: &mut [f32]) {
-        let n = xs.len() / cols;
-        for (c, col) in xt.chunks_exact_mut(BLOCK).enumerate() {
-            for (t, v) in col.iter_mut().enumerate() {
-                *v = if t < n { xs[t * cols + c] } else { 0.0 };
-            }
+        transpose_columns(xs, cols, 0, xt);
+    }
+}
+
+/// [`Gemm::transpose`] of the columns from `c0` on: a tier's tail past its whole blocks.
+pub(crate) fn transpose_columns(xs: &[f32], cols: usize, c0: usize, xt: &mut [f32]) {
+    let n = xs.len() / cols;
+    for (c, col) in xt.chunks_exact_mut(BLOCK).enumerate().skip(c0) {
+        for (t, v) in col.iter_mut().enumerate() {
+            *v = if t < n { xs[t * cols + c] } else { 0.0 };
         }
     }
 }
@@ -179,7 +184,7 @@ pub(super) unsafe fn run<G: Gemm>(
     true
 }
 
-#[cfg(all(test, target_arch = "x86_64"))]
+#[cfg(all(test, any(target_arch = "x86_64", target_arch = "aarch64")))]
 mod tests {
     extern crate std;
     use std::vec;
@@ -187,30 +192,41 @@ mod tests {
     use super::*;
     use crate::kernels::tests::values;
     use crate::kernels::tier::{supported, Tier};
-    use crate::kernels::x86_64::{avx2::Avx2, avx512::Avx512};
 
-    /// The x86 tiers run their batch kernel, given the scratch, from [`MIN_TOKENS`] on,
-    /// and leave a smaller batch, or one with too little scratch, to decode's tiles.
-    #[test]
-    fn x86_tiers_take_batches_with_scratch() {
+    /// Tier `K` (`tier`, if the CPU supports it) runs its batch kernel, given the scratch,
+    /// from [`MIN_TOKENS`] on, and leaves a smaller batch, or one with too little scratch,
+    /// to decode's tiles.
+    fn takes_batches_with_scratch<K: Kernels>(tier: Tier) {
+        if !supported(tier) {
+            return;
+        }
         let (rows, cols) = (7, 40);
         let w: vec::Vec<u8> = values(rows * cols, 1).iter().flat_map(|v| v.to_le_bytes()).collect();
-        let ran = |tier: Tier, n: usize, scratch: usize| {
+        let ran = |n: usize, scratch: usize| {
             let (xs, mut ys) = (values(n * cols, 2), vec![0f32; n * rows]);
             let mut s = vec![0u8; scratch];
             // SAFETY: `supported` checked the CPU; the shapes are whole.
-            unsafe {
-                match tier {
-                    Tier::Avx2 => Avx2::gemm(DType::F32, &w, 4 * cols, cols, &xs, &mut ys, rows, &mut s),
-                    _ => Avx512::gemm(DType::F32, &w, 4 * cols, cols, &xs, &mut ys, rows, &mut s),
-                }
-            }
+            unsafe { K::gemm(DType::F32, &w, 4 * cols, cols, &xs, &mut ys, rows, &mut s) }
         };
-        for tier in [Tier::Avx2, Tier::Avx512].into_iter().filter(|&t| supported(t)) {
-            let n = MIN_TOKENS;
-            assert!(ran(tier, n, scratch_len(cols, n)), "{tier}");
-            assert!(!ran(tier, n - 1, scratch_len(cols, n)), "{tier}");
-            assert!(!ran(tier, n, scratch_len(cols, n) / 2), "{tier}");
-        }
+        let n = MIN_TOKENS;
+        assert!(ran(n, scratch_len(cols, n)), "{tier}");
+        assert!(!ran(n - 1, scratch_len(cols, n)), "{tier}");
+        assert!(!ran(n, scratch_len(cols, n) / 2), "{tier}");
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn x86_tiers_take_batches_with_scratch() {
+        use crate::kernels::x86_64::{avx2::Avx2, avx512::Avx512};
+        takes_batches_with_scratch::<Avx2>(Tier::Avx2);
+        takes_batches_with_scratch::<Avx512>(Tier::Avx512);
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_tiers_take_batches_with_scratch() {
+        use crate::kernels::aarch64::neon::{Neon, NeonDot};
+        takes_batches_with_scratch::<Neon>(Tier::Neon);
+        takes_batches_with_scratch::<NeonDot>(Tier::NeonDot);
     }
 }

@@ -4,13 +4,17 @@
 //! Float weights widen 8 at a time to two f32x4 and meet the activation in FMAs; f16
 //! widens with `fcvtl`, written as inline assembly because the f16 vector intrinsics need a
 //! newer compiler than the crate's MSRV; f32p weights rebuild 4 at a time from their bytes
-//! (a table lookup) and exponent nibbles ([`Packed`]). Integer formats take `i8 x i8`
-//! products of a whole block: `smull` + `smlal2` pairs (at most 2 * 128 * 127, which fits
-//! i16) widened into i32 lanes, or four `sdot`-accumulated byte quads per lane. q4_0x16 and
-//! q8_0x16 groups hold 4 rows of 4 bytes in a vector, so the activation quad they meet is
-//! one lane: `sdot` by element, or that quad broadcast for the widening multiplies
-//! ([`Interleaved`]). The two tiers share everything but that one step, and give the scalar
-//! tier's bits (see [`Quant`]).
+//! (a table lookup) and exponent nibbles ([`Packed`]). A batch of tokens (prefill) meets
+//! float weights in [`gemm`]'s product, one tile for both tiers: a quad of a row's weights
+//! in a register, each lane against a column's vectors of tokens in FMAs by element
+//! ([`gemm_tile`]).
+//!
+//! Integer formats take `i8 x i8` products of a whole block: `smull` + `smlal2` pairs (at
+//! most 2 * 128 * 127, which fits i16) widened into i32 lanes, or four `sdot`-accumulated
+//! byte quads per lane. q4_0x16 and q8_0x16 groups hold 4 rows of 4 bytes in a vector, so
+//! the activation quad they meet is one lane: `sdot` by element, or that quad broadcast for
+//! the widening multiplies ([`Interleaved`]). The two tiers share everything but that one
+//! step, and give the scalar tier's bits (see [`Quant`]).
 
 use core::arch::aarch64::*;
 use core::arch::asm;
@@ -18,6 +22,7 @@ use core::marker::PhantomData;
 
 use half::f16;
 
+use crate::kernels::gemm::{self, Gemm, BLOCK};
 use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32, I8};
 use crate::quant::{f32p_row, BlockF32P, DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
 
@@ -45,6 +50,20 @@ impl Kernels for Neon {
         // SAFETY: the caller guarantees NEON.
         unsafe { dequant_row(dtype, row, out) }
     }
+
+    unsafe fn gemm(
+        dtype: DType,
+        w: &[u8],
+        rb: usize,
+        cols: usize,
+        xs: &[f32],
+        ys: &mut [f32],
+        ld: usize,
+        scratch: &mut [u8],
+    ) -> bool {
+        // SAFETY: forwarded.
+        unsafe { gemm::run::<Self>(dtype, w, rb, cols, xs, ys, ld, scratch) }
+    }
 }
 
 impl Kernels for NeonDot {
@@ -65,6 +84,234 @@ impl Kernels for NeonDot {
     unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
         // SAFETY: the caller guarantees NEON.
         unsafe { dequant_row(dtype, row, out) }
+    }
+
+    unsafe fn gemm(
+        dtype: DType,
+        w: &[u8],
+        rb: usize,
+        cols: usize,
+        xs: &[f32],
+        ys: &mut [f32],
+        ld: usize,
+        scratch: &mut [u8],
+    ) -> bool {
+        // SAFETY: forwarded.
+        unsafe { gemm::run::<Self>(dtype, w, rb, cols, xs, ys, ld, scratch) }
+    }
+}
+
+/// The two tiers, whose float kernels are the same: one batch product ([`Gemm`]) for both.
+pub(crate) trait FloatTier: Kernels {}
+
+impl FloatTier for Neon {}
+impl FloatTier for NeonDot {}
+
+impl<K: FloatTier> Gemm for K {
+    const LANES: usize = 4;
+
+    /// 6 rows by 4 vectors of tokens: 24 accumulators, 6 weight quads and 2 token vectors
+    /// in the 32 registers. One or two vectors take 12 or 8 rows, whose quads take a
+    /// register for each accumulator or two.
+    fn rows(vecs: usize) -> usize {
+        match vecs {
+            1 => 12,
+            2 => 8,
+            _ => 6,
+        }
+    }
+
+    #[target_feature(enable = "neon")]
+    unsafe fn tile(w: &[*const f32], xt: *const f32, cols: usize, vecs: usize, out: &mut [f32]) {
+        let width = vecs * 4;
+        // SAFETY: (every arm) `rows(vecs)` pointers; `xt` holds `BLOCK >= width` tokens per
+        // column and `out` `rows(vecs)` rows of `width`, so each strip of vectors from
+        // `v0` fits; the rest forwarded.
+        unsafe {
+            match vecs {
+                1 => gemm_tile::<12, 1>(w, xt, cols, out, width),
+                2 => gemm_tile::<8, 2>(w, xt, cols, out, width),
+                _ => {
+                    for v0 in (0..vecs).step_by(4) {
+                        let (xt, out) = (xt.add(4 * v0), &mut out[4 * v0..]);
+                        match vecs - v0 {
+                            1 => gemm_tile::<6, 1>(w, xt, cols, out, width),
+                            2 => gemm_tile::<6, 2>(w, xt, cols, out, width),
+                            3 => gemm_tile::<6, 3>(w, xt, cols, out, width),
+                            _ => gemm_tile::<6, 4>(w, xt, cols, out, width),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// 4 tokens by up to 4 rows at a time: a 4 x 4 transpose (rows past `rows` zero), then
+    /// each token's values in one store (two for 3 rows).
+    #[target_feature(enable = "neon")]
+    unsafe fn store(out: &[f32], width: usize, rows: usize, n: usize, ys: &mut [f32], ld: usize) {
+        for r0 in (0..rows).step_by(4) {
+            let real = (rows - r0).min(4);
+            for t0 in (0..n).step_by(4) {
+                // (Whole loops with a test inside, not `take`: unrolled, the 4 vectors stay in
+                // registers.)
+                let mut r4 = [vdupq_n_f32(0.0); 4];
+                for (r, v) in r4.iter_mut().enumerate() {
+                    if r < real {
+                        // SAFETY: row `r0 + r < rows` holds `width >= t0 + 4` values
+                        // (`width` is whole vectors of 4).
+                        *v = unsafe { vld1q_f32(out.as_ptr().add((r0 + r) * width + t0)) };
+                    }
+                }
+                for (j, v) in transpose4(r4).into_iter().enumerate() {
+                    if t0 + j < n {
+                        // SAFETY: token `t0 + j < n` has `rows >= r0 + real` values at
+                        // `(t0 + j) * ld`.
+                        unsafe { store_lanes(ys.as_mut_ptr().add((t0 + j) * ld + r0), v, real) };
+                    }
+                }
+            }
+        }
+    }
+
+    /// 4 x 4 blocks in 8 shuffles each; the columns past the last whole 4 as the default
+    /// does.
+    #[target_feature(enable = "neon")]
+    unsafe fn transpose(xs: &[f32], cols: usize, xt: &mut [f32]) {
+        let n = xs.len() / cols;
+        let body = cols - cols % 4;
+        for t0 in (0..BLOCK).step_by(4) {
+            for c0 in (0..body).step_by(4) {
+                // Token `t0 + i`'s 4 values from column `c0`, zero past the last token.
+                let mut rows = [vdupq_n_f32(0.0); 4];
+                for (i, row) in rows.iter_mut().enumerate() {
+                    if t0 + i < n {
+                        // SAFETY: token `t0 + i < n` holds `cols >= c0 + 4` values.
+                        *row = unsafe { vld1q_f32(xs.as_ptr().add((t0 + i) * cols + c0)) };
+                    }
+                }
+                for (j, col) in transpose4(rows).into_iter().enumerate() {
+                    // SAFETY: `xt` holds `cols * BLOCK` values and `t0 + 4 <= BLOCK`.
+                    unsafe { vst1q_f32(xt.as_mut_ptr().add((c0 + j) * BLOCK + t0), col) };
+                }
+            }
+        }
+        gemm::transpose_columns(xs, cols, body, xt);
+    }
+}
+
+/// [`Gemm::tile`] of `R` rows by the `V` vectors of tokens at `xt`, into `out` at a row
+/// stride of `width` values. The weights come 4 columns at a time, a quad per row in one
+/// register, and lane `k` of each meets column `k`'s token vectors in FMAs by element
+/// (`fmla .s[k]`); the `cols % 4` tail broadcasts each weight. At 6 x 4, 3.5 loads and 24
+/// FMAs per column (6 weight quads, 8 `ldp` of token vectors, 96 FMAs and 4 loop
+/// instructions per 4 columns): a broadcast per weight would load 6 times a column.
+///
+/// # Safety
+/// As [`Gemm::tile`] for `R` rows and `V` vectors, with NEON enabled in the caller; `out`
+/// holds `(R - 1) * width + 4 * V` values.
+#[inline(always)]
+unsafe fn gemm_tile<const R: usize, const V: usize>(
+    w: &[*const f32],
+    xt: *const f32,
+    cols: usize,
+    out: &mut [f32],
+    width: usize,
+) {
+    let rows: [*const f32; R] = core::array::from_fn(|r| w[r]);
+    let body = cols - cols % 4;
+    // SAFETY: the caller enables NEON; `xt` holds `cols` columns of `BLOCK >= 4 * V` tokens,
+    // each row `cols` f32 (read as bytes: unaligned) and `out` as documented.
+    unsafe {
+        let mut acc = [[vdupq_n_f32(0.0); V]; R];
+        let mut c = 0;
+        while c < body {
+            let mut quads = [vdupq_n_f32(0.0); R];
+            for (q, p) in quads.iter_mut().zip(rows) {
+                *q = vreinterpretq_f32_u8(vld1q_u8(p.add(c).cast()));
+            }
+            gemm_column::<R, V, 0>(&mut acc, &quads, xt.add(c * BLOCK));
+            gemm_column::<R, V, 1>(&mut acc, &quads, xt.add((c + 1) * BLOCK));
+            gemm_column::<R, V, 2>(&mut acc, &quads, xt.add((c + 2) * BLOCK));
+            gemm_column::<R, V, 3>(&mut acc, &quads, xt.add((c + 3) * BLOCK));
+            c += 4;
+        }
+        for c in body..cols {
+            for v in 0..V {
+                let x = vld1q_f32(xt.add(c * BLOCK + 4 * v));
+                for (acc, p) in acc.iter_mut().zip(rows) {
+                    acc[v] = vfmaq_n_f32(acc[v], x, p.add(c).read_unaligned());
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (v, &acc) in acc.iter().enumerate() {
+                vst1q_f32(out.as_mut_ptr().add(r * width + 4 * v), acc);
+            }
+        }
+    }
+}
+
+/// One column of [`gemm_tile`]: `acc[r][v] += quads[r][K] * x[v]` for the `V` token
+/// vectors at `x`, a vector at a time (the tile's registers hold one or two of them
+/// beside the accumulators and the quads).
+///
+/// # Safety
+/// NEON is enabled in the caller; `x` points at `4 * V` readable, 16-byte aligned f32.
+#[inline(always)]
+unsafe fn gemm_column<const R: usize, const V: usize, const K: i32>(
+    acc: &mut [[float32x4_t; V]; R],
+    quads: &[float32x4_t; R],
+    x: *const f32,
+) {
+    // SAFETY: NEON is enabled in the caller; the loads as documented.
+    unsafe {
+        for v in 0..V {
+            let x = vld1q_f32(x.add(4 * v));
+            for (acc, &q) in acc.iter_mut().zip(quads) {
+                acc[v] = vfmaq_laneq_f32::<K>(acc[v], x, q);
+            }
+        }
+    }
+}
+
+/// The transpose of a 4 x 4 block: `out[j]` lane `i` is `r[i]` lane `j`. Pairs of rows
+/// interleave their even and odd lanes (`trn1`, `trn2`), then the pairs' 64-bit halves
+/// meet.
+#[inline]
+#[target_feature(enable = "neon")]
+fn transpose4(r: [float32x4_t; 4]) -> [float32x4_t; 4] {
+    // Rows 0, 1 (`e0`, `o0`) and 2, 3 (`e1`, `o1`) at columns 0 and 2 (even), 1 and 3 (odd),
+    // as 64-bit halves.
+    let e0 = vreinterpretq_f64_f32(vtrn1q_f32(r[0], r[1]));
+    let e1 = vreinterpretq_f64_f32(vtrn1q_f32(r[2], r[3]));
+    let o0 = vreinterpretq_f64_f32(vtrn2q_f32(r[0], r[1]));
+    let o1 = vreinterpretq_f64_f32(vtrn2q_f32(r[2], r[3]));
+    [
+        vreinterpretq_f32_f64(vtrn1q_f64(e0, e1)),
+        vreinterpretq_f32_f64(vtrn1q_f64(o0, o1)),
+        vreinterpretq_f32_f64(vtrn2q_f64(e0, e1)),
+        vreinterpretq_f32_f64(vtrn2q_f64(o0, o1)),
+    ]
+}
+
+/// Stores the first `k` (1 to 4) lanes of `v` at `p`.
+///
+/// # Safety
+/// NEON is enabled in the caller; `p` points at `k` writable f32.
+#[inline(always)]
+unsafe fn store_lanes(p: *mut f32, v: float32x4_t, k: usize) {
+    // SAFETY: (every arm) `k` values at `p`.
+    unsafe {
+        match k {
+            1 => vst1q_lane_f32::<0>(p, v),
+            2 => vst1_f32(p, vget_low_f32(v)),
+            3 => {
+                vst1_f32(p, vget_low_f32(v));
+                vst1q_lane_f32::<2>(p.add(2), v);
+            }
+            _ => vst1q_f32(p, v),
+        }
     }
 }
 
@@ -173,10 +420,8 @@ impl<W: Widen8 + FloatType> Kernel for Float<W> {
     }
 }
 
-/// `f32p` kernel: `R x T` accumulators of 4 lanes. A block's 32 weights rebuild 4 at a
-/// time: a table lookup spreads their 3 bytes into their lanes (the top byte twice, so the
-/// sign lands in bit 31), and each exponent nibble `d` becomes `(base - d) << 23` (zero
-/// for 15). The spilled weights of the head are added in scalar.
+/// `f32p` kernel: `R x T` accumulators of 4 lanes, each block's 32 weights rebuilt 4 at a
+/// time ([`f32p_block`]). The spilled weights of the head are added in scalar.
 pub(crate) struct Packed;
 
 impl Kernel for Packed {
@@ -184,10 +429,6 @@ impl Kernel for Packed {
 
     #[target_feature(enable = "neon")]
     unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], cols: usize) -> [[f32; T]; R] {
-        const SPREAD: [u8; 16] = [0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10, 11, 11];
-        // SAFETY: 16 readable bytes.
-        let spread = unsafe { vld1q_u8(SPREAD.as_ptr()) };
-        let (keep, field, fifteen) = (vdupq_n_u32(0x807F_FFFF), vdupq_n_u32(0x7F80_0000), vdupq_n_u32(15));
         let mut base = [vdupq_n_u32(0); R];
         let mut spills = [&[][..]; R];
         let mut blocks = [core::ptr::null::<u8>(); R];
@@ -201,25 +442,9 @@ impl Kernel for Packed {
             for r in 0..R {
                 // SAFETY: every row has `nb` blocks.
                 let p = unsafe { blocks[r].add(b * size_of::<BlockF32P>()) };
-                // SAFETY: the block's 112 bytes are readable: 16 at 96 and at 12 g.
-                let e = unsafe { vld1q_u8(p.add(96)) };
-                // Nibbles of weights 0..16 (low) and 16..32 (high), widened to 32 lanes.
-                let mut ds = [vdupq_n_u32(0); 8];
-                for (half, n) in [vandq_u8(e, vdupq_n_u8(15)), vshrq_n_u8::<4>(e)].into_iter().enumerate() {
-                    let (lo, hi) = (vmovl_u8(vget_low_u8(n)), vmovl_high_u8(n));
-                    ds[4 * half..4 * half + 4].copy_from_slice(&[
-                        vmovl_u16(vget_low_u16(lo)),
-                        vmovl_high_u16(lo),
-                        vmovl_u16(vget_low_u16(hi)),
-                        vmovl_high_u16(hi),
-                    ]);
-                }
-                for (g, d) in ds.into_iter().enumerate() {
-                    // SAFETY: as above.
-                    let m = vreinterpretq_u32_u8(vqtbl1q_u8(unsafe { vld1q_u8(p.add(12 * g)) }, spread));
-                    let e = vandq_u32(vshlq_n_u32::<23>(vsubq_u32(base[r], d)), field);
-                    let e = vbicq_u32(e, vceqq_u32(d, fifteen));
-                    let wv = vreinterpretq_f32_u32(vorrq_u32(vandq_u32(m, keep), e));
+                // SAFETY: a whole block.
+                let ws = unsafe { f32p_block(p, base[r]) };
+                for (g, wv) in ws.into_iter().enumerate() {
                     for t in 0..T {
                         // SAFETY: `a[t]` holds `cols` floats, whole blocks.
                         let x = unsafe { vld1q_f32(a[t].as_ptr().add(b * QK + 4 * g)) };
@@ -236,6 +461,63 @@ impl Kernel for Packed {
         }
         out
     }
+}
+
+/// The 32 weights of the f32p block at `p` as eight vectors of 4 (its head's spills not
+/// applied), under the row's base exponent `base` (in every lane). A table lookup spreads
+/// 4 weights' 3 bytes into their lanes (the top byte twice, so the sign lands in bit 31),
+/// and each exponent nibble `d` becomes `(base - d) << 23` (zero for 15).
+///
+/// # Safety
+/// NEON is enabled in the (inlining) caller; `p` points at a whole block (112 bytes).
+#[inline(always)]
+unsafe fn f32p_block(p: *const u8, base: uint32x4_t) -> [float32x4_t; 8] {
+    const SPREAD: [u8; 16] = [0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10, 11, 11];
+    // SAFETY: the block's 112 bytes are readable: 16 at 96 and at 12 g; `SPREAD` 16 bytes.
+    unsafe {
+        let spread = vld1q_u8(SPREAD.as_ptr());
+        let (keep, field, fifteen) = (vdupq_n_u32(0x807F_FFFF), vdupq_n_u32(0x7F80_0000), vdupq_n_u32(15));
+        let e = vld1q_u8(p.add(96));
+        // Nibbles of weights 0..16 (low) and 16..32 (high), widened to 32 lanes.
+        let mut ds = [vdupq_n_u32(0); 8];
+        for (half, n) in [vandq_u8(e, vdupq_n_u8(15)), vshrq_n_u8::<4>(e)].into_iter().enumerate() {
+            let (lo, hi) = (vmovl_u8(vget_low_u8(n)), vmovl_high_u8(n));
+            ds[4 * half..4 * half + 4].copy_from_slice(&[
+                vmovl_u16(vget_low_u16(lo)),
+                vmovl_high_u16(lo),
+                vmovl_u16(vget_low_u16(hi)),
+                vmovl_high_u16(hi),
+            ]);
+        }
+        let mut out = [vdupq_n_f32(0.0); 8];
+        for (g, (o, d)) in out.iter_mut().zip(ds).enumerate() {
+            let m = vreinterpretq_u32_u8(vqtbl1q_u8(vld1q_u8(p.add(12 * g)), spread));
+            let e = vandq_u32(vshlq_n_u32::<23>(vsubq_u32(base, d)), field);
+            let e = vbicq_u32(e, vceqq_u32(d, fifteen));
+            *o = vreinterpretq_f32_u32(vorrq_u32(vandq_u32(m, keep), e));
+        }
+        out
+    }
+}
+
+/// Decodes an f32p row (`out.len()` weights): its blocks 32 weights at a time, then its
+/// spills, as [`scalar::dequant_row`] does.
+///
+/// # Safety
+/// NEON is present; `row` holds `out.len()` weights of f32p.
+#[target_feature(enable = "neon")]
+unsafe fn dequant_f32p(row: &[u8], out: &mut [f32]) {
+    let (base, spills, blocks) = f32p_row(row, out.len());
+    let base = vdupq_n_u32(base);
+    for (b, o) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+        // SAFETY: a whole block; `o` holds 32 values.
+        unsafe {
+            for (g, v) in f32p_block((b as *const BlockF32P).cast(), base).into_iter().enumerate() {
+                vst1q_f32(o.as_mut_ptr().add(4 * g), v);
+            }
+        }
+    }
+    scalar::apply_f32p_spills(spills, out);
 }
 
 /// An integer format whose blocks widen to 32 signed bytes, with an f16 scale first.
@@ -825,7 +1107,7 @@ unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
             DType::Q8_0 | DType::Q8_0x16 => blocks_row::<Q8>(row, out),
             // An interleaved row comes in its plain form (as `scalar::dequant_row`).
             DType::Q4_0 | DType::Q4_0x16 => blocks_row::<Q4>(row, out),
-            DType::F32P => scalar::dequant_row(dtype, row, out),
+            DType::F32P => dequant_f32p(row, out),
         }
     }
 }
