@@ -635,12 +635,13 @@ mod tests {
     #[test]
     fn split_products_equal_serial_ones_exactly() {
         let pool = Pool::new(3).unwrap();
-        for dtype in [DType::F32, DType::Q8_0, DType::Q4_0, DType::Q4_0x16, DType::Q8_0x16] {
-            // Three parts of 334 rows, or of 336 (whole groups of 16) for interleaved dtypes.
+        for dtype in [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_0x16, DType::Q8_0x16] {
+            // Three parts of 334 rows, or of 336 (whole groups of 16) for interleaved dtypes;
+            // float weights over 8 tokens or more in the batch kernel.
             let (rows, cols) = (1000usize.next_multiple_of(dtype.group_rows()), 256);
             let data = matrix_bytes(dtype, rows, cols);
             let w = Matrix::new(dtype, rows, cols, &data).unwrap();
-            for n in [1, 5] {
+            for n in [1, 5, 8, 17, 66] {
                 let xs: Vec<f32> = (0..n * cols).map(|i| (i % 13) as f32 / 13.0 - 0.4).collect();
                 let mut act = vec![0u8; kernels::matmul_scratch_len(cols, n)];
                 let (mut serial, mut split) = (vec![0f32; n * rows], vec![0f32; n * rows]);
