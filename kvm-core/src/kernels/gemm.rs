@@ -21,8 +21,11 @@
 //! same bits in any batch of at least [`MIN_TOKENS`] (decode's tiles, which sum in
 //! lanes, give slightly different ones).
 
-use super::{prefetch_lines, Access, Kernels};
-use crate::quant::DType;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+use {
+    super::{prefetch_lines, Access, Kernels},
+    crate::quant::DType,
+};
 
 /// Tokens in a block of the transposed batch: the most a tile takes at a time.
 pub(crate) const BLOCK: usize = 64;
@@ -49,6 +52,7 @@ pub(crate) const fn scratch_len(cols: usize, n: usize) -> usize {
 }
 
 /// A tier's part of the batch product.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) trait Gemm: Kernels {
     /// f32 lanes of the tier's vectors.
     const LANES: usize;
@@ -92,6 +96,7 @@ pub(crate) trait Gemm: Kernels {
 }
 
 /// [`Gemm::transpose`] of the columns from `c0` on: a tier's tail past its whole blocks.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) fn transpose_columns(xs: &[f32], cols: usize, c0: usize, xt: &mut [f32]) {
     let n = xs.len() / cols;
     for (c, col) in xt.chunks_exact_mut(BLOCK).enumerate().skip(c0) {
@@ -109,6 +114,7 @@ pub(crate) fn transpose_columns(xs: &[f32], cols: usize, c0: usize, xt: &mut [f3
 /// The CPU supports `G`'s tier; `rb == dtype.row_bytes(cols)`, `dtype` is a float one, and
 /// `ys` holds `n` rows of `ld >= rows` values.
 #[allow(clippy::too_many_arguments)]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(super) unsafe fn run<G: Gemm>(
     dtype: DType,
     w: &[u8],
