@@ -35,7 +35,7 @@ use table::table;
 
 #[cfg(feature = "std")]
 pub use tier::{detect, init_from_env, TierError};
-pub use tier::{force_tier, tier, Tier};
+pub use tier::{force_tier, set_streaming, streaming, tier, Streaming, Tier};
 
 use crate::quant::{DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
 use crate::tensor::Matrix;

@@ -9,6 +9,8 @@ use super::walk::{prepared, rows, run};
 #[cfg(target_arch = "x86_64")]
 use super::x86_64;
 use super::{scalar, Kernels, Tier};
+#[cfg(target_arch = "x86_64")]
+use super::{streaming, Streaming};
 use crate::quant::DType;
 use crate::tensor::Matrix;
 use half::f16;
@@ -89,8 +91,18 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         i8: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
     };
     static SCALAR: Table = SCALAR_ENTRIES;
+    // The float decode tiles take 4 rows, not 8, where the hardware prefetchers stream
+    // them (`Streaming::Hardware`): 4 runs were 1.2x as fast as 8 for f16 on Zen 5.
     #[cfg(target_arch = "x86_64")]
-    static AVX2: Table = Table {
+    static AVX2_HW: Table = Table { decode: decode::<x86_64::avx2::Avx2, 4, 4>(), ..AVX2_ENTRIES };
+    #[cfg(target_arch = "x86_64")]
+    static AVX512_HW: Table = Table { decode: decode::<x86_64::avx512::Avx512, 4, 16>(), ..AVX512_ENTRIES };
+    #[cfg(target_arch = "x86_64")]
+    static AVX2: Table = AVX2_ENTRIES;
+    #[cfg(target_arch = "x86_64")]
+    static AVX512: Table = AVX512_ENTRIES;
+    #[cfg(target_arch = "x86_64")]
+    const AVX2_ENTRIES: Table = Table {
         decode: decode::<x86_64::avx2::Avx2, 8, 4>(),
         matmul: run::<x86_64::avx2::Avx2, 2, 2, 4>,
         quantize_act: <x86_64::avx2::Avx2 as Kernels>::quantize_act,
@@ -104,7 +116,7 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         i8: attention!(x86_64::avx2, i8, many),
     };
     #[cfg(target_arch = "x86_64")]
-    static AVX512: Table = Table {
+    const AVX512_ENTRIES: Table = Table {
         decode: decode::<x86_64::avx512::Avx512, 8, 16>(),
         matmul: run::<x86_64::avx512::Avx512, 4, 4, 4>,
         quantize_act: <x86_64::avx512::Avx512 as Kernels>::quantize_act,
@@ -169,7 +181,11 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         #[cfg(kvm_arm_dsp)]
         Tier::Dsp => &DSP,
         #[cfg(target_arch = "x86_64")]
+        Tier::Avx2 if streaming() == Streaming::Hardware => &AVX2_HW,
+        #[cfg(target_arch = "x86_64")]
         Tier::Avx2 => &AVX2,
+        #[cfg(target_arch = "x86_64")]
+        Tier::Avx512 if streaming() == Streaming::Hardware => &AVX512_HW,
         #[cfg(target_arch = "x86_64")]
         Tier::Avx512 => &AVX512,
         #[cfg(target_arch = "aarch64")]

@@ -308,7 +308,14 @@ fn every_supported_tier_matches_scalar() {
         // SAFETY: the CPU supports `t`.
         unsafe { force_tier(t) };
         assert_eq!(tier(), t);
-        suite(t);
+        // Both ways of streaming the float decode tiles' rows (tile heights and prefetch
+        // hints, never the bits).
+        let before = streaming();
+        for s in [Streaming::Software, Streaming::Hardware] {
+            set_streaming(s);
+            suite(t);
+        }
+        set_streaming(before);
         f32p_spills_zeros_and_subnormals(t);
         float_batches(t);
     }
@@ -339,6 +346,16 @@ fn env_selects_tier() {
     set(None);
     assert_eq!(init_from_env(), Ok(detect()));
     assert_eq!(tier(), detect());
+    // KVM_STREAMING picks how float decode tiles stream; a bad value changes nothing.
+    let before = streaming();
+    std::env::set_var("KVM_STREAMING", "hardware");
+    assert_eq!(init_from_env(), Ok(detect()));
+    assert_eq!(streaming(), Streaming::Hardware);
+    std::env::set_var("KVM_STREAMING", "fast");
+    assert_eq!(init_from_env(), Err(TierError::UnknownStreaming));
+    assert_eq!(streaming(), Streaming::Hardware);
+    std::env::remove_var("KVM_STREAMING");
+    set_streaming(before);
 }
 
 #[test]

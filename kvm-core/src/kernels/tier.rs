@@ -118,6 +118,77 @@ pub const COMPILED: Tier = if cfg!(all(target_arch = "arm", kvm_mve)) {
     Tier::Scalar
 };
 
+/// How the float decode tiles read their weight rows from memory (x86_64; the other
+/// architectures have one way). Decode streams every weight once per token, and which
+/// access pattern memory serves fastest is the core's, not the instruction set's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[repr(u8)]
+pub enum Streaming {
+    /// Eight runs of rows side by side, each prefetched 4 KiB ahead in software: Intel's
+    /// cores, whose hardware prefetchers follow one stream per page and ramp up slowly
+    /// (docs/perf.md, "Kernels").
+    Software = 0,
+    /// Four runs and no software prefetch: AMD's Zen, whose hardware prefetchers follow
+    /// them, and on which the software prefetches slowed f16 and f32 decode by a fifth.
+    Hardware = 1,
+}
+
+impl Streaming {
+    /// The name `KVM_STREAMING` takes (`software`, `hardware`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Streaming::Software => "software",
+            Streaming::Hardware => "hardware",
+        }
+    }
+
+    /// Parses a [`Streaming::name`].
+    pub fn from_name(s: &str) -> Option<Streaming> {
+        [Streaming::Software, Streaming::Hardware].into_iter().find(|x| x.name() == s)
+    }
+}
+
+/// The active [`Streaming`] (any value is safe: it only picks tile shapes and hints).
+static STREAMING: AtomicU8 = AtomicU8::new(UNSET);
+
+/// How the float decode tiles stream their rows: the one last set, else (with `std`) the
+/// CPU's vendor's ([`Streaming::Hardware`] on AMD), else [`Streaming::Software`].
+#[inline]
+pub fn streaming() -> Streaming {
+    match STREAMING.load(Ordering::Relaxed) {
+        0 => Streaming::Software,
+        1 => Streaming::Hardware,
+        _ => {
+            let s = detect_streaming();
+            STREAMING.store(s as u8, Ordering::Relaxed);
+            s
+        }
+    }
+}
+
+/// Makes every later float decode tile stream as `s` says.
+pub fn set_streaming(s: Streaming) {
+    STREAMING.store(s as u8, Ordering::Relaxed);
+}
+
+/// [`Streaming::Hardware`] on an AMD x86_64 CPU, else [`Streaming::Software`].
+#[cold]
+fn detect_streaming() -> Streaming {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `cpuid` leaf 0 (the vendor) exists on every x86_64 CPU. (Safe to call
+        // from Rust 1.87 on; unsafe in the 1.85 the workspace still builds with.)
+        #[allow(unused_unsafe)]
+        let id = unsafe { core::arch::x86_64::__cpuid(0) };
+        // "AuthenticAMD" in ebx, edx, ecx.
+        if [id.ebx, id.edx, id.ecx] == [0x6874_7541, 0x6974_6E65, 0x444D_4163] {
+            return Streaming::Hardware;
+        }
+    }
+    Streaming::Software
+}
+
 /// Not yet chosen: with `std` the first [`tier`] call detects the CPU.
 const UNSET: u8 = u8::MAX;
 
@@ -208,6 +279,8 @@ pub enum TierError {
     UnknownName,
     /// The CPU lacks the named tier.
     Unsupported(Tier),
+    /// `KVM_STREAMING` is not a [`Streaming::name`] (or not UTF-8).
+    UnknownStreaming,
 }
 
 #[cfg(feature = "std")]
@@ -218,6 +291,7 @@ impl fmt::Display for TierError {
                 f.write_str("KVM_KERNELS must be one of scalar, avx2, avx512, neon, neondot, dsp, helium")
             }
             TierError::Unsupported(t) => write!(f, "KVM_KERNELS={t}: this CPU does not support it"),
+            TierError::UnknownStreaming => f.write_str("KVM_STREAMING must be software or hardware"),
         }
     }
 }
@@ -227,11 +301,13 @@ impl core::error::Error for TierError {}
 
 /// Activates the tier named by `KVM_KERNELS` (`scalar|avx2|avx512|neon|neondot|dsp|helium`), or the
 /// detected best when it is unset or empty, and returns it; CI uses it to run every tier on
-/// one machine.
+/// one machine. `KVM_STREAMING` (`software|hardware`), when set, overrides the CPU's
+/// [`Streaming`].
 ///
 /// # Errors
 /// [`TierError::UnknownName`] for any other value, [`TierError::Unsupported`] for a tier the
-/// CPU lacks; the active tier is then left as it was.
+/// CPU lacks, [`TierError::UnknownStreaming`] for a `KVM_STREAMING` of neither name; the
+/// active tier and streaming are then left as they were.
 #[cfg(feature = "std")]
 pub fn init_from_env() -> Result<Tier, TierError> {
     let t = match std::env::var_os("KVM_KERNELS") {
@@ -245,7 +321,14 @@ pub fn init_from_env() -> Result<Tier, TierError> {
             t
         }
     };
+    let streaming = match std::env::var_os("KVM_STREAMING") {
+        Some(v) if !v.is_empty() => Some(v.to_str().and_then(Streaming::from_name).ok_or(TierError::UnknownStreaming)?),
+        _ => None,
+    };
     // SAFETY: `t` is supported: detected, or checked just above.
     unsafe { force_tier(t) };
+    if let Some(s) = streaming {
+        set_streaming(s);
+    }
     Ok(t)
 }

@@ -280,12 +280,15 @@ impl Kernel for Packed {
             let (e, s, b) = f32p_row(w[r], cols);
             (base[r], spills[r], blocks[r], nb) = (f32p_base(e), s, b.as_ptr().cast(), nb.min(b.len()));
         }
+        let hints = super::software_streams();
         let mut acc = [[_mm256_setzero_ps(); T]; R];
         for b in 0..nb {
             for r in 0..R {
                 // SAFETY: every row has `nb` blocks.
                 let p = unsafe { blocks[r].add(b * size_of::<BlockF32P>()) };
-                super::prefetch_packed::<R>(p);
+                if hints {
+                    super::prefetch_packed::<R>(p);
+                }
                 // SAFETY: a whole block.
                 let ws = unsafe { f32p_block(p, base[r]) };
                 for (g, wv) in ws.into_iter().enumerate() {
@@ -386,6 +389,7 @@ impl<W: Widen8 + FloatType> Kernel for Float<W> {
     unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], cols: usize) -> [[f32; T]; R] {
         let es = W::DTYPE.block_bytes();
         let body = cols - cols % 8;
+        let hints = super::software_streams();
         let mut acc = [[_mm256_setzero_ps(); T]; R];
         let mut c = 0;
         while c < body {
@@ -397,7 +401,7 @@ impl<W: Widen8 + FloatType> Kernel for Float<W> {
             for r in 0..R {
                 // SAFETY: `w[r]` holds `cols` weights of `es` bytes.
                 let p = unsafe { w[r].as_ptr().add(c * es) };
-                if (c * es) % 64 == 0 {
+                if hints && (c * es) % 64 == 0 {
                     super::prefetch(p, super::tile_ahead::<R>());
                 }
                 // SAFETY: as above.

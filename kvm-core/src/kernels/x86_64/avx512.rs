@@ -273,6 +273,7 @@ impl<W: Widen16 + FloatType> Kernel for Float<W> {
     unsafe fn tile<const R: usize, const T: usize>(w: [&[u8]; R], a: [&[f32]; T], cols: usize) -> [[f32; T]; R] {
         let es = W::DTYPE.block_bytes();
         let body = cols - cols % 16;
+        let hints = super::software_streams();
         let mut acc = [[_mm512_setzero_ps(); T]; R];
         let mut c = 0;
         while c < body {
@@ -284,7 +285,7 @@ impl<W: Widen16 + FloatType> Kernel for Float<W> {
             for r in 0..R {
                 // SAFETY: `w[r]` holds `cols` weights of `es` bytes.
                 let p = unsafe { w[r].as_ptr().add(c * es) };
-                if (c * es) % 64 == 0 {
+                if hints && (c * es) % 64 == 0 {
                     prefetch(p, tile_ahead::<R>());
                 }
                 // SAFETY: as above.
@@ -429,6 +430,7 @@ unsafe fn packed<S: Spread, const R: usize, const T: usize>(
             (spills[r], blocks[r], nb) = (s, b.as_ptr().cast(), nb.min(b.len()));
             table[r] = f32p_table(base);
         }
+        let hints = super::software_streams();
         let mut acc = [[_mm512_setzero_ps(); T]; R];
         for b in 0..nb {
             let mut x = [[_mm512_setzero_ps(); 2]; T];
@@ -439,7 +441,9 @@ unsafe fn packed<S: Spread, const R: usize, const T: usize>(
             for r in 0..R {
                 // Every row has `nb` blocks.
                 let p = blocks[r].add(b * size_of::<BlockF32P>());
-                prefetch_packed::<R>(p);
+                if hints {
+                    prefetch_packed::<R>(p);
+                }
                 for (h, wv) in f32p_block::<S>(p, table[r]).into_iter().enumerate() {
                     for t in 0..T {
                         acc[r][t] = _mm512_fmadd_ps(wv, x[t][h], acc[r][t]);

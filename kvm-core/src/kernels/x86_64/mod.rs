@@ -20,6 +20,12 @@ pub(crate) fn prefetch(p: *const u8, ahead: usize) {
     unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead).cast()) }
 }
 
+/// Whether the float decode tiles prefetch their rows in software ([`Streaming::Software`]).
+#[inline]
+pub(crate) fn software_streams() -> bool {
+    crate::kernels::streaming() == crate::kernels::Streaming::Software
+}
+
 /// Bytes a tile of `R` rows prefetches ahead in each of its runs: 32 KiB in flight in
 /// all, as much as L1 holds, however many runs and however long the rows.
 pub(crate) const fn tile_ahead<const R: usize>() -> usize {

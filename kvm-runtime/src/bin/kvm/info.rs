@@ -80,6 +80,6 @@ pub fn run(path: &Path) -> Result<()> {
         );
     }
     println!("slot reads     {}", h.reads.name());
-    println!("kernel tier    {}", crate::kernel_tier());
+    println!("kernel tier    {} ({} streaming of float rows)", crate::kernel_tier(), crate::kernel_streaming());
     Ok(())
 }

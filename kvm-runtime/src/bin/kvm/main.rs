@@ -167,6 +167,11 @@ pub fn kernel_tier() -> &'static str {
     kvm_core::kernels::tier().name()
 }
 
+/// How the float decode tiles stream their rows (`KVM_STREAMING`; by default the CPU's).
+pub fn kernel_streaming() -> &'static str {
+    kvm_core::kernels::streaming().name()
+}
+
 fn main() -> ExitCode {
     // Rust ignores SIGPIPE, which turns a closed pipe (`kvm info | head -1`) into an error
     // on the next print. The default action ends the process quietly, as it does every

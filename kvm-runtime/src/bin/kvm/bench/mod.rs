@@ -224,6 +224,7 @@ fn describe(path: &std::path::Path, model: &Model<'_>, pool: &Pool, state_len: u
         "state_len": state_len,
         "threads": pool.threads(),
         "kernel_tier": crate::kernel_tier(),
+        "kernel_streaming": crate::kernel_streaming(),
         "cache": model.cache().name(),
         // Other processes' load makes numbers noisy (and 2-thread ones low) on shared machines.
         "loadavg_1m": std::fs::read_to_string("/proc/loadavg").ok().and_then(|l| l.split(' ').next()?.parse::<f64>().ok()),

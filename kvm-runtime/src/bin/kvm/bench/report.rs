@@ -99,7 +99,7 @@ pub(super) fn print_report(r: &Value) {
         s("model_pages"),
         if r["packed_at_load"] == true { ", f32 packed at load" } else { "" }
     );
-    println!("threads        {}, {} kernels", r["threads"], s("kernel_tier"));
+    println!("threads        {}, {} kernels, {} streaming", r["threads"], s("kernel_tier"), s("kernel_streaming"));
     println!(
         "bytes/token    {:.1} MiB weights + {:.1} MiB attention state",
         mib("weight_bytes_per_token"),
