@@ -145,13 +145,15 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         f16: attention!(aarch64::neon, f16),
         i8: attention!(aarch64::neon, i8),
     };
-    // Scalar but for the integer formats and their activation quantizer (see `arm::dsp`).
+    // Scalar but for the integer formats, their activation quantizer and attention over
+    // f32 rows (see `arm::dsp`).
     #[cfg(kvm_arm_dsp)]
     static DSP: Table = Table {
         decode: decode::<arm::dsp::Dsp, 1, 4>(),
         matmul: run::<arm::dsp::Dsp, 1, 4, 1>,
         quantize_act: <arm::dsp::Dsp as Kernels>::quantize_act,
         dequant_row: scalar::dequant_row,
+        f32: Attention { dots: arm::dsp::dots, weighted_sum: arm::dsp::weighted_sum, dots_many: None },
         ..SCALAR_ENTRIES
     };
     // Integer products only; the float kernels are the scalar ones (see `arm::helium`).
