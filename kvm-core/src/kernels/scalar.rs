@@ -7,7 +7,7 @@
 //! same exact integer block sums, same f32 operations on them in the same order.
 
 use core::marker::PhantomData;
-#[cfg(any(all(target_arch = "arm", kvm_mve), test))]
+#[cfg(test)]
 use core::mem::MaybeUninit;
 
 use half::f16;
@@ -155,7 +155,7 @@ pub fn reduce_lanes(a: [f32; LANES]) -> f32 {
 ///
 /// # Safety
 /// Lanes `0..used` of row `r` are initialized.
-#[cfg(any(all(target_arch = "arm", kvm_mve), test))]
+#[cfg(test)]
 #[inline(always)]
 pub(crate) unsafe fn reduce_used(acc: &[[MaybeUninit<f32>; X16]; LANES], r: usize, used: usize) -> f32 {
     // SAFETY: only lanes below `used` are read.
