@@ -626,7 +626,7 @@ const SPREAD_BLOCKS: usize = 16;
 /// sign of a zero (`0.0 + t` is `t` but for `t = -0.0`), which the rows' trees carry along
 /// and the final `+ 0.0` takes off, as the scalar tier's sums are never `-0.0`
 /// ([`reduce`]).
-#[inline(always)]
+#[inline(never)]
 fn dot_groups<Q: Quant, const W: usize>(w: &[u8], a: &[u8], cols: usize, ys: &mut [f32]) -> bool {
     let Ok(blocks) = bytemuck::try_cast_slice::<u8, GroupWords<W>>(w) else { return false };
     let Some((qs, ds)) = act_words(a, cols) else { return false };

@@ -94,7 +94,7 @@ macro_rules! tree8 {
 ///
 /// # Safety
 /// Lanes `0..used` are initialized; `1 <= used <= 8`.
-#[inline(always)]
+#[inline(never)]
 pub(crate) unsafe fn reduce(lanes: &Lanes, used: usize, out: &mut [f32; X16]) {
     #[cfg(target_arch = "arm")]
     // SAFETY: each half reads lanes `0..used` of 8 rows (initialized, as the caller

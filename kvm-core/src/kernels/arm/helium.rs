@@ -454,7 +454,7 @@ impl<B: GroupBlock> Groups<B> {
     /// # Safety
     /// MVE is present; `g` is 4-byte aligned and holds `nb` group blocks, `a` a whole
     /// activation of `cols = 32 nb` values and their scales.
-    #[inline(always)]
+    #[inline(never)]
     unsafe fn rows(g: &[u8], a: &[u8], nb: usize, off: impl Fn(usize) -> i32, out: &mut [f32; X16]) {
         let mut acc: Lanes = [[MaybeUninit::uninit(); X16]; LANES];
         for b in 0..nb {
@@ -483,7 +483,7 @@ impl<B: GroupBlock> Groups<B> {
     /// # Safety
     /// MVE is present; `w` is 4-byte aligned and holds whole groups of `nb` group blocks,
     /// `a` a whole activation of `32 nb` values and their scales.
-    #[inline(always)]
+    #[inline(never)]
     unsafe fn dot(w: &[u8], gb: usize, a: &[u8], nb: usize, ys: &mut [f32]) {
         let groups = w.chunks_exact(gb).zip(ys.as_chunks_mut::<X16>().0);
         // SAFETY: (all calls) as the caller guarantees; block `b < nb` is within `a`.
