@@ -127,7 +127,7 @@ const EXACT_F32_INT: usize = 1 << 24;
 /// (tiny-kjv rotates 16), 64 bytes in every session.
 const ROPE_KEPT: usize = 16;
 
-/// A session's RoPE frequencies ([`rope_freq`] of `R/2` pairs), the first [`ROPE_KEPT`]
+/// A session's RoPE frequencies ([`rope_freq`] of `R/2` pairs), the first 16 (`ROPE_KEPT`)
 /// computed once: each is an f64 power, thousands of instructions in software on a
 /// single-precision FPU, which every token's tables would otherwise repeat.
 #[derive(Debug, Clone, Copy)]

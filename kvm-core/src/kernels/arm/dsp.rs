@@ -13,16 +13,17 @@
 //! weight or activation that is not on a 4-byte boundary (never in a model file, whose
 //! tensors are 64-aligned) runs the scalar kernel.
 //!
-//! Float weights, attention and softmax are the scalar tier's: single-precision FPUs have
-//! no SIMD, so any other order would only change the bits. The activation quantizer
-//! finds each block's largest magnitude in integer compares (`f32::max` is a library call
-//! on these FPUs). A group block takes two `asm!` blocks: one for its 16 rows' integer
-//! sums ([`Quant::block`]), one for their scale terms into the rows' lanes
-//! ([`add_terms`]: `vldm` loads 8 scales or sums at once, `vcvtb`/`vcvtt` widen the f16
-//! scales, and since stable rustc grants the `sreg` register class only to
-//! double-precision FPUs, the block pushes and pops the FPU registers it uses); the lanes
-//! are never zeroed, and a third block adds each row's lanes 8 rows at a time
-//! ([`dot_groups`], [`reduce`]).
+//! Float weights, softmax and attention over f16 and q8 rows are the scalar tier's:
+//! single-precision FPUs have no SIMD, so any other order would only change the bits;
+//! attention over f32 rows is [`super::fpu`]'s assembly in the scalar order. The
+//! activation quantizer finds each block's largest magnitude in integer compares
+//! (`f32::max` is a library call on these FPUs). A group block takes two `asm!` blocks:
+//! one for its 16 rows' integer sums ([`Quant::block`]), one for their scale terms into
+//! the rows' lanes ([`add_terms`]: `vldm` loads 8 scales or sums at once,
+//! `vcvtb`/`vcvtt` widen the f16 scales, and since stable rustc grants the `sreg` register
+//! class only to double-precision FPUs, the block pushes and pops the FPU registers it
+//! uses); the lanes are never zeroed, and `fpu`'s [`reduce`] adds each row's lanes 8 rows
+//! at a time ([`dot_groups`]).
 //!
 //! Off Arm (host tests), [`op`] emulates the few instructions, so the host checks the
 //! kernels' arithmetic against the scalar tier; the Arm code itself is checked on the
@@ -822,230 +823,6 @@ impl GroupKernel for Groups<Q4> {
     }
 }
 
-/// One chunk of 8 lanes in [`dots`]' assembly: 8 query values (`{x}`) and 8 row values
-/// (`{r}`, both moving past them) multiplied into lanes 0-7 (`lo`, s8-s15) or 8-15 (`hi`,
-/// s16-s23), `vmul` for a
-/// row's first chunk, `vmla` (a multiply, rounded, then an add) for the others: the row
-/// value first, as in `r * x`.
-#[cfg(kvm_arm_dsp)]
-macro_rules! dot8 {
-    ($op:literal, lo) => {
-        concat!(
-            "vldmia {x}!, {{s0-s7}}\n vldmia {r}!, {{s24-s31}}\n",
-            $op,
-            " s8, s24, s0\n ",
-            $op,
-            " s9, s25, s1\n ",
-            $op,
-            " s10, s26, s2\n ",
-            $op,
-            " s11, s27, s3\n ",
-            $op,
-            " s12, s28, s4\n ",
-            $op,
-            " s13, s29, s5\n ",
-            $op,
-            " s14, s30, s6\n ",
-            $op,
-            " s15, s31, s7\n",
-        )
-    };
-    ($op:literal, hi) => {
-        concat!(
-            "vldmia {x}!, {{s0-s7}}\n vldmia {r}!, {{s24-s31}}\n",
-            $op,
-            " s16, s24, s0\n ",
-            $op,
-            " s17, s25, s1\n ",
-            $op,
-            " s18, s26, s2\n ",
-            $op,
-            " s19, s27, s3\n ",
-            $op,
-            " s20, s28, s4\n ",
-            $op,
-            " s21, s29, s5\n ",
-            $op,
-            " s22, s30, s6\n ",
-            $op,
-            " s23, s31, s7\n",
-        )
-    };
-}
-
-/// `out[i] = rows[i] . x` over f32 rows in [`scalar::dots`]' order, bit for bit: 16 lanes
-/// (lanes 0-7 in s8-s15, 8-15 in s16-s23) summing columns `l, l + 16, ...`, the halving
-/// fold, then the last `d % 16` columns in order. A lane's first product is not added to
-/// `0.0`, which changes at most the sign of a zero; the sums that follow carry it, and the
-/// `+ 0.0` after the fold takes it off, since the scalar tier's fold is never `-0.0` (its
-/// lanes start at `+0.0`, and a sum is `-0.0` only if both terms are).
-///
-/// # Safety
-/// The tier's CPU (`kvm_arm_dsp`).
-pub(crate) unsafe fn dots(rows: &[f32], x: &[f32], out: &mut [f32]) {
-    let d = x.len();
-    let body = d - d % scalar::DOT_LANES;
-    if body == 0 {
-        return scalar::dots(rows, x, out);
-    }
-    #[cfg(kvm_arm_dsp)]
-    let n = (rows.len() / d).min(out.len());
-    #[cfg(kvm_arm_dsp)]
-    if n > 0 {
-        // SAFETY: each of the `n` rows reads its first `body` values and `x`'s, in chunks
-        // of 16 (`body / 16 >= 1` of them), and moves past the other `d - body`; `out`
-        // gets `n` values. s0-s31, which the operand classes cannot name, are pushed
-        // first and popped last.
-        unsafe {
-            core::arch::asm!(
-                "vpush {{s0-s31}}",
-                "2:",
-                "mov {x}, {x0}",
-                dot8!("vmul.f32", lo),
-                dot8!("vmul.f32", hi),
-                "subs {c}, {k}, #1",
-                "beq 4f",
-                "3:",
-                dot8!("vmla.f32", lo),
-                dot8!("vmla.f32", hi),
-                "subs {c}, {c}, #1",
-                "bne 3b",
-                "4:",
-                "vadd.f32 s8, s8, s16\n vadd.f32 s9, s9, s17\n vadd.f32 s10, s10, s18\n vadd.f32 s11, s11, s19",
-                "vadd.f32 s12, s12, s20\n vadd.f32 s13, s13, s21\n vadd.f32 s14, s14, s22\n vadd.f32 s15, s15, s23",
-                "vadd.f32 s8, s8, s12\n vadd.f32 s9, s9, s13\n vadd.f32 s10, s10, s14\n vadd.f32 s11, s11, s15",
-                "vadd.f32 s8, s8, s10\n vadd.f32 s9, s9, s11",
-                "vadd.f32 s8, s8, s9",
-                "vmov s9, {z}",
-                "vadd.f32 s8, s8, s9",
-                "vstmia {o}!, {{s8}}",
-                "add {r}, {r}, {skip}",
-                "subs {n}, {n}, #1",
-                "bne 2b",
-                "vpop {{s0-s31}}",
-                r = inout(reg) rows.as_ptr() => _,
-                o = inout(reg) out.as_mut_ptr() => _,
-                n = inout(reg) n => _,
-                x0 = in(reg) x.as_ptr(),
-                k = in(reg) body / scalar::DOT_LANES,
-                skip = in(reg) 4 * (d - body),
-                z = in(reg) 0u32,
-                x = out(reg) _,
-                c = out(reg) _,
-            );
-        }
-    }
-    #[cfg(not(kvm_arm_dsp))]
-    for (row, o) in rows.chunks_exact(d).zip(out.iter_mut()) {
-        let (mut lo, mut hi) = ([0.0f32; 8], [0.0f32; 8]);
-        for (c, (r, v)) in row[..body].chunks_exact(8).zip(x[..body].chunks_exact(8)).enumerate() {
-            let acc = if c % 2 == 0 { &mut lo } else { &mut hi };
-            for l in 0..8 {
-                acc[l] = if c < 2 { r[l] * v[l] } else { acc[l] + r[l] * v[l] };
-            }
-        }
-        for half in [8, 4, 2, 1] {
-            for l in 0..half {
-                lo[l] += if half == 8 { hi[l] } else { lo[l + half] };
-            }
-        }
-        *o = lo[0] + 0.0;
-    }
-    if body < d {
-        for (row, o) in rows.chunks_exact(d).zip(out.iter_mut()) {
-            *o = scalar::dot_tail(*o, &row[body..], &x[body..]);
-        }
-    }
-}
-
-/// Rows `$j` (s8-s15) and `$j + 1` (s16-s23) of [`weighted_sum`]'s assembly times their
-/// weights (s24, s25) added to the 8 columns in s0-s7, in row order: `vmla` is a
-/// multiply, rounded, then an add, with the weight first, as in `o + p * v`.
-#[cfg(kvm_arm_dsp)]
-macro_rules! wsum8 {
-    (s24) => {
-        "vmla.f32 s0, s24, s8\n vmla.f32 s1, s24, s9\n vmla.f32 s2, s24, s10\n vmla.f32 s3, s24, s11\n vmla.f32 s4, s24, s12\n vmla.f32 s5, s24, s13\n vmla.f32 s6, s24, s14\n vmla.f32 s7, s24, s15\n"
-    };
-    (s25) => {
-        "vmla.f32 s0, s25, s16\n vmla.f32 s1, s25, s17\n vmla.f32 s2, s25, s18\n vmla.f32 s3, s25, s19\n vmla.f32 s4, s25, s20\n vmla.f32 s5, s25, s21\n vmla.f32 s6, s25, s22\n vmla.f32 s7, s25, s23\n"
-    };
-}
-
-/// `out[c] += sum_j p[j] * rows[j][c]` over f32 rows in [`scalar::weighted_sum`]'s order
-/// (each column its terms in row order, multiply then add), bit for bit: 8 columns at a
-/// time held in the FPU while the rows go by two at a time; the last `d % 8` columns are
-/// the scalar tier's.
-///
-/// # Safety
-/// The tier's CPU (`kvm_arm_dsp`).
-pub(crate) unsafe fn weighted_sum(p: &[f32], rows: &[f32], out: &mut [f32]) {
-    let d = out.len();
-    let n = rows.len().checked_div(d).map_or(0, |r| p.len().min(r));
-    let body = d - d % 8;
-    if n == 0 || body == 0 {
-        return scalar::weighted_sum(&p[..n], rows, out);
-    }
-    #[cfg(kvm_arm_dsp)]
-    // SAFETY: each of the `body / 8` column blocks reads 8 values of `out`, then 8 of each
-    // of the `n` rows (`d` values apart, so within `rows[..n * d]`) and the `n` weights,
-    // and writes the 8 values back. s0-s25, which the operand classes cannot name, are
-    // pushed first and popped last.
-    unsafe {
-        core::arch::asm!(
-            "vpush {{s0-s25}}",
-            "2:",
-            "vldm {o}, {{s0-s7}}",
-            "mov {pp}, {p}",
-            "mov {rc}, {r}",
-            "subs {j}, {n}, #2",
-            "blo 4f",
-            "3:",
-            "vldmia {pp}!, {{s24-s25}}",
-            "vldm {rc}, {{s8-s15}}",
-            "add {t}, {rc}, {stride}",
-            "vldm {t}, {{s16-s23}}",
-            "add {rc}, {rc}, {stride}, lsl #1",
-            wsum8!(s24),
-            wsum8!(s25),
-            "subs {j}, {j}, #2",
-            "bhs 3b",
-            "4:",
-            "tst {n}, #1",
-            "beq 5f",
-            "vldr s24, [{pp}]",
-            "vldm {rc}, {{s8-s15}}",
-            wsum8!(s24),
-            "5:",
-            "vstmia {o}!, {{s0-s7}}",
-            "add {r}, {r}, #32",
-            "subs {cb}, {cb}, #1",
-            "bne 2b",
-            "vpop {{s0-s25}}",
-            o = inout(reg) out.as_mut_ptr() => _,
-            r = inout(reg) rows.as_ptr() => _,
-            cb = inout(reg) body / 8 => _,
-            p = in(reg) p.as_ptr(),
-            n = in(reg) n,
-            stride = in(reg) 4 * d,
-            pp = out(reg) _,
-            rc = out(reg) _,
-            j = out(reg) _,
-            t = out(reg) _,
-        );
-    }
-    #[cfg(not(kvm_arm_dsp))]
-    for c0 in (0..body).step_by(8) {
-        let mut acc: [f32; 8] = core::array::from_fn(|c| out[c0 + c]);
-        for (&pj, row) in p[..n].iter().zip(rows.chunks_exact(d)) {
-            for (c, a) in acc.iter_mut().enumerate() {
-                *a += pj * row[c0 + c];
-            }
-        }
-        out[c0..c0 + 8].copy_from_slice(&acc);
-    }
-    scalar::weighted_sum_columns(&p[..n], rows, body, out);
-}
-
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -1167,40 +944,6 @@ mod tests {
         scalar::quantize_act(&x, &mut want);
         quantize_act(&x, &mut got);
         assert_eq!(got, want);
-    }
-
-    /// Attention over f32 rows: dots and weighted sums give the scalar tier's bits on odd
-    /// widths and lengths, with signed zeros (a row whose products are all `-0.0`),
-    /// subnormal products and an infinity.
-    #[test]
-    fn attention_over_f32_rows_gives_the_scalar_bits() {
-        for d in [1, 3, 8, 9, 15, 16, 17, 31, 32, 33, 48, 64, 65, 127] {
-            for n in [0, 1, 2, 3, 4, 5, 9] {
-                let seed = (d * 10 + n) as u32;
-                let x = values(d, seed);
-                let mut rows = values(n * d, seed + 1);
-                if n > 1 {
-                    for (r, &v) in rows[d..2 * d].iter_mut().zip(&x) {
-                        *r = if v > 0.0 { -0.0 } else { 0.0 };
-                    }
-                }
-                if n > 2 {
-                    rows[2 * d] = 1e-40;
-                    rows[3 * d - 1] = f32::INFINITY;
-                }
-                let (mut want, mut got) = (vec![f32::NAN; n], vec![f32::NAN; n]);
-                scalar::dots(&rows, &x, &mut want);
-                // SAFETY: the arithmetic is plain Rust on the host.
-                unsafe { dots(&rows, &x, &mut got) };
-                assert_eq!(bits(&got), bits(&want), "dots [{n}, {d}]");
-                let p = values(n, seed + 2);
-                let (mut want, mut got) = (values(d, seed + 3), values(d, seed + 3));
-                scalar::weighted_sum(&p, &rows, &mut want);
-                // SAFETY: as above.
-                unsafe { weighted_sum(&p, &rows, &mut got) };
-                assert_eq!(bits(&got), bits(&want), "weighted_sum [{n}, {d}]");
-            }
-        }
     }
 
     #[test]

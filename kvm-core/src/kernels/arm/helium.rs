@@ -12,9 +12,10 @@
 //! Everything in floating point stays in the scalar FPU, in [`scalar`]'s operations and
 //! order, written in assembly so that the compiler cannot vectorize it: QEMU runs MVE's
 //! floating-point instructions with flush-to-zero (the standard FPSCR value), which would
-//! change bits on tiny scales. The f16 scales widen with the FPU's exact `vcvtb.f32.f16`.
-//! So every result is the scalar tier's bits. Float weights, attention and the rest run the
-//! scalar kernels.
+//! change bits on tiny scales. The f16 scales widen with the FPU's exact `vcvtb.f32.f16`,
+//! four rows' at a time, and four rows' terms go to their lanes in one `vstm`; the lanes'
+//! trees are [`super::fpu`]'s. So every result is the scalar tier's bits. Attention over
+//! f32 rows runs `fpu`'s kernels too; float weights and the rest run the scalar kernels.
 //!
 //! MVE lives in the floating-point register file (q0-q7 are d0-d15) and Rust's `asm!` has no
 //! register class for it on Arm: each block below names its vector registers itself and

@@ -4,6 +4,6 @@
 
 #[cfg(any(kvm_arm_dsp, test))]
 pub(crate) mod dsp;
-mod fpu;
+pub(crate) mod fpu;
 #[cfg(all(target_arch = "arm", kvm_mve))]
 pub(crate) mod helium;
