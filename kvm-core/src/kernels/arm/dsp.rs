@@ -420,6 +420,12 @@ pub(crate) trait Quant {
     /// [`Quant::isum`] of the 16 rows of a group block whose pieces are `qs` (`[WORDS][16]`
     /// words), into `out`.
     fn block(qs: &[[u32; X16]], a: &Spread, out: &mut MaybeUninit<[i32; X16]>);
+
+    /// [`dot_groups`] of the format's interleaved layout.
+    fn dot_groups(w: &[u8], a: &[u8], cols: usize, ys: &mut [f32]) -> bool;
+
+    /// The scalar tier's rows of one group of the interleaved layout (`g`) . `a`.
+    fn scalar_group(g: &[u8], a: &[u8], cols: usize) -> [f32; X16];
 }
 
 /// q8_0 (and q8_0x16) quants.
@@ -476,6 +482,14 @@ impl Quant for Q8 {
         }
         #[cfg(not(kvm_arm_dsp))]
         out.write(core::array::from_fn(|r| Self::isum(core::array::from_fn(|v| qs[v][r]), a)));
+    }
+
+    fn dot_groups(w: &[u8], a: &[u8], cols: usize, ys: &mut [f32]) -> bool {
+        dot_groups::<Self, { QK / 4 }>(w, a, cols, ys)
+    }
+
+    fn scalar_group(g: &[u8], a: &[u8], cols: usize) -> [f32; X16] {
+        scalar::dot_q8_0x16(bytemuck::cast_slice(g), a, cols)
     }
 }
 
@@ -544,6 +558,14 @@ impl Quant for Q4 {
         }
         #[cfg(not(kvm_arm_dsp))]
         out.write(core::array::from_fn(|r| Self::isum(core::array::from_fn(|v| qs[v][r]), a)));
+    }
+
+    fn dot_groups(w: &[u8], a: &[u8], cols: usize, ys: &mut [f32]) -> bool {
+        dot_groups::<Self, { QK / 8 }>(w, a, cols, ys)
+    }
+
+    fn scalar_group(g: &[u8], a: &[u8], cols: usize) -> [f32; X16] {
+        scalar::dot_q4_0x16(bytemuck::cast_slice(g), a, cols)
     }
 }
 
@@ -783,41 +805,21 @@ fn add_terms<const FIRST: bool>(d: &[u32; X16 / 2], da: f32, isums: &[i32; X16],
     }
 }
 
-impl GroupKernel for Groups<Q8> {
+impl<Q: Quant> GroupKernel for Groups<Q> {
     unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
         core::array::from_fn(|t| {
             let mut y = [0.0; X16];
-            if !dot_groups::<Q8, { QK / 4 }>(g, a[t], cols, &mut y) {
-                y = scalar::dot_q8_0x16(bytemuck::cast_slice(g), a[t], cols);
+            if !Q::dot_groups(g, a[t], cols, &mut y) {
+                y = Q::scalar_group(g, a[t], cols);
             }
             y
         })
     }
 
     unsafe fn single(w: &[u8], gb: usize, cols: usize, a: &[u8], ys: &mut [f32]) {
-        if !dot_groups::<Q8, { QK / 4 }>(w, a, cols, ys) {
+        if !Q::dot_groups(w, a, cols, ys) {
             for (g, y) in w.chunks_exact(gb).zip(ys.chunks_exact_mut(X16)) {
-                y.copy_from_slice(&scalar::dot_q8_0x16(bytemuck::cast_slice(g), a, cols));
-            }
-        }
-    }
-}
-
-impl GroupKernel for Groups<Q4> {
-    unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
-        core::array::from_fn(|t| {
-            let mut y = [0.0; X16];
-            if !dot_groups::<Q4, { QK / 8 }>(g, a[t], cols, &mut y) {
-                y = scalar::dot_q4_0x16(bytemuck::cast_slice(g), a[t], cols);
-            }
-            y
-        })
-    }
-
-    unsafe fn single(w: &[u8], gb: usize, cols: usize, a: &[u8], ys: &mut [f32]) {
-        if !dot_groups::<Q4, { QK / 8 }>(w, a, cols, ys) {
-            for (g, y) in w.chunks_exact(gb).zip(ys.chunks_exact_mut(X16)) {
-                y.copy_from_slice(&scalar::dot_q4_0x16(bytemuck::cast_slice(g), a, cols));
+                y.copy_from_slice(&Q::scalar_group(g, a, cols));
             }
         }
     }
