@@ -8,7 +8,7 @@ use crate::error::Origin;
 use crate::exec::{Exec, Product};
 use crate::format::Role;
 use crate::kernels;
-use crate::math::{all_finite, axpy, elu, layer_norm, layer_norm_inplace, rope_apply, rope_tables};
+use crate::math::{all_finite, axpy, elu, layer_norm, layer_norm_inplace, rope_apply, Rope};
 use crate::model::Model;
 use crate::state::{Acts, Counters, HeadReader, HeadState, LayerState, Layout, Phase, Scratch, Segment, SEGMENT_LEN};
 use crate::tensor::{Matrix, Vector};
@@ -38,7 +38,7 @@ pub enum Logits<'o> {
 /// the first stage whose output held a NaN or an infinity (if any did before the head).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn forward(
-    model: &Model<'_>,
+    (model, rope): (&Model<'_>, &Rope),
     lay: &Layout,
     (layers, reads): (&mut [f32], &mut [f32]),
     s: &mut Scratch<'_>,
@@ -60,12 +60,7 @@ pub(crate) fn forward(
         kernels::dequant_row(&model.matrix(Role::TokEmbed, 0), token as usize, row);
         layer_norm_inplace(row, ln_w, ln_b);
         tap(Tap::Embed, row);
-        rope_tables(
-            at.pos + i,
-            cfg.rope_theta,
-            &mut x.cos[i * half..(i + 1) * half],
-            &mut x.sin[i * half..(i + 1) * half],
-        );
+        rope.tables(at.pos + i, &mut x.cos[i * half..(i + 1) * half], &mut x.sin[i * half..(i + 1) * half]);
     }
 
     // Where a NaN or an infinity first appears, looked for only when logits are asked for

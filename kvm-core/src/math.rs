@@ -123,13 +123,43 @@ pub fn rope_freq(j: usize, half: usize, theta: f64) -> f32 {
 /// Integers up to this are exact in f32 (24-bit significand).
 const EXACT_F32_INT: usize = 1 << 24;
 
-/// Fills the bf16-rounded cos/sin tables of position `pos`: `cos.len() == sin.len() == R/2`.
-pub fn rope_tables(pos: usize, theta: f64, cos: &mut [f32], sin: &mut [f32]) {
-    let half = cos.len();
-    for j in 0..half {
-        let angle = pos as f32 * rope_freq(j, half, theta);
-        cos[j] = round_bf16(libm::cos(angle as f64) as f32);
-        sin[j] = round_bf16(libm::sin(angle as f64) as f32);
+/// Rotated pairs whose frequencies [`Rope`] keeps: those of up to 32 rotated dims
+/// (tiny-kjv rotates 16), 64 bytes in every session.
+const ROPE_KEPT: usize = 16;
+
+/// A session's RoPE frequencies ([`rope_freq`] of `R/2` pairs), the first 16 (`ROPE_KEPT`)
+/// computed once: each is an f64 power, thousands of instructions in software on a
+/// single-precision FPU, which every token's tables would otherwise repeat.
+#[derive(Debug, Clone, Copy)]
+pub struct Rope {
+    theta: f64,
+    half: usize,
+    kept: [f32; ROPE_KEPT],
+}
+
+impl Rope {
+    /// The frequencies of `half` pairs for base `theta`.
+    pub fn new(half: usize, theta: f64) -> Rope {
+        Rope { theta, half, kept: core::array::from_fn(|j| if j < half { rope_freq(j, half, theta) } else { 0.0 }) }
+    }
+
+    /// Frequency `f_j`: [`rope_freq`]`(j, half, theta)`.
+    #[inline]
+    pub fn freq(&self, j: usize) -> f32 {
+        match self.kept.get(j) {
+            Some(&f) if j < self.half => f,
+            _ => rope_freq(j, self.half, self.theta),
+        }
+    }
+
+    /// Fills the bf16-rounded cos/sin tables of position `pos`: `cos.len() == sin.len() ==
+    /// R/2`.
+    pub fn tables(&self, pos: usize, cos: &mut [f32], sin: &mut [f32]) {
+        for (j, (c, s)) in cos.iter_mut().zip(sin.iter_mut()).enumerate() {
+            let angle = pos as f32 * self.freq(j);
+            *c = round_bf16(libm::cos(angle as f64) as f32);
+            *s = round_bf16(libm::sin(angle as f64) as f32);
+        }
     }
 }
 
@@ -153,6 +183,16 @@ mod tests {
             let x = &x[..n];
             let exact: f64 = x.iter().map(|&v| f64::from(v)).sum();
             assert!((f64::from(sum(x)) - exact).abs() <= 1e-4 * (1.0 + exact.abs()), "sum of {n}");
+        }
+    }
+
+    #[test]
+    fn kept_rope_frequencies_are_the_computed_ones() {
+        for half in [1, 2, 8, 15, 16, 17, 40] {
+            let rope = Rope::new(half, 10_000.0);
+            for j in 0..half {
+                assert_eq!(rope.freq(j).to_bits(), rope_freq(j, half, 10_000.0).to_bits(), "{j} of {half}");
+            }
         }
     }
 

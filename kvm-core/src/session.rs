@@ -7,7 +7,7 @@ use crate::config::Config;
 use crate::error::{Error, Origin, Result};
 use crate::exec::{Exec, Serial};
 use crate::forward::{forward, Logits, Tap};
-use crate::math::all_finite;
+use crate::math::{all_finite, Rope};
 use crate::model::Model;
 use crate::state::arena::{ring_index, COUNTERS};
 use crate::state::{bswa_begin, Acts, Counters, Layout, Phase, ARENA_ALIGN};
@@ -20,6 +20,7 @@ const STAMP: u32 = 0x534D_564B;
 #[derive(Debug)]
 pub struct Session<'m, 'a> {
     model: Model<'m>,
+    rope: Rope,
     layout: Layout,
     /// `[layout.arena_len() / 4]`, see the module docs.
     arena: &'a mut [f32],
@@ -64,7 +65,8 @@ impl<'m, 'a> Session<'m, 'a> {
         if !(arena.as_ptr() as usize).is_multiple_of(ARENA_ALIGN) {
             return Err(Error::ArenaMisaligned);
         }
-        let mut session = Session { model, layout, arena };
+        let rope = Rope::new(model.config().rope_dim as usize / 2, model.config().rope_theta);
+        let mut session = Session { model, rope, layout, arena };
         session.reset();
         Ok(session)
     }
@@ -206,7 +208,7 @@ impl<'m, 'a> Session<'m, 'a> {
             Logits::All(out) => Logits::All(out),
         };
         let (next, origin) = forward(
-            &self.model,
+            (&self.model, &self.rope),
             &lay,
             (arena.layers, arena.reads),
             &mut s,

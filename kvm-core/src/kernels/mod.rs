@@ -314,6 +314,19 @@ pub(crate) trait GroupKernel {
         // SAFETY: forwarded.
         core::array::from_fn(|s| unsafe { Self::group::<1>(g[s], [a], cols) }[0])
     }
+
+    /// Sets `ys[16 i + r]` to row `r` of group `i` . `a` for every group of `w` (`[n, gb]`
+    /// bytes: `n` whole groups of `gb` bytes) against one activation `a`, `ys` holding at
+    /// least `16 n` values: a single token's product. By default the groups go through
+    /// [`GroupKernel::streams`] or [`GroupKernel::group`] as [`GroupKernel::SIDE_BY_SIDE`]
+    /// says; a tier overrides it to prepare `a` once for the whole matrix.
+    ///
+    /// # Safety
+    /// As [`GroupKernel::group`] for every group.
+    unsafe fn single(w: &[u8], gb: usize, cols: usize, a: &[u8], ys: &mut [f32]) {
+        // SAFETY: forwarded.
+        unsafe { walk::single_groups::<Self>(w, gb, cols, a, ys) }
+    }
 }
 
 /// Everything a tier supplies; [`run`] turns it into `matvec`/`matmul`.

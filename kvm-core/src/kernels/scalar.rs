@@ -7,7 +7,7 @@
 //! same exact integer block sums, same f32 operations on them in the same order.
 
 use core::marker::PhantomData;
-#[cfg(any(kvm_arm_dsp, all(target_arch = "arm", kvm_mve), test))]
+#[cfg(test)]
 use core::mem::MaybeUninit;
 
 use half::f16;
@@ -155,7 +155,7 @@ pub fn reduce_lanes(a: [f32; LANES]) -> f32 {
 ///
 /// # Safety
 /// Lanes `0..used` of row `r` are initialized.
-#[cfg(any(kvm_arm_dsp, all(target_arch = "arm", kvm_mve), test))]
+#[cfg(test)]
 #[inline(always)]
 pub(crate) unsafe fn reduce_used(acc: &[[MaybeUninit<f32>; X16]; LANES], r: usize, used: usize) -> f32 {
     // SAFETY: only lanes below `used` are read.
@@ -417,7 +417,7 @@ pub mod exp {
 pub fn exp_approx(x: f32) -> f32 {
     let x = if exp::LO > x { exp::LO } else { x };
     let x = if x > exp::HI { exp::HI } else { x };
-    let n = libm::floorf(x * exp::LOG2E + 0.5);
+    let n = floor_clamped(x * exp::LOG2E + 0.5);
     let r = (x - n * exp::LN2_HI) - n * exp::LN2_LO;
     let mut p = exp::P[0];
     for &c in &exp::P[1..] {
@@ -425,6 +425,26 @@ pub fn exp_approx(x: f32) -> f32 {
     }
     let y = (p * r * r + r) + 1.0;
     y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+/// `floorf(y)` for [`exp_approx`]'s `y` (in `[-125, 128]`, never `-0.0`; NaN gives 0,
+/// which leaves the result NaN): with a floating-point unit, truncation toward zero, one
+/// less where that rounded a negative value up, two conversions and a compare where
+/// `libm`'s `floorf` takes apart the bits in about 20 instructions; without one (RISC-V
+/// without F, Cortex-M0+/M3), where conversions are library calls, `floorf` itself.
+#[inline(always)]
+fn floor_clamped(y: f32) -> f32 {
+    const HARD_FLOAT: bool =
+        cfg!(any(target_arch = "x86_64", target_arch = "aarch64", target_abi = "eabihf", target_feature = "f"));
+    if !HARD_FLOAT {
+        return libm::floorf(y);
+    }
+    let t = y as i32 as f32;
+    if t > y {
+        t - 1.0
+    } else {
+        t
+    }
 }
 
 /// `out[i] = f16(x[i])`, rounded to nearest even (overflow to infinity, NaNs quieted):
@@ -586,5 +606,34 @@ impl Kernels for Scalar {
 
     unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
         dequant_row(dtype, row, out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`floor_clamped`] is `floorf` on every value [`exp_approx`] gives it: around every
+    /// integer of the range (the integer itself and the floats next to it), halves, tiny
+    /// magnitudes, and a dense sweep of the inputs.
+    #[test]
+    fn floor_clamped_is_floorf() {
+        let check = |y: f32| assert_eq!(floor_clamped(y).to_bits(), libm::floorf(y).to_bits(), "floor({y:e})");
+        for k in -130..=130 {
+            let k = k as f32;
+            for y in [k, k + 0.5, k - 0.5, f32::from_bits(k.to_bits() + 1), f32::from_bits(k.to_bits().wrapping_sub(1))]
+            {
+                if !y.is_nan() && (y != 0.0 || y.is_sign_positive()) {
+                    check(y);
+                }
+            }
+        }
+        for y in [1e-30, -1e-30, f32::from_bits(1), -f32::from_bits(1), 0.0] {
+            check(y);
+        }
+        for i in 0..=1_000_000 {
+            let x = exp::LO + (exp::HI - exp::LO) * i as f32 / 1_000_000.0;
+            check(x * exp::LOG2E + 0.5);
+        }
     }
 }

@@ -157,22 +157,26 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         f16: attention!(aarch64::neon, f16),
         i8: attention!(aarch64::neon, i8),
     };
-    // Scalar but for the integer formats and their activation quantizer (see `arm::dsp`).
+    // Scalar but for the integer formats, their activation quantizer and attention over
+    // f32 rows (see `arm::dsp`, `arm::fpu`).
     #[cfg(kvm_arm_dsp)]
     static DSP: Table = Table {
         decode: decode::<arm::dsp::Dsp, 1, 4>(),
         matmul: run::<arm::dsp::Dsp, 1, 4, 1>,
         quantize_act: <arm::dsp::Dsp as Kernels>::quantize_act,
         dequant_row: scalar::dequant_row,
+        f32: Attention { dots: arm::fpu::dots, weighted_sum: arm::fpu::weighted_sum, dots_many: None },
         ..SCALAR_ENTRIES
     };
-    // Integer products only; the float kernels are the scalar ones (see `arm::helium`).
+    // Integer products and attention over f32 rows; the float kernels are the scalar ones
+    // (see `arm::helium`).
     #[cfg(all(target_arch = "arm", kvm_mve))]
     static HELIUM: Table = Table {
         decode: decode::<arm::helium::Helium, 1, 1>(),
         matmul: run::<arm::helium::Helium, 1, 1, 1>,
         quantize_act: <arm::helium::Helium as Kernels>::quantize_act,
         dequant_row: arm::helium::Helium::dequant_row,
+        f32: Attention { dots: arm::fpu::dots, weighted_sum: arm::fpu::weighted_sum, dots_many: None },
         ..SCALAR_ENTRIES
     };
     match tier {

@@ -181,15 +181,8 @@ unsafe fn groups<G: GroupKernel, const T: usize>(
     let n = (a.len() / stride).min(ys.len() / ld.max(1));
     let gb = X16 * rb;
     if n == 1 {
-        let a = &a[..stride];
-        // SAFETY: (both arms) forwarded.
-        return unsafe {
-            if G::SIDE_BY_SIDE {
-                single::<G, STREAMS>(w, gb, cols, a, ys)
-            } else {
-                single::<G, 1>(w, gb, cols, a, ys)
-            }
-        };
+        // SAFETY: forwarded.
+        return unsafe { G::single(w, gb, cols, &a[..stride], ys) };
     }
     let act = |t: usize| &a[t * stride..(t + 1) * stride];
     for (i, g) in w.chunks_exact(gb).enumerate() {
@@ -210,12 +203,34 @@ unsafe fn groups<G: GroupKernel, const T: usize>(
     }
 }
 
+/// [`GroupKernel::single`]'s default: [`single`] with [`STREAMS`] groups at a time when
+/// the kernel reads them side by side, else one.
+///
+/// # Safety
+/// As [`tiles`].
+pub(super) unsafe fn single_groups<G: GroupKernel + ?Sized>(
+    w: &[u8],
+    gb: usize,
+    cols: usize,
+    a: &[u8],
+    ys: &mut [f32],
+) {
+    // SAFETY: (both arms) forwarded.
+    unsafe {
+        if G::SIDE_BY_SIDE {
+            single::<G, STREAMS>(w, gb, cols, a, ys)
+        } else {
+            single::<G, 1>(w, gb, cols, a, ys)
+        }
+    }
+}
+
 /// [`groups`] for one token `a`: `S` groups at a time through [`GroupKernel::streams`],
 /// group `i` of each of `S` equal runs of the matrix, then the groups left over one by one.
 ///
 /// # Safety
 /// As [`tiles`].
-unsafe fn single<G: GroupKernel, const S: usize>(w: &[u8], gb: usize, cols: usize, a: &[u8], ys: &mut [f32]) {
+unsafe fn single<G: GroupKernel + ?Sized, const S: usize>(w: &[u8], gb: usize, cols: usize, a: &[u8], ys: &mut [f32]) {
     let group = |i: usize| &w[i * gb..(i + 1) * gb];
     let count = w.len() / gb;
     let q = count / S;

@@ -536,6 +536,14 @@ fn attention(c: &mut Checks, buf: &mut Scratch) {
             for (i, v) in buf.x[3 * d..3 * d + n].iter_mut().enumerate() {
                 *v = rng.value(i).abs();
             }
+            // A row whose products with the first query are all -0.0, whose sum is +0.0.
+            if n > 1 {
+                for (i, &q) in buf.x[..d].iter().enumerate() {
+                    let z = if q > 0.0 { -0.0 } else { 0.0 };
+                    buf.rows32[d + i] = z;
+                    buf.rows16[d + i] = f16::from_f32(z);
+                }
+            }
             let b = &mut *buf;
             attention_rows(c, &b.rows32[..n * d], &b.x, &mut b.wide, d, n, "f32");
             attention_rows(c, &b.rows16[..n * d], &b.x, &mut b.wide, d, n, "f16");

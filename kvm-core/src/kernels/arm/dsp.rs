@@ -6,21 +6,24 @@
 //! on pairs of values spread to halfwords: `sxtb16` takes bytes 0 and 2 of a word of q8
 //! values (rotated by 8, bytes 1 and 3), and one mask with a shift takes q4_0's nibbles in
 //! the same two positions. An activation block is spread once ([`Spread`]) and meets every
-//! row of a group or tile. q4_0's offset of 8 comes out of the sum as `8 * sum(a)`, exact
-//! in i32. So the block sums are the scalar tier's, and what follows them is its f32
-//! operations in its order ([`scalar::block_term`], the lanes of [`scalar::sum_blocks`]),
-//! so the bits are too. A weight or activation that is not on a 4-byte boundary (never in a
-//! model file, whose tensors are 64-aligned) runs the scalar kernel.
+//! row of a tile, or, for the interleaved layouts, of every group of the matrix. q4_0's
+//! offset of 8 comes out of the sum as `8 * sum(a)`, exact in i32. So the block sums are
+//! the scalar tier's, and what follows them is its f32 operations in its order
+//! ([`scalar::block_term`], the lanes of [`scalar::sum_blocks`]), so the bits are too. A
+//! weight or activation that is not on a 4-byte boundary (never in a model file, whose
+//! tensors are 64-aligned) runs the scalar kernel.
 //!
-//! Float weights, attention and softmax are the scalar tier's: single-precision FPUs have
-//! no SIMD, so any other order would only change the bits. The activation quantizer
-//! finds each block's largest magnitude in integer compares (`f32::max` is a library call
-//! on these FPUs). A group block takes two `asm!` blocks: one for its 16 rows' integer
-//! sums ([`Quant::block`]), one for their scale terms into the rows' lanes
-//! ([`add_terms`]: `vldm` loads 8 scales or sums at once, `vcvtb`/`vcvtt` widen the f16
-//! scales, and since stable rustc grants the `sreg` register class only to
-//! double-precision FPUs, the block pushes and pops the FPU registers it uses); the lanes
-//! are never zeroed ([`group_dot`]).
+//! Float weights, softmax and attention over f16 and q8 rows are the scalar tier's:
+//! single-precision FPUs have no SIMD, so any other order would only change the bits;
+//! attention over f32 rows is [`super::fpu`]'s assembly in the scalar order. The
+//! activation quantizer finds each block's largest magnitude in integer compares
+//! (`f32::max` is a library call on these FPUs). A group block takes two `asm!` blocks:
+//! one for its 16 rows' integer sums ([`Quant::block`]), one for their scale terms into
+//! the rows' lanes ([`add_terms`]: `vldm` loads 8 scales or sums at once,
+//! `vcvtb`/`vcvtt` widen the f16 scales, and since stable rustc grants the `sreg` register
+//! class only to double-precision FPUs, the block pushes and pops the FPU registers it
+//! uses); the lanes are never zeroed, and `fpu`'s [`reduce`] adds each row's lanes 8 rows
+//! at a time ([`dot_groups`]).
 //!
 //! Off Arm (host tests), [`op`] emulates the few instructions, so the host checks the
 //! kernels' arithmetic against the scalar tier; the Arm code itself is checked on the
@@ -28,6 +31,7 @@
 
 use core::mem::MaybeUninit;
 
+use super::fpu::{reduce, Lanes};
 use crate::kernels::scalar::{self, LANES};
 use crate::kernels::{GroupKernel, Kernel, Kernels, BF16, F16, F32, F32P};
 use crate::quant::{DType, QK, X16};
@@ -182,18 +186,35 @@ pub(crate) fn quantize_act(x: &[f32], out: &mut [u8]) {
 
 /// One q8 activation block spread into halfword pairs: word `v` of the block (values
 /// `4v..4v + 4`) gives `w[2v]` = values `4v, 4v + 2` and `w[2v + 1]` = `4v + 1, 4v + 3`
-/// (one `ldrd` loads both).
+/// (one `ldrd` loads both); then, for q4_0, the `-8 * sum` of its values twice, where
+/// q4_0's sums start (one `ldrd` loads two of them).
 #[repr(C, align(8))]
 pub(crate) struct Spread {
     w: [u32; QK / 2],
+    off: [i32; 2],
 }
 
 impl Spread {
+    /// The block of `words` spread, with its `off` when `SUM` (else zero): each byte `b`
+    /// counted as the unsigned `b ^ 0x80 = b + 128` as the word is spread, so the sum costs
+    /// two instructions a word and no reloads.
     #[inline(always)]
-    fn new(words: &[u32; QK / 4]) -> Spread {
-        Spread {
-            w: core::array::from_fn(|i| if i % 2 == 0 { sxtb16(words[i / 2]) } else { sxtb16_ror8(words[i / 2]) }),
-        }
+    fn new<const SUM: bool>(words: &[u32; QK / 4]) -> Spread {
+        let mut biased = 0u32;
+        let w = core::array::from_fn(|i| {
+            let x = words[i / 2];
+            if i % 2 == 0 {
+                if SUM {
+                    biased = usada8(x ^ 0x8080_8080, biased);
+                }
+                sxtb16(x)
+            } else {
+                sxtb16_ror8(x)
+            }
+        });
+        // sum (n - 8) * a = sum n * a - 8 * sum a, with sum a = biased - 128 * 32.
+        let off = if SUM { (128 * QK as i32 - biased as i32).wrapping_mul(8) } else { 0 };
+        Spread { w, off: [off; 2] }
     }
 
     /// Values `4v, 4v + 2`, as [`Spread::w`] says.
@@ -207,41 +228,23 @@ impl Spread {
     fn o(&self, v: usize) -> u32 {
         self.w[2 * v + 1]
     }
-
-    /// The block spread, and the sum of its 32 values: each byte `b` counted as the
-    /// unsigned `b ^ 0x80 = b + 128` as the word is spread, so the sum costs two
-    /// instructions a word and no reloads.
-    #[inline(always)]
-    fn with_sum(words: &[u32; QK / 4]) -> (Spread, i32) {
-        let mut biased = 0u32;
-        let w = core::array::from_fn(|i| {
-            let x = words[i / 2];
-            if i % 2 == 0 {
-                biased = usada8(x ^ 0x8080_8080, biased);
-                sxtb16(x)
-            } else {
-                sxtb16_ror8(x)
-            }
-        });
-        (Spread { w }, biased as i32 - 128 * QK as i32)
-    }
 }
 
-/// A q8 activation (`[act_scratch_len(cols)]` bytes) as its blocks' words and scales;
+/// A q8 activation (`[act_scratch_len(cols)]` bytes) as its blocks' words and scales' bits;
 /// `None` if its values are not on a 4-byte boundary.
 #[inline(always)]
-fn act_words(act: &[u8], cols: usize) -> Option<(&[[u32; QK / 4]], &[u8])> {
+fn act_words(act: &[u8], cols: usize) -> Option<(&[[u32; QK / 4]], &[u32])> {
     let (qs, ds) = act.split_at(cols);
-    Some((bytemuck::try_cast_slice(qs).ok()?, ds))
+    Some((bytemuck::try_cast_slice(qs).ok()?, bytemuck::try_cast_slice(ds).ok()?))
 }
 
-/// The scale of activation block `b`.
+/// The scale of an activation block from its bits as stored (little-endian).
 #[inline(always)]
-fn act_scale_of(ds: &[u8], b: usize) -> f32 {
-    f32::from_le_bytes([ds[4 * b], ds[4 * b + 1], ds[4 * b + 2], ds[4 * b + 3]])
+fn act_scale(bits: u32) -> f32 {
+    f32::from_bits(u32::from_le(bits))
 }
 
-/// One multiply-accumulate of a spread pair in the group blocks' assembly: `smuad` for a
+/// One multiply-accumulate of a spread pair in [`Q8::block`]'s assembly: `smuad` for a
 /// sum's first product (so no sum is zeroed first), `smlad` for the others.
 #[cfg(kvm_arm_dsp)]
 macro_rules! mac {
@@ -309,53 +312,50 @@ macro_rules! q8_rows4 {
     };
 }
 
-/// The first product of row word `{w}` into sum `$s`: `smlad` from the sums' start
-/// (`{z}`, `-8 * asum`) in piece 0, from the sum after it.
-#[cfg(kvm_arm_dsp)]
-macro_rules! q4_start {
-    (first, $s:literal) => {
-        concat!("smlad {", $s, "}, {t}, {e}, {z}\n")
-    };
-    (next, $s:literal) => {
-        concat!("smlad {", $s, "}, {t}, {e}, {", $s, "}\n")
-    };
-}
-
-/// One row of one piece of [`Q4::block`]'s assembly: the word at byte offset `$w`, its
-/// four nibble pairs (masked by `r7`, `0x000f000f`) into sum `$s`.
+/// One row of one piece of [`Q4::block`]'s assembly: the word in register `$w`, its four
+/// nibble pairs (masked by `r7`, `0x000f000f`) into the sum in register `$s`.
 #[cfg(kvm_arm_dsp)]
 macro_rules! q4_row {
-    ($f:tt, $w:literal, $s:literal) => {
+    ($w:literal, $s:literal) => {
         concat!(
-            "ldr {w}, [{p}, #",
+            "and {t}, r7, ",
             $w,
-            "]\n",
-            "and {t}, {w}, r7\n",
-            q4_start!($f, $s),
-            "and {t}, r7, {w}, lsr #8\n smlad {",
+            "\n smlad ",
             $s,
-            "}, {t}, {o}, {",
+            ", {t}, {e}, ",
             $s,
-            "}\n",
-            "and {t}, r7, {w}, lsr #4\n smlad {",
+            "\n",
+            "and {t}, r7, ",
+            $w,
+            ", lsr #8\n smlad ",
             $s,
-            "}, {t}, {e2}, {",
+            ", {t}, {o}, ",
             $s,
-            "}\n",
-            "and {t}, r7, {w}, lsr #12\n smlad {",
+            "\n",
+            "and {t}, r7, ",
+            $w,
+            ", lsr #4\n smlad ",
             $s,
-            "}, {t}, {o2}, {",
+            ", {t}, {e2}, ",
             $s,
-            "}\n",
+            "\n",
+            "and {t}, r7, ",
+            $w,
+            ", lsr #12\n smlad ",
+            $s,
+            ", {t}, {o2}, ",
+            $s,
+            "\n",
         )
     };
 }
 
 /// One piece of [`Q4::block`]'s assembly for 4 rows: the activation pairs of its low
-/// (`$a`) and high (`$a2`) nibbles, then the 4 rows' words from byte offset `$w`.
+/// (`$a`) and high (`$a2`) nibbles, then the 4 rows' words from byte offset `$w`, two
+/// rows to an `ldrd`.
 #[cfg(kvm_arm_dsp)]
 macro_rules! q4_piece {
-    ($f:tt, $a:literal, $a2:literal, $w0:literal, $w1:literal, $w2:literal, $w3:literal) => {
+    ($a:literal, $a2:literal, $w:literal, $w2:literal) => {
         concat!(
             "ldrd {e}, {o}, [{a}, #",
             $a,
@@ -363,28 +363,40 @@ macro_rules! q4_piece {
             "ldrd {e2}, {o2}, [{a}, #",
             $a2,
             "]\n",
-            q4_row!($f, $w0, "s0"),
-            q4_row!($f, $w1, "s1"),
-            q4_row!($f, $w2, "s2"),
-            q4_row!($f, $w3, "s3"),
+            "ldrd {w0}, {w1}, [{p}, #",
+            $w,
+            "]\n",
+            q4_row!("{w0}", "{s0}"),
+            q4_row!("{w1}", "{s1}"),
+            "ldrd {w0}, {w1}, [{p}, #",
+            $w2,
+            "]\n",
+            q4_row!("{w0}", "{s2}"),
+            q4_row!("{w1}", "{s3}"),
         )
     };
 }
 
-/// 4 rows of [`Q4::block`] (from `{p}`): the 4 pieces, then the 4 sums stored where the
-/// pointer pushed first (`[sp, #4]`) says, which moves past them.
+/// 4 rows of [`Q4::block`] (from `{p}`): the sums start at `-8 * sum(a)`
+/// (the spread block's `off`), take the 4 pieces, and are stored at byte offset `$o` of
+/// the output, whose address was pushed last.
 #[cfg(kvm_arm_dsp)]
 macro_rules! q4_rows4 {
-    () => {
+    ($o:literal, $o2:literal) => {
         concat!(
-            q4_piece!(first, 0, 32, 0, 4, 8, 12),
-            q4_piece!(next, 8, 40, 64, 68, 72, 76),
-            q4_piece!(next, 16, 48, 128, 132, 136, 140),
-            q4_piece!(next, 24, 56, 192, 196, 200, 204),
-            "ldr {e}, [sp, #4]\n",
-            "strd {s0}, {s1}, [{e}], #8\n",
-            "strd {s2}, {s3}, [{e}], #8\n",
-            "str {e}, [sp, #4]\n",
+            "ldrd {s0}, {s1}, [{a}, #64]\n",
+            "ldrd {s2}, {s3}, [{a}, #64]\n",
+            q4_piece!(0, 32, 0, 8),
+            q4_piece!(8, 40, 64, 72),
+            q4_piece!(16, 48, 128, 136),
+            q4_piece!(24, 56, 192, 200),
+            "ldr {t}, [sp]\n",
+            "strd {s0}, {s1}, [{t}, #",
+            $o,
+            "]\n",
+            "strd {s2}, {s3}, [{t}, #",
+            $o2,
+            "]\n",
         )
     };
 }
@@ -396,19 +408,24 @@ pub(crate) trait Quant {
     const WORDS: usize;
     /// A block's quant words as one row stores them.
     type Words: Copy;
-    /// Whether [`Quant::isum`] needs the activation block's sum.
+    /// Whether [`Quant::isum`] needs the activation block's sum ([`Spread`]'s `off`).
     const NEEDS_SUM: bool;
 
     /// The block's quant words from its plain bytes (`WORDS * 4` of them).
     fn words(qs: &[u8]) -> Self::Words;
 
-    /// The exact integer dot product of the block with the activation block `a`, whose
-    /// values sum to `asum` (when [`Quant::NEEDS_SUM`]).
-    fn isum(w: Self::Words, a: &Spread, asum: i32) -> i32;
+    /// The exact integer dot product of the block with the activation block `a`.
+    fn isum(w: Self::Words, a: &Spread) -> i32;
 
     /// [`Quant::isum`] of the 16 rows of a group block whose pieces are `qs` (`[WORDS][16]`
     /// words), into `out`.
-    fn block(qs: &[[u32; X16]], a: &Spread, asum: i32, out: &mut MaybeUninit<[i32; X16]>);
+    fn block(qs: &[[u32; X16]], a: &Spread, out: &mut MaybeUninit<[i32; X16]>);
+
+    /// [`dot_groups`] of the format's interleaved layout.
+    fn dot_groups(w: &[u8], a: &[u8], cols: usize, ys: &mut [f32]) -> bool;
+
+    /// The scalar tier's rows of one group of the interleaved layout (`g`) . `a`.
+    fn scalar_group(g: &[u8], a: &[u8], cols: usize) -> [f32; X16];
 }
 
 /// q8_0 (and q8_0x16) quants.
@@ -427,7 +444,7 @@ impl Quant for Q8 {
     }
 
     #[inline(always)]
-    fn isum(w: [u32; QK / 4], a: &Spread, _asum: i32) -> i32 {
+    fn isum(w: [u32; QK / 4], a: &Spread) -> i32 {
         let mut s = 0;
         for (v, &x) in w.iter().enumerate() {
             s = smlad(sxtb16(x), a.e(v), s);
@@ -440,7 +457,7 @@ impl Quant for Q8 {
     /// side by side, with the 4 sums in registers (the compiler keeps neither the spread
     /// block nor the sums in registers across the pieces).
     #[inline(always)]
-    fn block(qs: &[[u32; X16]], a: &Spread, _asum: i32, out: &mut MaybeUninit<[i32; X16]>) {
+    fn block(qs: &[[u32; X16]], a: &Spread, out: &mut MaybeUninit<[i32; X16]>) {
         assert!(qs.len() == Self::WORDS);
         #[cfg(kvm_arm_dsp)]
         // SAFETY: `p` points at row 0 of piece 0 of `[8][16]` words and moves 4 rows at a
@@ -456,7 +473,7 @@ impl Quant for Q8 {
                 "add {p}, {p}, #16",
                 q8_rows4!(),
                 p = inout(reg) qs.as_ptr() => _,
-                a = in(reg) a.w.as_ptr(),
+                a = in(reg) core::ptr::from_ref(a),
                 out = inout(reg) out.as_mut_ptr() => _,
                 e = out(reg) _, o = out(reg) _, w0 = out(reg) _, w1 = out(reg) _, t = out(reg) _,
                 s0 = out(reg) _, s1 = out(reg) _, s2 = out(reg) _, s3 = out(reg) _,
@@ -464,7 +481,15 @@ impl Quant for Q8 {
             );
         }
         #[cfg(not(kvm_arm_dsp))]
-        out.write(core::array::from_fn(|r| Self::isum(core::array::from_fn(|v| qs[v][r]), a, 0)));
+        out.write(core::array::from_fn(|r| Self::isum(core::array::from_fn(|v| qs[v][r]), a)));
+    }
+
+    fn dot_groups(w: &[u8], a: &[u8], cols: usize, ys: &mut [f32]) -> bool {
+        dot_groups::<Self, { QK / 4 }>(w, a, cols, ys)
+    }
+
+    fn scalar_group(g: &[u8], a: &[u8], cols: usize) -> [f32; X16] {
+        scalar::dot_q8_0x16(bytemuck::cast_slice(g), a, cols)
     }
 }
 
@@ -481,60 +506,66 @@ impl Quant for Q4 {
     /// Word `v` holds nibble bytes `4v..4v + 4`: low nibbles are weights `4v + k`, high
     /// ones `16 + 4v + k`. Masking bits 0-3 and 16-19 after a shift of 0, 8, 4 or 12 puts
     /// weights `4v, 4v + 2` / `4v + 1, 4v + 3` / `16 + 4v, 16 + 4v + 2` / `16 + 4v + 1,
-    /// 16 + 4v + 3` in the halfwords, as [`Spread`] has their activations.
+    /// 16 + 4v + 3` in the halfwords, as [`Spread`] has their activations. The sum starts
+    /// at `-8 * sum(a)`, the nibbles' offset of 8 times the activations.
     #[inline(always)]
-    fn isum(w: [u32; QK / 8], a: &Spread, asum: i32) -> i32 {
+    fn isum(w: [u32; QK / 8], a: &Spread) -> i32 {
         const M: u32 = 0x000f_000f;
-        let mut s = 0;
+        let mut s = a.off[0];
         for (v, &x) in w.iter().enumerate() {
             s = smlad(x & M, a.e(v), s);
             s = smlad((x >> 8) & M, a.o(v), s);
             s = smlad((x >> 4) & M, a.e(QK / 8 + v), s);
             s = smlad((x >> 12) & M, a.o(QK / 8 + v), s);
         }
-        // sum (n - 8) * a = sum n * a - 8 * sum a.
-        s.wrapping_sub(asum.wrapping_mul(8))
+        s
     }
 
-    /// In assembly on Arm, as [`Q8::block`]. It needs one register more than the asm
-    /// operands can have, so it saves `r7` (the frame pointer, which the compiler keeps
-    /// for itself) and holds the nibble mask there, and keeps `out` on the stack.
+    /// In assembly on Arm, 4 rows at a time as [`Q8::block`], each `ldrd` loading two
+    /// rows' words. That takes 14 registers, one more than the asm operands can have, so
+    /// the block saves `r7` (the frame pointer, which the compiler keeps for itself) and
+    /// holds the nibble mask there, and keeps `out` on the stack.
     #[inline(always)]
-    fn block(qs: &[[u32; X16]], a: &Spread, asum: i32, out: &mut MaybeUninit<[i32; X16]>) {
+    fn block(qs: &[[u32; X16]], a: &Spread, out: &mut MaybeUninit<[i32; X16]>) {
         assert!(qs.len() == Self::WORDS);
         #[cfg(kvm_arm_dsp)]
         // SAFETY: `p` points at row 0 of piece 0 of `[4][16]` words and moves 4 rows at a
         // time, so offsets 64v + 4k (v < 4, k < 4) from it stay in bounds and word-aligned;
-        // `a` points at 16 words, 8-aligned; `out` at 16 words, written once each. The
-        // stack gets 2 words, popped before the end; `r7` leaves as it came.
+        // `a` points at a `Spread` (18 words, 8-aligned); `out` at 16 words, written once
+        // each. The stack gets 2 words, popped before the end; `r7` leaves as it came.
         unsafe {
-            // sum (n - 8) * a = sum n * a - 8 * sum a: the sums start at the second term.
-            let off = asum.wrapping_mul(8).wrapping_neg();
             core::arch::asm!(
-                "push {{{w}}}",
                 "push {{r7}}",
+                "push {{{t}}}",
                 "movw r7, #15",
                 "movt r7, #15",
-                q4_rows4!(),
+                q4_rows4!(0, 8),
                 "add {p}, {p}, #16",
-                q4_rows4!(),
+                q4_rows4!(16, 24),
                 "add {p}, {p}, #16",
-                q4_rows4!(),
+                q4_rows4!(32, 40),
                 "add {p}, {p}, #16",
-                q4_rows4!(),
-                "pop {{r7}}",
+                q4_rows4!(48, 56),
                 "add sp, sp, #4",
+                "pop {{r7}}",
                 p = inout(reg) qs.as_ptr() => _,
-                a = in(reg) a.w.as_ptr(),
-                w = inout(reg) out.as_mut_ptr() => _,
-                z = in(reg) off,
-                t = out(reg) _,
+                a = in(reg) core::ptr::from_ref(a),
+                t = inout(reg) out.as_mut_ptr() => _,
                 e = out(reg) _, o = out(reg) _, e2 = out(reg) _, o2 = out(reg) _,
+                w0 = out(reg) _, w1 = out(reg) _,
                 s0 = out(reg) _, s1 = out(reg) _, s2 = out(reg) _, s3 = out(reg) _,
             );
         }
         #[cfg(not(kvm_arm_dsp))]
-        out.write(core::array::from_fn(|r| Self::isum(core::array::from_fn(|v| qs[v][r]), a, asum)));
+        out.write(core::array::from_fn(|r| Self::isum(core::array::from_fn(|v| qs[v][r]), a)));
+    }
+
+    fn dot_groups(w: &[u8], a: &[u8], cols: usize, ys: &mut [f32]) -> bool {
+        dot_groups::<Self, { QK / 8 }>(w, a, cols, ys)
+    }
+
+    fn scalar_group(g: &[u8], a: &[u8], cols: usize) -> [f32; X16] {
+        scalar::dot_q4_0x16(bytemuck::cast_slice(g), a, cols)
     }
 }
 
@@ -555,12 +586,12 @@ impl<Q: Quant> Kernel for Rows<Q> {
             };
             let bb = 2 + 4 * Q::WORDS;
             let mut acc = [[0.0f32; LANES]; R];
-            for (b, words) in qs.iter().enumerate().take(cols / QK) {
-                let (spread, asum) = if Q::NEEDS_SUM { Spread::with_sum(words) } else { (Spread::new(words), 0) };
-                let da = act_scale_of(ds, b);
+            for (b, (words, &da)) in qs.iter().zip(ds).enumerate().take(cols / QK) {
+                let spread = if Q::NEEDS_SUM { Spread::new::<true>(words) } else { Spread::new::<false>(words) };
+                let da = act_scale(da);
                 for (acc, w) in acc.iter_mut().zip(w) {
                     let block = &w[b * bb..(b + 1) * bb];
-                    let isum = Q::isum(Q::words(&block[2..]), &spread, asum);
+                    let isum = Q::isum(Q::words(&block[2..]), &spread);
                     let dw = f16_low(u32::from(u16::from_le_bytes([block[0], block[1]])));
                     acc[b % LANES] += dw * da * isum as f32;
                 }
@@ -604,35 +635,90 @@ const _: () =
 /// The DSP kernel of a row-interleaved integer dtype (q8_0x16 or q4_0x16).
 pub(crate) struct Groups<Q>(core::marker::PhantomData<Q>);
 
-/// The 16 rows of one group (`g`, `[cols / 32]` blocks of `W` words a row) . activation
-/// `a`, or `None` where the data is not word-aligned. Each block's 16 integer sums
-/// ([`Quant::block`]) become their terms in lane `b % 8` of each row ([`add_terms`]);
-/// lanes are lane-major (`[8][16]`) and never zeroed: block `b < 8` writes its term, so a
-/// lane holds the scalar tier's up to the sign of a zero (`0.0 + t` is `t` but for
-/// `t = -0.0`), which the rows' trees ([`scalar::reduce_used`]) carry along and the
-/// final `+ 0.0` takes off, as the scalar tier's sums are never `-0.0`.
-#[inline(always)]
-fn group_dot<Q: Quant, const W: usize>(g: &[u8], a: &[u8], cols: usize) -> Option<[f32; X16]> {
-    let blocks: &[GroupWords<W>] = bytemuck::try_cast_slice(g).ok()?;
-    let (qs, ds) = act_words(a, cols)?;
-    let mut lanes = [[MaybeUninit::<f32>::uninit(); X16]; LANES];
-    for (b, (gb, words)) in blocks.iter().zip(qs).enumerate() {
-        let (spread, asum) = if Q::NEEDS_SUM { Spread::with_sum(words) } else { (Spread::new(words), 0) };
-        let mut isums = MaybeUninit::uninit();
-        Q::block(&gb.qs, &spread, asum, &mut isums);
-        // SAFETY: `block` wrote all 16.
-        let isums = unsafe { isums.assume_init_ref() };
-        let da = act_scale_of(ds, b);
-        let lane = &mut lanes[b % LANES];
-        if b < LANES {
-            add_terms::<true>(&gb.d, da, isums, lane);
-        } else {
-            add_terms::<false>(&gb.d, da, isums, lane);
+/// Activation blocks spread at a time: every group of a matrix of up to `32 *
+/// SPREAD_BLOCKS` columns (tiny-kjv's widest, `d_ff = 512`) meets one spread of the
+/// activation, 1,152 bytes of stack; a wider matrix spreads each group's blocks anew.
+const SPREAD_BLOCKS: usize = 16;
+
+/// `ys[16 i + r]` = row `r` of group `i` of `w` . activation `a` for each of the
+/// `w.len() / gb` groups (`gb` bytes, `cols / 32` blocks of `W` quant words a row each),
+/// or `false`, writing nothing, where the data is not word-aligned: the activation is
+/// spread once ([`SPREAD_BLOCKS`] at a time), then each group block's 16 integer sums
+/// ([`Quant::block`]) become their terms in the rows' lanes ([`add_terms`]), which never
+/// start zeroed: block `b < 8` writes lane `b`, so a lane holds the scalar tier's up to the
+/// sign of a zero (`0.0 + t` is `t` but for `t = -0.0`), which the rows' trees carry along
+/// and the final `+ 0.0` takes off, as the scalar tier's sums are never `-0.0`
+/// ([`reduce`]).
+#[inline(never)]
+fn dot_groups<Q: Quant, const W: usize>(w: &[u8], a: &[u8], cols: usize, ys: &mut [f32]) -> bool {
+    let Ok(blocks) = bytemuck::try_cast_slice::<u8, GroupWords<W>>(w) else { return false };
+    let Some((qs, ds)) = act_words(a, cols) else { return false };
+    let nb = cols / QK;
+    let (Some(qs), Some(ds)) = (qs.get(..nb), ds.get(..nb)) else { return false };
+    if nb == 0 {
+        return false;
+    }
+    let mut spread = [const { MaybeUninit::<Spread>::uninit() }; SPREAD_BLOCKS];
+    let mut lanes: Lanes = [[MaybeUninit::uninit(); X16]; LANES];
+    let groups = blocks.chunks_exact(nb).zip(ys.as_chunks_mut::<X16>().0);
+    if nb <= SPREAD_BLOCKS {
+        let spread = spread_blocks::<Q>(qs, &mut spread);
+        for (g, y) in groups {
+            add_blocks::<Q, W>(g, spread, ds, 0, &mut lanes);
+            // SAFETY: lanes `0..min(nb, 8)` were written by their first block.
+            unsafe { reduce(&lanes, nb.min(LANES), y) };
+        }
+    } else {
+        for (g, y) in groups {
+            for (i, (g, (qs, ds))) in
+                g.chunks(SPREAD_BLOCKS).zip(qs.chunks(SPREAD_BLOCKS).zip(ds.chunks(SPREAD_BLOCKS))).enumerate()
+            {
+                let spread = spread_blocks::<Q>(qs, &mut spread);
+                add_blocks::<Q, W>(g, spread, ds, i * SPREAD_BLOCKS, &mut lanes);
+            }
+            // SAFETY: as above (`nb > 8`).
+            unsafe { reduce(&lanes, LANES, y) };
         }
     }
-    let used = blocks.len().min(qs.len()).min(LANES);
-    // SAFETY: lanes `0..used` were written by their first block.
-    Some(core::array::from_fn(|r| (unsafe { scalar::reduce_used(&lanes, r, used) }) + 0.0))
+    true
+}
+
+/// Adds the terms of group blocks `g` (blocks `b0..` of a row group) with the spread
+/// activation blocks `spread` (scales' bits `ds`) to the lanes: each block's 16 integer
+/// sums ([`Quant::block`]) times their scales ([`add_terms`]).
+#[inline(always)]
+fn add_blocks<Q: Quant, const W: usize>(
+    g: &[GroupWords<W>],
+    spread: &[Spread],
+    ds: &[u32],
+    b0: usize,
+    lanes: &mut Lanes,
+) {
+    let mut isums = MaybeUninit::uninit();
+    for (b, (gb, (s, &da))) in (b0..).zip(g.iter().zip(spread.iter().zip(ds))) {
+        Q::block(&gb.qs, s, &mut isums);
+        // SAFETY: `block` wrote all 16.
+        let isums = unsafe { isums.assume_init_ref() };
+        if b < LANES {
+            add_terms::<true>(&gb.d, act_scale(da), isums, &mut lanes[b]);
+        } else {
+            add_terms::<false>(&gb.d, act_scale(da), isums, &mut lanes[b % LANES]);
+        }
+    }
+}
+
+/// The activation blocks `words` spread into the first `words.len()` of `out`.
+#[inline(always)]
+fn spread_blocks<'s, Q: Quant>(
+    words: &[[u32; QK / 4]],
+    out: &'s mut [MaybeUninit<Spread>; SPREAD_BLOCKS],
+) -> &'s [Spread] {
+    let n = words.len().min(SPREAD_BLOCKS);
+    for (o, w) in out.iter_mut().zip(words) {
+        o.write(if Q::NEEDS_SUM { Spread::new::<true>(w) } else { Spread::new::<false>(w) });
+    }
+    // SAFETY: the first `n` were written just above.
+    unsafe { &*(core::ptr::from_ref(&out[..n]) as *const [Spread]) }
 }
 
 /// Half of [`add_terms`]' assembly: rows `8h..8h + 8` (`{d}`, `{is}` and `{l}` at them,
@@ -677,7 +763,7 @@ macro_rules! lanes8 {
 /// `lane[r] = t_r` (`FIRST`) or `lane[r] += t_r` for the 16 rows of a group block, `t_r =
 /// (dw_r * da) * isums[r]` with `dw_r` row `r`'s f16 scale in `d` (two to a word): the
 /// scalar tier's block term ([`scalar::block_term`]) and lane sum, but for `0.0 + t` in
-/// a lane's first term (see [`group_dot`]).
+/// a lane's first term (see [`dot_groups`]).
 #[inline(always)]
 fn add_terms<const FIRST: bool>(d: &[u32; X16 / 2], da: f32, isums: &[i32; X16], lane: &mut [MaybeUninit<f32>; X16]) {
     #[cfg(kvm_arm_dsp)]
@@ -719,21 +805,23 @@ fn add_terms<const FIRST: bool>(d: &[u32; X16 / 2], da: f32, isums: &[i32; X16],
     }
 }
 
-impl GroupKernel for Groups<Q8> {
+impl<Q: Quant> GroupKernel for Groups<Q> {
     unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
         core::array::from_fn(|t| {
-            group_dot::<Q8, { QK / 4 }>(g, a[t], cols)
-                .unwrap_or_else(|| scalar::dot_q8_0x16(bytemuck::cast_slice(g), a[t], cols))
+            let mut y = [0.0; X16];
+            if !Q::dot_groups(g, a[t], cols, &mut y) {
+                y = Q::scalar_group(g, a[t], cols);
+            }
+            y
         })
     }
-}
 
-impl GroupKernel for Groups<Q4> {
-    unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
-        core::array::from_fn(|t| {
-            group_dot::<Q4, { QK / 8 }>(g, a[t], cols)
-                .unwrap_or_else(|| scalar::dot_q4_0x16(bytemuck::cast_slice(g), a[t], cols))
-        })
+    unsafe fn single(w: &[u8], gb: usize, cols: usize, a: &[u8], ys: &mut [f32]) {
+        if !Q::dot_groups(w, a, cols, ys) {
+            for (g, y) in w.chunks_exact(gb).zip(ys.chunks_exact_mut(X16)) {
+                y.copy_from_slice(&Q::scalar_group(g, a, cols));
+            }
+        }
     }
 }
 
@@ -796,7 +884,7 @@ mod tests {
         for dtype in [DType::Q8_0, DType::Q4_0, DType::Q8_0x16, DType::Q4_0x16] {
             let row_counts: &[usize] = if dtype.group_rows() == 1 { &[1, 3, 4, 5, 7, 9] } else { &[16, 32, 48, 80] };
             for &rows in row_counts {
-                for cols in [32, 96, 256, 288] {
+                for cols in [32, 96, 256, 288, 544] {
                     for n in [1, 2, 3] {
                         let seed = (rows * 1000 + cols + n) as u32;
                         let data = matrix(dtype, rows, cols, seed);

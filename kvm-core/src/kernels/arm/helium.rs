@@ -12,9 +12,10 @@
 //! Everything in floating point stays in the scalar FPU, in [`scalar`]'s operations and
 //! order, written in assembly so that the compiler cannot vectorize it: QEMU runs MVE's
 //! floating-point instructions with flush-to-zero (the standard FPSCR value), which would
-//! change bits on tiny scales. The f16 scales widen with the FPU's exact `vcvtb.f32.f16`.
-//! So every result is the scalar tier's bits. Float weights, attention and the rest run the
-//! scalar kernels.
+//! change bits on tiny scales. The f16 scales widen with the FPU's exact `vcvtb.f32.f16`,
+//! four rows' at a time, and four rows' terms go to their lanes in one `vstm`; the lanes'
+//! trees are [`super::fpu`]'s. So every result is the scalar tier's bits. Attention over
+//! f32 rows runs `fpu`'s kernels too; float weights and the rest run the scalar kernels.
 //!
 //! MVE lives in the floating-point register file (q0-q7 are d0-d15) and Rust's `asm!` has no
 //! register class for it on Arm: each block below names its vector registers itself and
@@ -25,6 +26,7 @@ use core::arch::asm;
 use core::marker::PhantomData;
 use core::mem::MaybeUninit;
 
+use super::fpu::{reduce, Lanes};
 use crate::kernels::scalar::{self, reduce_lanes, LANES};
 use crate::kernels::{GroupKernel, Kernel, Kernels, BF16, F16, F32, F32P};
 use crate::quant::{DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
@@ -222,17 +224,45 @@ pub(crate) trait GroupBlock {
     /// The scalar kernel of the format, for groups that are not 4-byte aligned (a blob at
     /// an address that is not): the gathers would fault on them.
     type Scalar: GroupKernel;
+    /// Whether the block sums need [`offset`]: q4_0's nibbles are their weights plus 8.
+    const OFFSET: bool;
 
     /// Adds the 16 rows' terms of the group block at `g` with the activation block at `a`
-    /// (32 bytes, scale `da`) to their accumulators `acc[0..16]`: the exact block sum `s`,
-    /// then `acc += (d_w * d_a) * s` in the FPU as [`scalar::block_term`] does; with
-    /// `FIRST`, `acc = 0.0 + (d_w * d_a) * s` (the canonical sum's first term of a lane)
-    /// without reading `acc`.
+    /// (32 bytes, scale `da`, [`offset`] `off` where the format needs it) to their
+    /// accumulators `acc[0..16]`: the exact block sum `s`, then `acc += (d_w * d_a) * s` in
+    /// the FPU as [`scalar::block_term`] does; with `FIRST`, `acc = (d_w * d_a) * s` (the
+    /// canonical sum's first term of a lane, `0.0 + t`, but for the sign of a zero: see
+    /// [`Groups`]) without reading `acc`.
     ///
     /// # Safety
     /// MVE is present; `g` points at one whole group block, `a` at 32 readable bytes and
     /// `acc` at 16 writable floats (initialized unless `FIRST`).
-    unsafe fn add_terms<const FIRST: bool>(g: *const u8, a: *const u8, da: f32, acc: *mut f32);
+    unsafe fn add_terms<const FIRST: bool>(g: *const u8, a: *const u8, da: f32, off: i32, acc: *mut f32);
+}
+
+/// `8 * sum(a)` of the 32 activation values at `a`: what q4_0's nibble sums exceed its
+/// weights' by (`vaddv` of the two halves, into an even register as it requires).
+///
+/// # Safety
+/// MVE is present; `a` points at 32 readable bytes.
+#[inline(always)]
+unsafe fn offset(a: *const u8) -> i32 {
+    let s: i32;
+    // SAFETY: reads the 32 bytes at `a`.
+    unsafe {
+        asm!(
+            "vldrb.s8 q0, [{a}]",
+            "vldrb.s8 q1, [{a}, #16]",
+            "vaddv.s8 r2, q0",
+            "vaddva.s8 r2, q1",
+            "lsl.w r2, r2, #3",
+            a = in(reg) a,
+            out("r2") s,
+            out("d0") _, out("d1") _, out("d2") _, out("d3") _,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    s
 }
 
 /// Byte offsets of a row's 4-byte pieces `0..4` in a group block: pieces are 64 bytes
@@ -242,27 +272,17 @@ static PIECES: [u32; 4] = [0, 64, 128, 192];
 /// Bytes before a group block's quant bytes: the 16 f16 scales.
 const SCALES: usize = 2 * X16;
 
-/// Row `r`'s term in the FPU from its exact sum (as f32 in `$s`), the activation scale in
-/// s14 and its f16 scale at `{g} + 2 r`: `(d_w * d_a) * s`, added to its accumulator at
-/// `{acc} + 4 r`, or (`first`) to s15's +0.0.
-macro_rules! term {
-    (add, $s:literal, $ds:literal, $off:literal) => {
-        concat!(
-            term!(@scaled $s, $ds),
-            "vldr s13, [{acc}, #", $off, "]\n",
-            "vadd.f32 s13, s13, s12\n",
-            "vstr s13, [{acc}, #", $off, "]\n",
-        )
+/// The end of [`quad!`]: the 4 terms (s0-s3) stored at `{acc}` (`first`), or added to the
+/// accumulators there (loaded into s4-s7), which moves past them.
+macro_rules! lanes4 {
+    (first) => {
+        "vstmia {acc}!, {{s0-s3}}\n"
     };
-    (first, $s:literal, $ds:literal, $off:literal) => {
-        concat!(term!(@scaled $s, $ds), "vadd.f32 s13, s15, s12\n", "vstr s13, [{acc}, #", $off, "]\n")
-    };
-    (@scaled $s:literal, $ds:literal) => {
+    (add) => {
         concat!(
-            "vldr.16 s12, [{g}, #", $ds, "]\n",
-            "vcvtb.f32.f16 s12, s12\n",
-            "vmul.f32 s12, s12, s14\n",
-            "vmul.f32 s12, s12, ", $s, "\n",
+            "vldm {acc}, {{s4-s7}}\n",
+            "vadd.f32 s4, s4, s0\n vadd.f32 s5, s5, s1\n vadd.f32 s6, s6, s2\n vadd.f32 s7, s7, s3\n",
+            "vstmia {acc}!, {{s4-s7}}\n",
         )
     };
 }
@@ -305,10 +325,11 @@ macro_rules! q4_row {
 /// Rows `4k..4k + 4` of a group block: their exact sums (`$row!`) in r0, r2, r4, r8, into
 /// lanes 0..4 of q2 (`vmov q2[2], q2[0], r0, r4` fills lane 0 from r0 and lane 2 from r4),
 /// less `$bias` (q4_0's `8 * sum(a)`), converted to f32 there (exactly: they are far below
-/// 2^24, so no rounding and no subnormals), then each row's `term!`.
+/// 2^24, so no rounding and no subnormals); the 4 rows' f16 scales (byte `$ds` of the
+/// block, one `vldr` of d6) widened exactly (`vcvtb`/`vcvtt`), times `d_a` (s14), times
+/// the sums, into their accumulators ([`lanes4!`]).
 macro_rules! quad {
-    ($row:ident, $kind:ident, $bias:literal, $d0:literal, $d1:literal, $d2:literal, $d3:literal,
-     $o0:literal, $o1:literal, $o2:literal, $o3:literal) => {
+    ($row:ident, $kind:ident, $bias:literal, $ds:literal) => {
         concat!(
             $row!("r0"),
             $row!("r2"),
@@ -318,10 +339,13 @@ macro_rules! quad {
             "vmov q2[3], q2[1], r2, r8\n",
             $bias,
             "vcvt.f32.s32 q2, q2\n",
-            term!($kind, "s8", $d0, $o0),
-            term!($kind, "s9", $d1, $o1),
-            term!($kind, "s10", $d2, $o2),
-            term!($kind, "s11", $d3, $o3),
+            "vldr d6, [{g}, #",
+            $ds,
+            "]\n",
+            "vcvtb.f32.f16 s0, s12\n vcvtt.f32.f16 s1, s12\n vcvtb.f32.f16 s2, s13\n vcvtt.f32.f16 s3, s13\n",
+            "vmul.f32 s0, s0, s14\n vmul.f32 s1, s1, s14\n vmul.f32 s2, s2, s14\n vmul.f32 s3, s3, s14\n",
+            "vmul.f32 s0, s0, s8\n vmul.f32 s1, s1, s9\n vmul.f32 s2, s2, s10\n vmul.f32 s3, s3, s11\n",
+            lanes4!($kind),
         )
     };
 }
@@ -330,39 +354,39 @@ macro_rules! quad {
 macro_rules! rows16 {
     ($row:ident, $kind:ident, $bias:literal) => {
         concat!(
-            quad!($row, $kind, $bias, "0", "2", "4", "6", "0", "4", "8", "12"),
-            quad!($row, $kind, $bias, "8", "10", "12", "14", "16", "20", "24", "28"),
-            quad!($row, $kind, $bias, "16", "18", "20", "22", "32", "36", "40", "44"),
-            quad!($row, $kind, $bias, "24", "26", "28", "30", "48", "52", "56", "60"),
+            quad!($row, $kind, $bias, "0"),
+            quad!($row, $kind, $bias, "8"),
+            quad!($row, $kind, $bias, "16"),
+            quad!($row, $kind, $bias, "24"),
         )
     };
 }
 
 /// The asm block of [`GroupBlock::add_terms`]: `$setup` (after the addresses in q4, the
-/// activation in q6 and q7, d_a in s14 and +0.0 in s15), then the 16 rows.
+/// activation in q6 and q7 and d_a in s14), then the 16 rows.
 macro_rules! group_asm {
-    ($g:ident, $a:ident, $da:ident, $acc:ident, $setup:literal, $rows:expr) => {
+    ($g:ident, $a:ident, $da:ident, $acc:ident, $setup:literal, $rows:expr $(, $off:ident)?) => {
         // SAFETY (for the caller): every gather reads 4 bytes of the block's quant bytes:
         // row `r`'s piece `v` is at `SCALES + 64 v + 4 r` (q4 starts one row early; q8_0's
         // `#256` is pieces 4..8); the scales are the block's first 32 bytes, the activation
-        // block 32 bytes and the accumulators the caller's 16 floats.
+        // block 32 bytes and the accumulators the caller's 16 floats, which `acc` moves
+        // past.
         asm!(
             "vldrw.u32 q4, [{pieces}]",
             "vadd.i32 q4, q4, {base}",
             "vldrb.s8 q6, [{a}]",
             "vldrb.s8 q7, [{a}, #16]",
             "vmov s14, {da}",
-            "vmov s15, {zero}",
             $setup,
             $rows,
             g = in(reg) $g,
             a = in(reg) $a,
             da = in(reg) $da.to_bits(),
-            zero = in(reg) 0u32,
-            acc = in(reg) $acc,
+            acc = inout(reg) $acc => _,
             pieces = in(reg) PIECES.as_ptr(),
             base = in(reg) $g.add(SCALES - 4),
-            out("r0") _, out("r2") _, out("r4") _, out("r8") _, out("r10") _,
+            $(off = in(reg) $off,)?
+            out("r0") _, out("r2") _, out("r4") _, out("r8") _,
             out("d0") _, out("d1") _, out("d2") _, out("d3") _, out("d4") _, out("d5") _,
             out("d6") _, out("d7") _, out("d8") _, out("d9") _, out("d10") _, out("d11") _,
             out("d12") _, out("d13") _, out("d14") _, out("d15") _,
@@ -374,9 +398,10 @@ macro_rules! group_asm {
 impl GroupBlock for Q8 {
     const BYTES: usize = core::mem::size_of::<GroupQ8_0x16>();
     type Scalar = scalar::Q8_0x16;
+    const OFFSET: bool = false;
 
     #[inline(always)]
-    unsafe fn add_terms<const FIRST: bool>(g: *const u8, a: *const u8, da: f32, acc: *mut f32) {
+    unsafe fn add_terms<const FIRST: bool>(g: *const u8, a: *const u8, da: f32, _off: i32, acc: *mut f32) {
         // SAFETY: see `group_asm!`; the caller guarantees the pointers.
         unsafe {
             if FIRST {
@@ -391,44 +416,95 @@ impl GroupBlock for Q8 {
 impl GroupBlock for Q4 {
     const BYTES: usize = core::mem::size_of::<GroupQ4_0x16>();
     type Scalar = scalar::Q4_0x16;
+    const OFFSET: bool = true;
 
     #[inline(always)]
-    unsafe fn add_terms<const FIRST: bool>(g: *const u8, a: *const u8, da: f32, acc: *mut f32) {
-        // The nibbles' sums are `8 * sum(a)` above the weights' (r10, taken off four rows
-        // at a time), and q5 holds the low-nibble mask.
+    unsafe fn add_terms<const FIRST: bool>(g: *const u8, a: *const u8, da: f32, off: i32, acc: *mut f32) {
+        // The nibbles' sums are `8 * sum(a)` (`off`) above the weights', taken off four
+        // rows at a time; q5 holds the low-nibble mask.
         // SAFETY: see `group_asm!`; the caller guarantees the pointers.
         unsafe {
             if FIRST {
-                group_asm!(
-                    g,
-                    a,
-                    da,
-                    acc,
-                    "vaddv.s8 r10, q6\nvaddva.s8 r10, q7\nlsl.w r10, r10, #3\nvmov.i8 q5, #15",
-                    rows16!(q4_row, first, "vsub.i32 q2, q2, r10\n")
-                );
+                group_asm!(g, a, da, acc, "vmov.i8 q5, #15", rows16!(q4_row, first, "vsub.i32 q2, q2, {off}\n"), off);
             } else {
-                group_asm!(
-                    g,
-                    a,
-                    da,
-                    acc,
-                    "vaddv.s8 r10, q6\nvaddva.s8 r10, q7\nlsl.w r10, r10, #3\nvmov.i8 q5, #15",
-                    rows16!(q4_row, add, "vsub.i32 q2, q2, r10\n")
-                );
+                group_asm!(g, a, da, acc, "vmov.i8 q5, #15", rows16!(q4_row, add, "vsub.i32 q2, q2, {off}\n"), off);
             }
         }
     }
 }
 
+/// Activation blocks whose [`offset`]s a product computes once for every group: those of
+/// up to 512 columns (tiny-kjv's widest input, `d_ff`), 64 bytes of stack; a wider one
+/// computes them block by block.
+const OFFSETS: usize = 16;
+
 /// q8_0x16 / q4_0x16 kernel: each group block's 16 terms per token from
 /// [`GroupBlock::add_terms`] into accumulator `b % 8` of each row, then
 /// [`scalar::reduce_lanes`]' tree: [`scalar::dot_q8_0x16`]'s bits. The accumulators are
-/// lane-major (`[8][16]` per token) and never zeroed: the first 8 blocks write their lanes,
-/// and a row of fewer than 8 blocks leaves the other lanes out of the tree
-/// ([`scalar::reduce_used`]).
+/// lane-major (`[8][16]` per token) and never zeroed: the first 8 blocks write their lanes
+/// (`t`, not `0.0 + t`, which differs only for `t = -0.0`), and a row of fewer than 8
+/// blocks leaves the other lanes out of the tree ([`reduce`]); the tree's
+/// result plus `0.0` is then the scalar tier's, whose sums are never `-0.0`.
 #[derive(Debug)]
 pub(crate) struct Groups<B>(PhantomData<B>);
+
+impl<B: GroupBlock> Groups<B> {
+    /// Row `r` of the group `g` (`nb` group blocks) . the activation `a` into `out[r]`,
+    /// `off(b)` being block `b`'s [`offset`] (called only when the format needs it).
+    ///
+    /// # Safety
+    /// MVE is present; `g` is 4-byte aligned and holds `nb` group blocks, `a` a whole
+    /// activation of `cols = 32 nb` values and their scales.
+    #[inline(never)]
+    unsafe fn rows(g: &[u8], a: &[u8], nb: usize, off: impl Fn(usize) -> i32, out: &mut [f32; X16]) {
+        let mut acc: Lanes = [[MaybeUninit::uninit(); X16]; LANES];
+        for b in 0..nb {
+            // SAFETY: `g` holds `nb` group blocks and `a` `32 nb` values and their scales;
+            // lane `b % 8` is 16 floats, written first by block `b < 8`.
+            unsafe {
+                let da = act_scale(a.as_ptr(), QK * nb, b);
+                let lane = acc[b % LANES].as_mut_ptr().cast::<f32>();
+                let (gb, ab) = (g.as_ptr().add(b * B::BYTES), a.as_ptr().add(b * QK));
+                let off = if B::OFFSET { off(b) } else { 0 };
+                if b < LANES {
+                    B::add_terms::<true>(gb, ab, da, off, lane);
+                } else {
+                    B::add_terms::<false>(gb, ab, da, off, lane);
+                }
+            }
+        }
+        // SAFETY: lanes `0..min(nb, 8)` were written by their first block (`nb >= 1`).
+        unsafe { reduce(&acc, nb.clamp(1, LANES), out) };
+    }
+
+    /// The groups of `w` (`gb` bytes each, `ys`: 16 values a group) . the activation `a` of
+    /// `nb` blocks: the [`offset`]s computed once for all of them where there are at most
+    /// [`OFFSETS`], else block by block.
+    ///
+    /// # Safety
+    /// MVE is present; `w` is 4-byte aligned and holds whole groups of `nb` group blocks,
+    /// `a` a whole activation of `32 nb` values and their scales.
+    #[inline(never)]
+    unsafe fn dot(w: &[u8], gb: usize, a: &[u8], nb: usize, ys: &mut [f32]) {
+        let groups = w.chunks_exact(gb).zip(ys.as_chunks_mut::<X16>().0);
+        // SAFETY: (all calls) as the caller guarantees; block `b < nb` is within `a`.
+        unsafe {
+            if B::OFFSET && nb <= OFFSETS {
+                let mut offs = [0i32; OFFSETS];
+                for (b, o) in offs.iter_mut().enumerate().take(nb) {
+                    *o = offset(a.as_ptr().add(b * QK));
+                }
+                for (g, y) in groups {
+                    Self::rows(g, a, nb, |b| offs[b], y);
+                }
+            } else {
+                for (g, y) in groups {
+                    Self::rows(g, a, nb, |b| offset(a.as_ptr().add(b * QK)), y);
+                }
+            }
+        }
+    }
+}
 
 impl<B: GroupBlock> GroupKernel for Groups<B> {
     unsafe fn group<const T: usize>(g: &[u8], a: [&[u8]; T], cols: usize) -> [[f32; X16]; T] {
@@ -436,25 +512,20 @@ impl<B: GroupBlock> GroupKernel for Groups<B> {
             // SAFETY: forwarded.
             return unsafe { B::Scalar::group(g, a, cols) };
         }
-        let nb = cols / QK;
-        let mut acc = [[[MaybeUninit::<f32>::uninit(); X16]; LANES]; T];
-        for b in 0..nb {
-            for (acc, a) in acc.iter_mut().zip(a) {
-                // SAFETY: `g` holds `nb` group blocks and every activation `cols` values and
-                // their scales; lane `b % 8` is 16 floats, written first by block `b < 8`.
-                unsafe {
-                    let da = act_scale(a.as_ptr(), cols, b);
-                    let lane = acc[b % LANES].as_mut_ptr().cast::<f32>();
-                    let (gb, ab) = (g.as_ptr().add(b * B::BYTES), a.as_ptr().add(b * QK));
-                    if b < LANES {
-                        B::add_terms::<true>(gb, ab, da, lane);
-                    } else {
-                        B::add_terms::<false>(gb, ab, da, lane);
-                    }
-                }
-            }
+        core::array::from_fn(|t| {
+            let mut out = [0.0; X16];
+            // SAFETY: the caller guarantees the shapes; `g` is aligned.
+            unsafe { Self::dot(g, g.len(), a[t], cols / QK, &mut out) };
+            out
+        })
+    }
+
+    unsafe fn single(w: &[u8], gb: usize, cols: usize, a: &[u8], ys: &mut [f32]) {
+        if !(w.as_ptr() as usize).is_multiple_of(4) {
+            // SAFETY: forwarded.
+            return unsafe { crate::kernels::walk::single_groups::<Self>(w, gb, cols, a, ys) };
         }
-        // SAFETY: lanes `0..min(nb, 8)` were written by their first block.
-        acc.map(|acc| core::array::from_fn(|r| unsafe { scalar::reduce_used(&acc, r, nb.min(LANES)) }))
+        // SAFETY: the caller guarantees the shapes; `w` is aligned.
+        unsafe { Self::dot(w, gb, a, cols / QK, ys) };
     }
 }

@@ -1,7 +1,9 @@
 //! 32-bit Arm (Cortex-M) tiers: [`dsp`] for Armv7E-M and Armv8-M Mainline cores with the
-//! DSP extension (Cortex-M4, M7, M33, M35P), [`helium`] for Armv8.1-M with MVE (Cortex-M55).
+//! DSP extension (Cortex-M4, M7, M33, M35P), [`helium`] for Armv8.1-M with MVE (Cortex-M55);
+//! [`fpu`] holds what both do in the scalar FPU.
 
 #[cfg(any(kvm_arm_dsp, test))]
 pub(crate) mod dsp;
+pub(crate) mod fpu;
 #[cfg(all(target_arch = "arm", kvm_mve))]
 pub(crate) mod helium;
