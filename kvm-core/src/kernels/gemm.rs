@@ -22,10 +22,11 @@
 //! lanes, give slightly different ones).
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-use {
-    super::{prefetch_lines, Access, Kernels},
-    crate::quant::DType,
-};
+use super::{prefetch_lines, Access, Kernels};
+use crate::quant::DType;
+
+/// [`run`] of one tier: `(dtype, w, rb, cols, xs, ys, ld, scratch) -> ran`.
+pub(crate) type RunFn = unsafe fn(DType, &[u8], usize, usize, &[f32], &mut [f32], usize, &mut [u8]) -> bool;
 
 /// Tokens in a block of the transposed batch: the most a tile takes at a time.
 pub(crate) const BLOCK: usize = 64;
@@ -211,8 +212,9 @@ mod tests {
         let ran = |n: usize, scratch: usize| {
             let (xs, mut ys) = (values(n * cols, 2), vec![0f32; n * rows]);
             let mut s = vec![0u8; scratch];
+            let gemm = K::GEMM.expect("a batch kernel");
             // SAFETY: `supported` checked the CPU; the shapes are whole.
-            unsafe { K::gemm(DType::F32, &w, 4 * cols, cols, &xs, &mut ys, rows, &mut s) }
+            unsafe { gemm(DType::F32, &w, 4 * cols, cols, &xs, &mut ys, rows, &mut s) }
         };
         let n = MIN_TOKENS;
         assert!(ran(n, scratch_len(cols, n)), "{tier}");

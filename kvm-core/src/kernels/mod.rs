@@ -354,26 +354,9 @@ pub(crate) trait Kernels {
     /// The CPU supports the tier.
     unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]);
 
-    /// [`gemm::run`] with the tier's batch kernel, where it has one: `ys[t * ld + r] =
-    /// w[r] . xs[t]` for the float weights `w` (`[rows, rb]` of `dtype`) and the tokens of
-    /// `xs` (`[n, cols]`); returns whether it ran (the caller then walks the tiles).
-    ///
-    /// # Safety
-    /// The CPU supports the tier; `rb == dtype.row_bytes(cols)`, `dtype` is a float one,
-    /// and `ys` holds `n` rows of `ld >= rows` values.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn gemm(
-        _dtype: DType,
-        _w: &[u8],
-        _rb: usize,
-        _cols: usize,
-        _xs: &[f32],
-        _ys: &mut [f32],
-        _ld: usize,
-        _scratch: &mut [u8],
-    ) -> bool {
-        false
-    }
+    /// The tier's float batch product ([`gemm::run`] with its [`gemm::Gemm`] kernel), where
+    /// it has one: the caller walks decode's tiles when it is `None` or returns `false`.
+    const GEMM: Option<gemm::RunFn> = None;
 }
 
 /// A float dtype as a type, so that one kernel can be generic over the three.

@@ -23,7 +23,7 @@ pub(super) unsafe fn run<K: Kernels, const RF: usize, const RQ: usize, const T: 
     // SAFETY: (both arms) the caller guarantees the tier.
     unsafe {
         if !w.dtype.quantizes_act() {
-            if !K::gemm(w.dtype, data, rb, cols, xs, ys, ld, act) {
+            if !K::GEMM.is_some_and(|gemm| gemm(w.dtype, data, rb, cols, xs, ys, ld, act)) {
                 walk::<K, RF, RQ, T>(w.dtype, data, rb, cols, Input::Floats(xs), ys, ld);
             }
         } else {

@@ -51,19 +51,7 @@ impl Kernels for Neon {
         unsafe { dequant_row(dtype, row, out) }
     }
 
-    unsafe fn gemm(
-        dtype: DType,
-        w: &[u8],
-        rb: usize,
-        cols: usize,
-        xs: &[f32],
-        ys: &mut [f32],
-        ld: usize,
-        scratch: &mut [u8],
-    ) -> bool {
-        // SAFETY: forwarded.
-        unsafe { gemm::run::<Self>(dtype, w, rb, cols, xs, ys, ld, scratch) }
-    }
+    const GEMM: Option<gemm::RunFn> = Some(gemm::run::<Self>);
 }
 
 impl Kernels for NeonDot {
@@ -86,19 +74,7 @@ impl Kernels for NeonDot {
         unsafe { dequant_row(dtype, row, out) }
     }
 
-    unsafe fn gemm(
-        dtype: DType,
-        w: &[u8],
-        rb: usize,
-        cols: usize,
-        xs: &[f32],
-        ys: &mut [f32],
-        ld: usize,
-        scratch: &mut [u8],
-    ) -> bool {
-        // SAFETY: forwarded.
-        unsafe { gemm::run::<Self>(dtype, w, rb, cols, xs, ys, ld, scratch) }
-    }
+    const GEMM: Option<gemm::RunFn> = Some(gemm::run::<Self>);
 }
 
 /// The two tiers, whose float kernels are the same: one batch product ([`Gemm`]) for both.

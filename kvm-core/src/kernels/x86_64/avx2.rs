@@ -42,19 +42,7 @@ impl Kernels for Avx2 {
         unsafe { dequant_row(dtype, row, out) }
     }
 
-    unsafe fn gemm(
-        dtype: DType,
-        w: &[u8],
-        rb: usize,
-        cols: usize,
-        xs: &[f32],
-        ys: &mut [f32],
-        ld: usize,
-        scratch: &mut [u8],
-    ) -> bool {
-        // SAFETY: forwarded.
-        unsafe { gemm::run::<Self>(dtype, w, rb, cols, xs, ys, ld, scratch) }
-    }
+    const GEMM: Option<gemm::RunFn> = Some(gemm::run::<Self>);
 }
 
 impl Gemm for Avx2 {
@@ -135,11 +123,7 @@ impl Gemm for Avx2 {
                 }
             }
         }
-        for c in body..cols {
-            for (t, v) in xt[c * BLOCK..(c + 1) * BLOCK].iter_mut().enumerate() {
-                *v = if t < n { xs[t * cols + c] } else { 0.0 };
-            }
-        }
+        gemm::transpose_columns(xs, cols, body, xt);
     }
 }
 
