@@ -30,10 +30,10 @@ pub fn prefill(session: &mut Session<'_, '_>, tokens: &[u32], phase: Phase, pool
 
 /// Tokens per batch of [`prefill_rows`], whose batches hold every token's logits: 64 keep
 /// them at 64 rows of the vocabulary (13 MB for 50,304 tokens).
-pub const ROWS_BATCH_TOKENS: usize = 64;
+const ROWS_BATCH_TOKENS: usize = 64;
 
 /// As [`prefill`], handing every token's logits to `rows`, a batch (`[n, vocab_len]`,
-/// `n <= ROWS_BATCH_TOKENS`) at a time, so memory stays one batch's whatever the length.
+/// `n <= 64`) at a time, so memory stays one batch's whatever the length.
 ///
 /// # Errors
 /// As [`prefill`], and what `rows` returns (it stops the prefill).
