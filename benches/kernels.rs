@@ -185,8 +185,10 @@ fn bench_matmul(c: &mut Bench) {
 }
 
 /// Attention's helpers on one head of paper-120m: the scores of a query against 640 keys
-/// of 128 (256 state slots + a 384-token window), their softmax exponentials, and the sum
-/// of 640 values, with the state in f32 and in f16; bytes are the keys or values read.
+/// of 128 (256 state slots + a 384-token window), the scores of a prefill segment's 8
+/// queries against them, their softmax exponentials, and the sum of 640 values (for one
+/// query and for the 8), with the state in f32 and in f16; bytes are the keys or values
+/// read.
 fn bench_attention(c: &mut Bench) {
     let (n, d) = (640, 128);
     let mut g = c.benchmark_group(format!("attention/{n}x{d}"));
@@ -195,6 +197,8 @@ fn bench_attention(c: &mut Bench) {
     let mut halves = Aligned::zeroed(2 * n * d);
     quantize_row(DType::F16, keys, halves.bytes_mut()).expect("row length");
     let q = values(d, 5);
+    let qs = values(8 * d, 7);
+    let mut many = vec![0.0; 8 * n];
     let mut scores = values(n, 6);
     let mut out = vec![0.0; d];
     for t in tiers() {
@@ -202,6 +206,13 @@ fn bench_attention(c: &mut Bench) {
         unsafe { tier::force_tier(t) };
         bench_rows(&mut g, t, "", keys, &q, &mut scores, &mut out);
         bench_rows(&mut g, t, "_f16", halves.halves(), &q, &mut scores, &mut out);
+        g.bench_function(BenchmarkId::new("dots_many8_f16", t), |b| {
+            b.iter(|| kernels::dots_many(halves.halves(), &qs, d, &mut many))
+        });
+        let mut outs = vec![0.0; 8 * d];
+        g.bench_function(BenchmarkId::new("weighted_sum_many8_f16", t), |b| {
+            b.iter(|| kernels::weighted_sum_many(&many, n, halves.halves(), d, &mut outs))
+        });
         // On a fresh copy of the scores each time (2.5 KB, a small part of the time).
         g.throughput(Throughput::Elements(n as u64));
         let mut e = scores.clone();

@@ -143,6 +143,10 @@ pub(crate) enum RowsMut<'a> {
 /// Rows of q8 whose scaled coefficients [`Rows::weighted_sum`] prepares at a time.
 const Q8_ROWS: usize = 64;
 
+/// Queries whose q8 weights [`Rows::weighted_sum_many`] scales at once (a prefill
+/// segment's; 2 KiB of stack with [`Q8_ROWS`]).
+const Q8_QUERIES: usize = 8;
+
 impl<'a> Rows<'a> {
     /// The first `n` elements of `dtype`, in rows of `d`, stored in `words` (at least
     /// [`CacheDtype::words`]`(n, d)` of them).
@@ -222,6 +226,32 @@ impl<'a> Rows<'a> {
                     kernels::weighted_sum(&c[..p.len()], r, out);
                 }
             }
+        }
+    }
+
+    /// [`Rows::weighted_sum`] of several queries (`outs`: `[m, d]`), query `i`'s weights at
+    /// `ps[i * stride..]` ([`kernels::weighted_sum_many`]; q8 rows' weights scaled as
+    /// `weighted_sum` scales them, for up to [`Q8_QUERIES`] queries at once).
+    pub fn weighted_sum_many(self, ps: &[f32], stride: usize, d: usize, outs: &mut [f32]) {
+        match self {
+            Rows::F32(r) => kernels::weighted_sum_many(ps, stride, r, d, outs),
+            Rows::F16(r) => kernels::weighted_sum_many(ps, stride, r, d, outs),
+            Rows::Q8(r, s) if d > 0 => {
+                // c: [queries, Q8_ROWS], each query's weights of a run of rows times their scales
+                let mut c = [0f32; Q8_QUERIES * Q8_ROWS];
+                for (g, outs) in outs.chunks_mut(Q8_QUERIES * d).enumerate() {
+                    let (m, ps) = (outs.len() / d, &ps[g * Q8_QUERIES * stride..]);
+                    for (j0, (s, r)) in s.chunks(Q8_ROWS).zip(r.chunks(Q8_ROWS * d)).enumerate() {
+                        let j0 = j0 * Q8_ROWS;
+                        for (i, c) in c.chunks_exact_mut(Q8_ROWS).take(m).enumerate() {
+                            let p = &ps[i * stride + j0..i * stride + j0 + s.len()];
+                            c.iter_mut().zip(p.iter().zip(s)).for_each(|(c, (&p, &s))| *c = p * s);
+                        }
+                        kernels::weighted_sum_many(&c[..(m - 1) * Q8_ROWS + s.len()], Q8_ROWS, r, d, outs);
+                    }
+                }
+            }
+            Rows::Q8(..) => {}
         }
     }
 

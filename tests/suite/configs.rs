@@ -3,6 +3,7 @@
 //! weights, and every one must load, never panic, and give the same logits token by
 //! token as in one batch, with a snapshot resuming exactly.
 
+use kvm_core::cache::CacheDtype::{F16, F32, Q8};
 use kvm_core::config::{flags, Config, StateBudget};
 use kvm_core::exec::Serial;
 use kvm_core::format::TokenizerKind;
@@ -93,29 +94,32 @@ fn same_bits(a: &[f32], b: &[f32]) -> bool {
 }
 
 /// Random weights of `cfg`: every token's logits the same bits stepwise as in batches,
-/// and a snapshot after the prompt resuming exactly. Integer (q8_0) weights in one batch;
-/// f32 ones in batches of 5 (decode's kernels, so the steps' bits), and in one batch of
-/// the whole prompt against two (the batch kernel, whose bits depend on no batch size).
+/// and a snapshot after the prompt resuming exactly. Integer (q8_0) weights in one batch,
+/// with each attention cache; f32 ones in batches of 5 (decode's kernels, so the steps'
+/// bits), and in one batch of the whole prompt against two (the batch kernel, whose bits
+/// depend on no batch size).
 fn check(name: &str, cfg: Config) {
     let ids: Vec<u32> = (0..150u32).map(|i| (i * 37 + 11) % cfg.vocab_len).collect();
     let prompt = 41;
-    for dtype in [DType::Q8_0, DType::F32] {
+    for (dtype, cache) in [(DType::Q8_0, F32), (DType::Q8_0, F16), (DType::Q8_0, Q8), (DType::F32, F32)] {
         let blob = random_model(&cfg, name.len() as u64 * 7919, dtype);
         let model = Model::from_bytes(&blob).unwrap_or_else(|e| panic!("{name} {dtype:?}: {e}"));
+        let model = model.with_cache(cache).unwrap();
+        let case = (dtype, cache);
         let mut arenas: Vec<Arena> = (0..5).map(|_| Arena::new(model.arena_len())).collect();
         let [a1, a2, a3, a4, a5] = &mut arenas[..] else { unreachable!() };
         let mut one = Session::new(model, a1.bytes_mut()).unwrap();
         let stepwise = logits(&mut one, &ids, prompt, 1);
-        assert!(stepwise.iter().all(|z| z.is_finite()), "{name} {dtype:?}: non-finite logits");
+        assert!(stepwise.iter().all(|z| z.is_finite()), "{name} {case:?}: non-finite logits");
         let exact = if dtype == DType::Q8_0 { prompt } else { 5 };
         let mut batched = Session::new(model, a2.bytes_mut()).unwrap();
         let out = logits(&mut batched, &ids, prompt, exact);
-        assert!(same_bits(&stepwise, &out), "{name} {dtype:?}: batches of {exact} differ from single steps");
-        assert_eq!(one.state_slots(), batched.state_slots(), "{name} {dtype:?}");
+        assert!(same_bits(&stepwise, &out), "{name} {case:?}: batches of {exact} differ from single steps");
+        assert_eq!(one.state_slots(), batched.state_slots(), "{name} {case:?}");
         if dtype == DType::F32 {
             let whole = logits(&mut Session::new(model, a3.bytes_mut()).unwrap(), &ids, prompt, prompt);
             let halves = logits(&mut Session::new(model, a4.bytes_mut()).unwrap(), &ids, prompt, prompt.div_ceil(2));
-            assert!(same_bits(&whole, &halves), "{name} {dtype:?}: one batch and two differ");
+            assert!(same_bits(&whole, &halves), "{name} {case:?}: one batch and two differ");
         }
 
         // Resume from a snapshot taken after the prompt: the same continuation, exactly.
@@ -128,7 +132,7 @@ fn check(name: &str, cfg: Config) {
         resumed.restore(&snap).unwrap();
         for (t, &id) in ids.iter().enumerate().skip(prompt) {
             let want = fresh.decode(id).unwrap().to_vec();
-            assert_eq!(resumed.decode(id).unwrap(), &want[..], "{name} {dtype:?}: resumed at {t}");
+            assert_eq!(resumed.decode(id).unwrap(), &want[..], "{name} {case:?}: resumed at {t}");
         }
     }
 }
@@ -139,6 +143,8 @@ fn unusual_configurations_run_consistently() {
     let cases: Vec<(&str, Config)> = vec![
         ("base", b),
         ("unequal head widths", Config { d_qk: 16, d_v: 48, rope_dim: 8, ..b }),
+        // Values wide enough for the multi-query sums' 64-column tiles, and a tail.
+        ("wide values", Config { d_qk: 48, d_v: 80, ..b }),
         ("full rope", Config { rope_dim: 32, ..b }),
         ("rope of two dims", Config { rope_dim: 2, ..b }),
         ("one-chunk window", Config { window_chunks: 1, ..b }),

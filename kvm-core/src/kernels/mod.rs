@@ -176,6 +176,7 @@ mod sealed {
         fn dots(rows: &[Self], x: &[f32], out: &mut [f32]);
         fn dots_many(rows: &[Self], xs: &[f32], d: usize, out: &mut [f32]) -> bool;
         fn weighted_sum(p: &[f32], rows: &[Self], out: &mut [f32]);
+        fn weighted_sum_many(ps: &[f32], stride: usize, rows: &[Self], d: usize, outs: &mut [f32]) -> bool;
     }
 
     /// `Entries` for `$t` from the table's `$field` ([`super::table::Attention`]).
@@ -193,6 +194,11 @@ mod sealed {
                 fn weighted_sum(p: &[f32], rows: &[$t], out: &mut [f32]) {
                     // SAFETY: as in `dots`.
                     unsafe { (table(tier()).$field.weighted_sum)(p, rows, out) }
+                }
+                fn weighted_sum_many(ps: &[f32], stride: usize, rows: &[$t], d: usize, outs: &mut [f32]) -> bool {
+                    let f = table(tier()).$field.weighted_sum_many;
+                    // SAFETY: as in `dots`; `d > 0` and `ps` long enough (`weighted_sum_many`).
+                    f.map(|f| unsafe { f(ps, stride, rows, d, outs) }).is_some()
                 }
             }
         };
@@ -236,6 +242,31 @@ pub fn dots_many<T: Stored>(rows: &[T], xs: &[f32], d: usize, out: &mut [f32]) {
 pub fn weighted_sum<T: Stored>(p: &[f32], rows: &[T], out: &mut [f32]) {
     debug_assert!(rows.len() >= p.len() * out.len());
     T::weighted_sum(p, rows, out)
+}
+
+/// [`weighted_sum`] of several queries over the same `n` rows (`rows`: `[n, d]`):
+/// `outs[i] += sum_j ps[i * stride + j] * rows[j]` for each query `i` of `outs` (`[m, d]`),
+/// the same bits as `m` calls of [`weighted_sum`]. Tiers with a multi-query kernel load
+/// each row once for several queries (attention over a prefill segment); the others call
+/// [`weighted_sum`] per query.
+///
+/// # Panics
+/// If `ps` holds fewer than `(m - 1) * stride + n` scores.
+pub fn weighted_sum_many<T: Stored>(ps: &[f32], stride: usize, rows: &[T], d: usize, outs: &mut [f32]) {
+    if d == 0 {
+        return;
+    }
+    let (m, n) = (outs.len() / d, rows.len() / d);
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(ps.len() >= (m - 1) * stride + n, "weighted_sum_many: {m} queries of {n} scores");
+    if T::weighted_sum_many(ps, stride, rows, d, outs) {
+        return;
+    }
+    for (i, out) in outs.chunks_exact_mut(d).enumerate() {
+        weighted_sum(&ps[i * stride..i * stride + n], rows, out);
+    }
 }
 
 /// The largest of `x`, NaNs ignored (`-inf` if none is left): softmax's maximum.

@@ -18,6 +18,9 @@ use half::f16;
 /// A multi-query [`super::dots_many`] kernel: `rows`, `xs`, `d`, `out`.
 pub(super) type DotsMany<T> = unsafe fn(&[T], &[f32], usize, &mut [f32]);
 
+/// A multi-query [`super::weighted_sum_many`] kernel: `ps`, `stride`, `rows`, `d`, `outs`.
+pub(super) type WeightedSumMany<T> = unsafe fn(&[f32], usize, &[T], usize, &mut [f32]);
+
 /// A tier's attention entries for rows stored as `T`.
 pub(super) struct Attention<T: 'static> {
     pub(super) dots: unsafe fn(&[T], &[f32], &mut [f32]),
@@ -25,6 +28,8 @@ pub(super) struct Attention<T: 'static> {
     /// The multi-query [`super::dots_many`] kernel (`rows`, `xs`, `d`, `out`; `d > 0`, at least
     /// one row), where the tier has one.
     pub(super) dots_many: Option<DotsMany<T>>,
+    /// The multi-query [`super::weighted_sum_many`] kernel (`d > 0`), where the tier has one.
+    pub(super) weighted_sum_many: Option<WeightedSumMany<T>>,
 }
 
 /// A tier's entry points, picked once per call by [`table`] (tract's kernel table).
@@ -56,7 +61,7 @@ const fn decode<K: Kernels, const RF: usize, const RQ: usize>() -> Decode {
 }
 
 /// The [`Attention`] entries of a SIMD tier's module for `T`: its generic `dots`,
-/// `weighted_sum` and (if it has one) `dots_many`.
+/// `weighted_sum` and (if it has them) `dots_many` and `weighted_sum_many`.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 macro_rules! attention {
     ($($m:ident)::+, $t:ty, many) => {
@@ -64,10 +69,16 @@ macro_rules! attention {
             dots: $($m::)+dots::<$t>,
             weighted_sum: $($m::)+weighted_sum::<$t>,
             dots_many: Some($($m::)+dots_many::<$t>),
+            weighted_sum_many: Some($($m::)+weighted_sum_many::<$t>),
         }
     };
     ($($m:ident)::+, $t:ty) => {
-        Attention { dots: $($m::)+dots::<$t>, weighted_sum: $($m::)+weighted_sum::<$t>, dots_many: None }
+        Attention {
+            dots: $($m::)+dots::<$t>,
+            weighted_sum: $($m::)+weighted_sum::<$t>,
+            dots_many: None,
+            weighted_sum_many: None,
+        }
     };
 }
 
@@ -86,9 +97,24 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         find: scalar::find,
         exp_sub: scalar::exp_sub,
         narrow_f16: scalar::narrow_f16,
-        f32: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
-        f16: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
-        i8: Attention { dots: scalar::dots, weighted_sum: scalar::weighted_sum, dots_many: None },
+        f32: Attention {
+            dots: scalar::dots,
+            weighted_sum: scalar::weighted_sum,
+            dots_many: None,
+            weighted_sum_many: None,
+        },
+        f16: Attention {
+            dots: scalar::dots,
+            weighted_sum: scalar::weighted_sum,
+            dots_many: None,
+            weighted_sum_many: None,
+        },
+        i8: Attention {
+            dots: scalar::dots,
+            weighted_sum: scalar::weighted_sum,
+            dots_many: None,
+            weighted_sum_many: None,
+        },
     };
     static SCALAR: Table = SCALAR_ENTRIES;
     // The float decode tiles take 4 rows, not 8, where the hardware prefetchers stream
@@ -165,7 +191,12 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         matmul: run::<arm::dsp::Dsp, 1, 4, 1>,
         quantize_act: <arm::dsp::Dsp as Kernels>::quantize_act,
         dequant_row: scalar::dequant_row,
-        f32: Attention { dots: arm::fpu::dots, weighted_sum: arm::fpu::weighted_sum, dots_many: None },
+        f32: Attention {
+            dots: arm::fpu::dots,
+            weighted_sum: arm::fpu::weighted_sum,
+            dots_many: None,
+            weighted_sum_many: None,
+        },
         ..SCALAR_ENTRIES
     };
     // Integer products and attention over f32 rows; the float kernels are the scalar ones
@@ -176,7 +207,12 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         matmul: run::<arm::helium::Helium, 1, 1, 1>,
         quantize_act: <arm::helium::Helium as Kernels>::quantize_act,
         dequant_row: arm::helium::Helium::dequant_row,
-        f32: Attention { dots: arm::fpu::dots, weighted_sum: arm::fpu::weighted_sum, dots_many: None },
+        f32: Attention {
+            dots: arm::fpu::dots,
+            weighted_sum: arm::fpu::weighted_sum,
+            dots_many: None,
+            weighted_sum_many: None,
+        },
         ..SCALAR_ENTRIES
     };
     match tier {

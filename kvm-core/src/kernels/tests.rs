@@ -6,7 +6,7 @@ extern crate std;
 use std::vec;
 use std::vec::Vec;
 
-use super::table::{Attention, DotsMany};
+use super::table::{Attention, DotsMany, WeightedSumMany};
 use super::*;
 use crate::quant::{quantize_matrix, RowGroup};
 
@@ -556,6 +556,43 @@ fn dots_many_matches_dots_per_query() {
     assert_eq!(out, [1.0; 4], "no rows: nothing written");
     dots_many::<f32>(&[], &[], 0, &mut out);
     assert_eq!(out, [0.0; 4], "zero width: empty sums");
+}
+
+/// Multi-query weighted sums give [`scalar::weighted_sum`]'s bits for every query, f32,
+/// f16 and i8 rows, on odd shapes (widths around the 16- and 64-column tiles, query
+/// counts around the groups of four, scores strided past their rows); the public
+/// function handles zero widths and no rows.
+#[test]
+fn weighted_sum_many_matches_weighted_sum_per_query() {
+    fn check<T: Stored>(t: Tier, f: Option<WeightedSumMany<T>>, conv: fn(f32) -> T) {
+        let Some(f) = f else { return };
+        for d in [1, 3, 15, 16, 17, 33, 64, 65, 80, 128, 129] {
+            for (m, n) in [(1, 1), (3, 5), (4, 4), (5, 9), (8, 3), (9, 8)] {
+                let rows: Vec<T> = values(n * d, d as u32).into_iter().map(conv).collect();
+                let stride = n + 3;
+                let ps = values(m * stride, 11 + m as u32);
+                let start = values(m * d, 13);
+                let mut want = start.clone();
+                for (i, o) in want.chunks_exact_mut(d).enumerate() {
+                    scalar::weighted_sum(&ps[i * stride..i * stride + n], &rows, o);
+                }
+                let mut got = start.clone();
+                // SAFETY: the CPU supports `t`; `d > 0`; `ps` holds every query's scores.
+                unsafe { f(&ps, stride, &rows, d, &mut got) };
+                assert_bits(&got, &want, &format_args!("{t} weighted_sum_many [{m} x {n}, {d}]"));
+            }
+        }
+    }
+    for t in supported_tiers() {
+        check(t, table(t).f32.weighted_sum_many, |x| x);
+        check(t, table(t).f16.weighted_sum_many, f16::from_f32);
+        check(t, table(t).i8.weighted_sum_many, to_i8);
+    }
+    let mut out = [1.0f32; 4];
+    weighted_sum_many::<f32>(&[0.5; 4], 2, &[], 2, &mut out);
+    assert_eq!(out, [1.0; 4], "no rows: nothing added");
+    weighted_sum_many::<f32>(&[], 0, &[], 0, &mut out);
+    assert_eq!(out, [1.0; 4], "zero width: nothing added");
 }
 
 /// The scalar tier's f16 widening is exact for every one of the 65536 bit patterns

@@ -83,9 +83,46 @@ impl<'l, 's> HeadReader<'l, 's> {
             }
             at += span.len();
         }
-        for ((plan, row), out) in plans.iter().zip(scores.chunks_exact_mut(len)).zip(outs.chunks_exact_mut(dv)) {
+        // Each query's softmax, then the values: the rows every query reads (the first
+        // query's) for all the queries at once, each query's later rows on its own, in
+        // the order `finish` adds them.
+        let read = |plan: &Plan| n_state + plan.t + 1 - plan.window_begin;
+        for (plan, row) in plans.iter().zip(scores.chunks_exact_mut(len)) {
             debug_assert_eq!((self.state_read(plan), plan.window_begin), (n_state, last.window_begin));
-            self.finish(plan, temps, &mut row[..n_state + plan.t + 1 - plan.window_begin], out);
+            self.softmax(plan, temps, &mut row[..read(plan)]);
+        }
+        let outs = &mut outs[..m * dv];
+        outs.fill(0.0);
+        let common = read(&plans[0]);
+        self.value_runs(last, 0..common, &mut |rows, at| rows.weighted_sum_many(&scores[at..], len, dv, outs));
+        for ((plan, row), out) in plans.iter().zip(scores.chunks_exact(len)).zip(outs.chunks_exact_mut(dv)) {
+            self.value_runs(plan, common..read(plan), &mut |rows, at| {
+                rows.weighted_sum(&row[at..at + rows.len() / dv], out)
+            });
+        }
+    }
+
+    /// Calls `f(rows, at)` for the value rows of score positions `range` of a token of
+    /// `plan` (the state's, then the window's from `window_begin`), a run at a time, `at`
+    /// being the run's first position.
+    fn value_runs(
+        &self,
+        plan: &Plan,
+        range: core::ops::Range<usize>,
+        f: &mut dyn FnMut(crate::cache::Rows<'_>, usize),
+    ) {
+        let (dv, n_state) = (self.cfg.d_v as usize, self.state_read(plan));
+        let mut run = |at: usize, rows: crate::cache::Rows<'_>| {
+            let (lo, hi) = (range.start.max(at), range.end.min(at + rows.len() / dv));
+            if lo < hi {
+                f(rows.rows(lo - at, hi - at, dv), lo);
+            }
+        };
+        run(0, self.state_rows(n_state).1);
+        let mut at = n_state;
+        for span in ring_spans(self.cfg, self.h, plan.window_begin, plan.t + 1) {
+            run(at, self.st.wv.as_rows().rows(span.start, span.end, dv));
+            at += span.len();
         }
     }
 
@@ -108,10 +145,19 @@ impl<'l, 's> HeadReader<'l, 's> {
     }
 
     /// Attention after the dot products: `scores` (the state's, then the window's from
-    /// `window_begin` to `t`) scaled, their softmax, and the weighted sum of the values
-    /// into `out`.
+    /// `window_begin` to `t`) through [`HeadReader::softmax`], then the weighted sum of the
+    /// values into `out`.
     fn finish(&self, plan: &Plan, temps: (f32, f32), scores: &mut [f32], out: &mut [f32]) {
-        let (dv, n_state) = (self.cfg.d_v as usize, self.state_read(plan));
+        self.softmax(plan, temps, scores);
+        out.fill(0.0);
+        let (dv, len) = (self.cfg.d_v as usize, scores.len());
+        self.value_runs(plan, 0..len, &mut |rows, at| rows.weighted_sum(&scores[at..at + rows.len() / dv], out));
+    }
+
+    /// `scores` (the state's, then the window's) scaled by `1 / sqrt(d_qk)` and the head's
+    /// temperatures, then their softmax.
+    fn softmax(&self, plan: &Plan, temps: (f32, f32), scores: &mut [f32]) {
+        let n_state = self.state_read(plan);
         let scale = 1.0 / libm::sqrtf(self.cfg.d_qk as f32);
         let (front_temp, state_temp) = temps;
         let (state_scores, window_scores) = scores.split_at_mut(n_state);
@@ -126,15 +172,6 @@ impl<'l, 's> HeadReader<'l, 's> {
         let sum = math::sum(scores);
         for x in scores.iter_mut() {
             *x /= sum;
-        }
-        out.fill(0.0);
-        let (state_scores, window_scores) = scores.split_at(n_state);
-        self.state_rows(n_state).1.weighted_sum(state_scores, out);
-        let mut at = 0;
-        for span in ring_spans(self.cfg, self.h, plan.window_begin, plan.t + 1) {
-            let part = &window_scores[at..at + span.len()];
-            self.st.wv.as_rows().rows(span.start, span.end, dv).weighted_sum(part, out);
-            at += span.len();
         }
     }
 }

@@ -1163,12 +1163,21 @@ unsafe fn blocks_row<B: Blocks32>(row: &[u8], out: &mut [f32]) {
 /// AVX2, FMA and F16C are present.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn weighted_sum<T: StoredType<Float: Widen8>>(p: &[f32], rows: &[T], out: &mut [f32]) {
+    // SAFETY: the caller's promise.
+    unsafe { weighted_sum_from(p, rows, 0, out) }
+}
+
+/// Columns `[c, out.len())` of [`weighted_sum`].
+///
+/// # Safety
+/// AVX2, FMA and F16C are present.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn weighted_sum_from<T: StoredType<Float: Widen8>>(p: &[f32], rows: &[T], mut c: usize, out: &mut [f32]) {
     let d = out.len();
     if d == 0 {
         return;
     }
     let n = p.len().min(rows.len() / d);
-    let mut c = 0;
     while c + 64 <= d {
         // SAFETY: AVX2 is present; columns [c, c + 64) exist in `out` and every row.
         unsafe { sum_columns::<T, 8>(&p[..n], rows, d, c, out) };
@@ -1180,6 +1189,83 @@ pub(crate) unsafe fn weighted_sum<T: StoredType<Float: Widen8>>(p: &[f32], rows:
         c += 8;
     }
     scalar::weighted_sum_columns(&p[..n], rows, c, out);
+}
+
+/// [`scalar::weighted_sum`] of several queries over the same rows: `outs[i] += sum_j
+/// ps[i * stride + j] * rows[j]` (`rows`: `[n, d]`, `outs`: `[m, d]`), four queries at a
+/// time over 16 columns (8 accumulators of the 16 registers), so each row is loaded and
+/// widened once per four queries; every query adds in the scalar order, so the bits are
+/// `m` calls of [`weighted_sum`].
+///
+/// # Safety
+/// AVX2, FMA and F16C are present; `d > 0`; `ps` holds `(m - 1) * stride + n` scores.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn weighted_sum_many<T: StoredType<Float: Widen8>>(
+    ps: &[f32],
+    stride: usize,
+    rows: &[T],
+    d: usize,
+    outs: &mut [f32],
+) {
+    let (m, n) = (outs.len() / d, rows.len() / d);
+    let mut i = 0;
+    while i + 4 <= m {
+        let p: [&[f32]; 4] = core::array::from_fn(|q| &ps[(i + q) * stride..(i + q) * stride + n]);
+        let mut c = 0;
+        while c + 16 <= d {
+            // Safe to call: this function enables the features `sum_many` needs.
+            sum_many::<T, 4>(p, rows, d, c, &mut outs[i * d..(i + 4) * d]);
+            c += 16;
+        }
+        for q in 0..4 {
+            // SAFETY: the features are enabled here.
+            unsafe { weighted_sum_from(p[q], rows, c, &mut outs[(i + q) * d..(i + q + 1) * d]) };
+        }
+        i += 4;
+    }
+    for i in i..m {
+        // SAFETY: as above.
+        unsafe { weighted_sum(&ps[i * stride..i * stride + n], rows, &mut outs[i * d..(i + 1) * d]) };
+    }
+}
+
+/// Columns `[c, c + 8 V)` of [`weighted_sum_many`] for `Q` queries (`p[q]`: `[n]`,
+/// `outs`: `[Q, d]`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn sum_many<T: StoredType<Float: Widen8>, const Q: usize>(
+    p: [&[f32]; Q],
+    rows: &[T],
+    d: usize,
+    c: usize,
+    outs: &mut [f32],
+) {
+    const V: usize = 2;
+    let n = p.first().map_or(0, |p| p.len());
+    assert!(c + 8 * V <= d && outs.len() >= Q * d && rows.len() >= n * d && p.iter().all(|p| p.len() == n));
+    let (o, r, p) = (outs.as_mut_ptr(), rows.as_ptr(), p.map(<[f32]>::as_ptr));
+    // Every access: columns `[c, c + 16)` exist in each query's output and in
+    // each of the `n` rows, and each query has `n` scores (asserted above).
+    // SAFETY: see above.
+    let mut acc: [[__m256; V]; Q] =
+        core::array::from_fn(|q| core::array::from_fn(|k| unsafe { _mm256_loadu_ps(o.add(q * d + c + 8 * k)) }));
+    for j in 0..n {
+        // SAFETY: see above.
+        let v: [__m256; V] = core::array::from_fn(|k| unsafe { T::Float::load8(r.add(j * d + c + 8 * k).cast()) });
+        for (acc, p) in acc.iter_mut().zip(&p) {
+            // SAFETY: see above.
+            let pj = _mm256_set1_ps(unsafe { *p.add(j) });
+            for (a, &v) in acc.iter_mut().zip(&v) {
+                *a = _mm256_add_ps(*a, _mm256_mul_ps(pj, v));
+            }
+        }
+    }
+    for (q, acc) in acc.iter().enumerate() {
+        for (k, &a) in acc.iter().enumerate() {
+            // SAFETY: see above.
+            unsafe { _mm256_storeu_ps(o.add(q * d + c + 8 * k), a) };
+        }
+    }
 }
 
 /// Columns `[c, c + 8 V)` of [`weighted_sum`] (`rows`: `[p.len(), d]`).
@@ -1388,16 +1474,19 @@ fn dots_tile<T: StoredType<Float: Widen8>, const R: usize, const Q: usize>(
 ) {
     let body = d - d % scalar::DOT_LANES;
     let (rows, xs) = (&rows[j0 * d..(j0 + R) * d], &xs[i0 * d..(i0 + Q) * d]);
+    // Raw pointers in the loop, as in the AVX-512 tile (slices checked per load spill).
+    let (rp, xp) = (rows.as_ptr(), xs.as_ptr());
     let mut acc = [[[_mm256_setzero_ps(); 2]; Q]; R];
     let mut c = 0;
     while c < body {
-        // SAFETY: columns `c..c + 16` exist in every query and row.
+        // SAFETY: columns `c..c + 16` exist in every query and row (`c + 16 <= body <= d`).
         let x: [[__m256; 2]; Q] = core::array::from_fn(|q| unsafe {
-            let p = xs[q * d + c..q * d + c + 16].as_ptr();
+            let p = xp.add(q * d + c);
             [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))]
         });
         for (r, acc) in acc.iter_mut().enumerate() {
-            let p = rows[r * d + c..r * d + c + 16].as_ptr();
+            // SAFETY: as above.
+            let p = unsafe { rp.add(r * d + c) };
             // SAFETY: `p` holds 16 elements.
             let w = unsafe { [T::Float::load8(p.cast()), T::Float::load8(p.add(8).cast())] };
             for (a, x) in acc.iter_mut().zip(&x) {

@@ -820,12 +820,21 @@ unsafe fn x16<B: X16Blocks, const S: usize, const T: usize>(
 /// The tier's features are present.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn weighted_sum<T: StoredType<Float: Widen16>>(p: &[f32], rows: &[T], out: &mut [f32]) {
+    // SAFETY: the caller's promise.
+    unsafe { weighted_sum_from(p, rows, 0, out) }
+}
+
+/// Columns `[c, out.len())` of [`weighted_sum`].
+///
+/// # Safety
+/// The tier's features are present.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn weighted_sum_from<T: StoredType<Float: Widen16>>(p: &[f32], rows: &[T], mut c: usize, out: &mut [f32]) {
     let d = out.len();
     if d == 0 {
         return;
     }
     let n = p.len().min(rows.len() / d);
-    let mut c = 0;
     while c + 128 <= d {
         // SAFETY: AVX-512 is present; columns [c, c + 128) exist in `out` and every row.
         unsafe { sum_columns::<T, 8>(&p[..n], rows, d, c, out) };
@@ -870,6 +879,82 @@ unsafe fn sum_columns<T: StoredType<Float: Widen16>, const V: usize>(
     for (k, a) in acc.iter().enumerate() {
         // SAFETY: as the loads.
         unsafe { _mm512_storeu_ps(o.add(16 * k), *a) };
+    }
+}
+
+/// [`scalar::weighted_sum`] of several queries over the same rows: `outs[i] += sum_j
+/// ps[i * stride + j] * rows[j]` (`rows`: `[n, d]`, `outs`: `[m, d]`), four queries at a
+/// time over 64 columns, so each row is loaded and widened once per four queries; every
+/// query adds in the scalar order, so the bits are `m` calls of [`weighted_sum`].
+///
+/// # Safety
+/// The tier's features are present; `d > 0`; `ps` holds `(m - 1) * stride + n` scores.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn weighted_sum_many<T: StoredType<Float: Widen16>>(
+    ps: &[f32],
+    stride: usize,
+    rows: &[T],
+    d: usize,
+    outs: &mut [f32],
+) {
+    let (m, n) = (outs.len() / d, rows.len() / d);
+    let mut i = 0;
+    while i + 4 <= m {
+        let p: [&[f32]; 4] = core::array::from_fn(|q| &ps[(i + q) * stride..(i + q) * stride + n]);
+        let mut c = 0;
+        while c + 64 <= d {
+            // Safe to call: this function enables the features `sum_many` needs.
+            sum_many::<T, 4>(p, rows, d, c, &mut outs[i * d..(i + 4) * d]);
+            c += 64;
+        }
+        for q in 0..4 {
+            // SAFETY: the features are enabled here.
+            unsafe { weighted_sum_from(p[q], rows, c, &mut outs[(i + q) * d..(i + q + 1) * d]) };
+        }
+        i += 4;
+    }
+    for i in i..m {
+        // SAFETY: as above.
+        unsafe { weighted_sum(&ps[i * stride..i * stride + n], rows, &mut outs[i * d..(i + 1) * d]) };
+    }
+}
+
+/// Columns `[c, c + 16 V)` of [`weighted_sum_many`] for `Q` queries (`p[q]`: `[n]`,
+/// `outs`: `[Q, d]`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn sum_many<T: StoredType<Float: Widen16>, const Q: usize>(
+    p: [&[f32]; Q],
+    rows: &[T],
+    d: usize,
+    c: usize,
+    outs: &mut [f32],
+) {
+    const V: usize = 4;
+    let n = p.first().map_or(0, |p| p.len());
+    assert!(c + 16 * V <= d && outs.len() >= Q * d && rows.len() >= n * d && p.iter().all(|p| p.len() == n));
+    let (o, r, p) = (outs.as_mut_ptr(), rows.as_ptr(), p.map(<[f32]>::as_ptr));
+    // Every access: columns `[c, c + 64)` exist in each query's output and in
+    // each of the `n` rows, and each query has `n` scores (asserted above).
+    // SAFETY: see above.
+    let mut acc: [[__m512; V]; Q] =
+        core::array::from_fn(|q| core::array::from_fn(|k| unsafe { _mm512_loadu_ps(o.add(q * d + c + 16 * k)) }));
+    for j in 0..n {
+        // SAFETY: see above.
+        let v: [__m512; V] = core::array::from_fn(|k| unsafe { T::Float::load16(r.add(j * d + c + 16 * k).cast()) });
+        for (acc, p) in acc.iter_mut().zip(&p) {
+            // SAFETY: see above.
+            let pj = _mm512_set1_ps(unsafe { *p.add(j) });
+            for (a, &v) in acc.iter_mut().zip(&v) {
+                *a = _mm512_add_ps(*a, _mm512_mul_ps(pj, v));
+            }
+        }
+    }
+    for (q, acc) in acc.iter().enumerate() {
+        for (k, &a) in acc.iter().enumerate() {
+            // SAFETY: see above.
+            unsafe { _mm512_storeu_ps(o.add(q * d + c + 16 * k), a) };
+        }
     }
 }
 
@@ -1027,19 +1112,38 @@ fn dots_tile<T: StoredType<Float: Widen16>, const R: usize, const Q: usize>(
 ) {
     let body = d - d % scalar::DOT_LANES;
     let (rows, xs) = (&rows[j0 * d..(j0 + R) * d], &xs[i0 * d..(i0 + Q) * d]);
+    // Raw pointers in the loop: slices checked per load cost LLVM the registers (it spilled
+    // accumulators and copied the rest every round).
+    let (rp, xp) = (rows.as_ptr(), xs.as_ptr());
     let mut acc = [[_mm512_setzero_ps(); Q]; R];
     let mut c = 0;
     while c < body {
-        // SAFETY: columns `c..c + 16` exist in every query and row.
-        let x: [__m512; Q] = core::array::from_fn(|q| unsafe { _mm512_loadu_ps(xs[q * d + c..].as_ptr()) });
+        // SAFETY: columns `c..c + 16` exist in every query and row (`c + 16 <= body <= d`).
+        let x: [__m512; Q] = core::array::from_fn(|q| unsafe { _mm512_loadu_ps(xp.add(q * d + c)) });
         for (r, acc) in acc.iter_mut().enumerate() {
             // SAFETY: as above.
-            let w = unsafe { T::Float::load16(rows[r * d + c..r * d + c + 16].as_ptr().cast()) };
+            let w = unsafe { T::Float::load16(rp.add(r * d + c).cast()) };
             for (a, &x) in acc.iter_mut().zip(&x) {
                 *a = _mm512_add_ps(*a, _mm512_mul_ps(w, x));
             }
         }
         c += 16;
+    }
+    if R == 4 && Q == 4 && body == d {
+        // The sixteen folds at once: lane 4 q + r holds row r's dot with query q.
+        let sums = fold16(core::array::from_fn(|k| acc[k / 4][k % 4]));
+        for q in 0..4 {
+            let o = &mut out[(i0 + q) * n + j0..(i0 + q) * n + j0 + 4];
+            let lanes = match q {
+                0 => _mm512_extractf32x4_ps::<0>(sums),
+                1 => _mm512_extractf32x4_ps::<1>(sums),
+                2 => _mm512_extractf32x4_ps::<2>(sums),
+                _ => _mm512_extractf32x4_ps::<3>(sums),
+            };
+            // SAFETY: `o` holds 4 floats.
+            unsafe { _mm_storeu_ps(o.as_mut_ptr(), lanes) };
+        }
+        return;
     }
     for (r, acc) in acc.iter().enumerate() {
         for (q, &a) in acc.iter().enumerate() {
@@ -1047,6 +1151,31 @@ fn dots_tile<T: StoredType<Float: Widen16>, const R: usize, const Q: usize>(
             out[(i0 + q) * n + j0 + r] = scalar::dot_tail(fold_lanes(a), row, x);
         }
     }
+}
+
+/// [`scalar::fold_lanes`] of sixteen vectors at once, transposed: each level adds the
+/// halves of two vectors' groups in one instruction (45 in all, against 7 a vector
+/// folded alone). Lane `4 b + j` of the result is the fold of `a[4 j + b]`; every add
+/// takes the lower lanes first, as the scalar fold does.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn fold16(a: [__m512; 16]) -> __m512 {
+    // a[l] + a[l + 8]: vectors 2j and 2j + 1 in the low and high eight lanes.
+    let b: [__m512; 8] = core::array::from_fn(|j| {
+        let (x, y) = (a[2 * j], a[2 * j + 1]);
+        _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(x, y), _mm512_shuffle_f32x4::<0xEE>(x, y))
+    });
+    // a[l] + a[l + 4]: vector 4i + k in 128-bit block k.
+    let c: [__m512; 4] = core::array::from_fn(|i| {
+        let (x, y) = (b[2 * i], b[2 * i + 1]);
+        _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(x, y), _mm512_shuffle_f32x4::<0xDD>(x, y))
+    });
+    // a[l] + a[l + 2], then a[0] + a[1], within each block.
+    let d: [__m512; 2] = core::array::from_fn(|i| {
+        let (x, y) = (c[2 * i], c[2 * i + 1]);
+        _mm512_add_ps(_mm512_shuffle_ps::<0x44>(x, y), _mm512_shuffle_ps::<0xEE>(x, y))
+    });
+    _mm512_add_ps(_mm512_shuffle_ps::<0x88>(d[0], d[1]), _mm512_shuffle_ps::<0xDD>(d[0], d[1]))
 }
 
 /// [`scalar::fold_lanes`] of one vector.
