@@ -532,7 +532,7 @@ fn dots_many_matches_dots_per_query() {
     fn check<T: Stored>(t: Tier, f: Option<DotsMany<T>>, conv: fn(f32) -> T) {
         let Some(f) = f else { return };
         for d in [1, 3, 15, 16, 17, 33, 128, 129] {
-            for (m, n) in [(1, 1), (3, 5), (4, 4), (5, 9), (8, 3), (9, 8)] {
+            for (m, n) in [(1, 1), (3, 5), (4, 4), (5, 9), (8, 3), (9, 8), (12, 7), (16, 17)] {
                 let rows: Vec<T> = values(n * d, d as u32).into_iter().map(conv).collect();
                 let xs = values(m * d, 7 + m as u32);
                 let mut want = vec![f32::NAN; m * n];

@@ -192,14 +192,8 @@ impl HeadState<'_, '_> {
             }
             // With every slot a sink (a growable state's early fold whose sink_len is not
             // yet exceeded; the reference asserts there) the last slot takes the token.
-            let mut best = protected.min(slots_after - 1);
-            let mut best_score = f32::NEG_INFINITY;
-            for (s, &score) in sims.iter().enumerate() {
-                if score > best_score {
-                    best_score = score;
-                    best = protected + s;
-                }
-            }
+            // The first highest similarity, NaNs and -inf never winning.
+            let best = kernels::argmax(sims).map_or(protected.min(slots_after - 1), |s| protected + s);
             index[i] = MERGED | best as u32;
         });
         // The slots taking merges, a bit each in the novelty buffer (free now): only their
