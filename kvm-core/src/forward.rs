@@ -255,10 +255,13 @@ fn attention(
         x.mg.fill(1.0);
     }
 
-    // 7. segment by segment (tokens of one chunk, see `Segment`): first the state updates
-    //    and window pushes, token by token; then every head attends all of the segment's
-    //    queries over its state and window (heads in parallel, each head's keys and values
-    //    staying in cache across the queries).
+    // 7. run by run (a run: the batch's tokens of one chunk, segment by segment, see
+    //    `Segment`): first the state updates and window pushes, token by token; then every
+    //    head attends all of the run's queries over its state and window, a segment at a
+    //    time (heads in parallel, one job a run; each segment's keys and values read once
+    //    for its queries). Within a chunk no update touches what an earlier token reads:
+    //    folds come only at a chunk's first token, a push overwrites a ring entry older
+    //    than the chunk's window, and initial appends fill slots no earlier token reads.
     let temps = |h: usize| {
         if cfg.has(flags::HEAD_TEMPS) {
             (model.vector(Role::FrontTemp, l).get(h), model.vector(Role::StateTemp, l).get(h))
@@ -266,62 +269,80 @@ fn attention(
             (1.0, 1.0)
         }
     };
-    let mut i0 = 0;
+    let chunk = cfg.chunk_len as usize;
+    let (mut i1, mut next) = (0, at);
     let after = loop {
-        let plans = segment.plans();
-        let i1 = i0 + plans.len();
-        for (i, plan) in (i0..i1).zip(plans) {
-            for h in 0..h_n {
-                let mut hs = HeadState::new(st, h, cfg, st_len, ln_sk);
-                let k = &x.k[i * qd + h * dk..i * qd + (h + 1) * dk];
-                let v = &x.v[i * vd + h * dv..i * vd + (h + 1) * dv];
-                let m = x.mg[i * h_n + h];
-                if let Some(slot) = plan.initial {
-                    hs.initial_append(slot, k, v, m, plan.gate_initial, &mut s.fold.pk[..dk]);
+        let (i0, run_at) = (i1, next);
+        loop {
+            let plans = segment.plans();
+            for (i, plan) in (i1..).zip(plans) {
+                for h in 0..h_n {
+                    let mut hs = HeadState::new(st, h, cfg, st_len, ln_sk);
+                    let k = &x.k[i * qd + h * dk..i * qd + (h + 1) * dk];
+                    let v = &x.v[i * vd + h * dv..i * vd + (h + 1) * dv];
+                    let m = x.mg[i * h_n + h];
+                    if let Some(slot) = plan.initial {
+                        hs.initial_append(slot, k, v, m, plan.gate_initial, &mut s.fold.pk[..dk]);
+                    }
+                    if let Some(b) = plan.fold_begin {
+                        hs.fold(b, plan.slots_before, plan.slots_after, &mut s.fold, exec);
+                    }
+                    hs.push_window(plan.t, k, v, m);
                 }
-                if let Some(b) = plan.fold_begin {
-                    hs.fold(b, plan.slots_before, plan.slots_after, &mut s.fold, exec);
-                }
-                hs.push_window(plan.t, k, v, m);
+            }
+            i1 += plans.len();
+            next = segment.next();
+            if i1 == x.n {
+                break;
+            }
+            segment = Segment::new(cfg, st_len, next, phase, x.n - i1);
+            if next.pos % chunk == 0 {
+                break;
             }
         }
 
-        // o: [n_heads, i1 - i0, d_v] into v's rows of the segment, which the pushes consumed;
-        // several queries of a head read each key once (a batch's scratch holds them).
-        let seg = i1 - i0;
+        // o: [n_heads, i1 - i0, d_v] into v's rows of the run, which the pushes consumed;
+        // several queries of a segment read each key once (a batch's scratch holds them).
+        let run = i1 - i0;
         let (q, st): (&[f32], &LayerState<'_>) = (x.q, st);
         let o = &mut x.v[i0 * vd..i1 * vd];
-        let many = seg > 1 && !x.scores.is_empty();
+        let many = run > 1 && !x.scores.is_empty();
         let scratch: &mut [f32] = if many { x.scores } else { s.scores };
         let scratch_len = scratch.len() / h_n;
-        exec.heads(o, seg * dv, scratch, scratch_len, &|h, out, scratch| {
+        exec.heads(o, run * dv, scratch, scratch_len, &|h, out, scratch| {
             let reader = HeadReader::new(st, h, cfg, st_len);
             let query = |i: usize| &q[i * qd + h * dk..i * qd + (h + 1) * dk];
-            if many {
-                // qs: [seg, d_qk], this head's queries
-                let (qs, scratch) = scratch.split_at_mut(SEGMENT_LEN * dk);
-                for (i, row) in (i0..i1).zip(qs.chunks_exact_mut(dk)) {
-                    row.copy_from_slice(query(i));
+            // The run's segments again (their plans depend on the counters alone).
+            let (mut i, mut at) = (i0, run_at);
+            while i < i1 {
+                let segment = Segment::new(cfg, st_len, at, phase, i1 - i);
+                let plans = segment.plans();
+                let seg = plans.len();
+                let out = &mut out[(i - i0) * dv..(i - i0 + seg) * dv];
+                if many && seg > 1 {
+                    // qs: [seg, d_qk], this head's queries
+                    let (qs, scratch) = scratch.split_at_mut(SEGMENT_LEN * dk);
+                    for (i, row) in (i..i + seg).zip(qs.chunks_exact_mut(dk)) {
+                        row.copy_from_slice(query(i));
+                    }
+                    reader.attend_many(&qs[..seg * dk], plans, temps(h), scratch, out);
+                } else {
+                    for ((i, plan), out) in (i..).zip(plans).zip(out.chunks_exact_mut(dv)) {
+                        reader.attend(query(i), plan, temps(h), scratch, out);
+                    }
                 }
-                reader.attend_many(&qs[..seg * dk], plans, temps(h), scratch, out);
-            } else {
-                for ((i, plan), out) in (i0..i1).zip(plans).zip(out.chunks_exact_mut(dv)) {
-                    reader.attend(query(i), plan, temps(h), scratch, out);
-                }
+                (i, at) = (i + seg, segment.next());
             }
         });
         // concat o_h: [i1 - i0, n_heads * d_v]
-        for (h, o) in x.v[i0 * vd..i1 * vd].chunks_exact(seg * dv).enumerate() {
+        for (h, o) in x.v[i0 * vd..i1 * vd].chunks_exact(run * dv).enumerate() {
             for (j, o) in o.chunks_exact(dv).enumerate() {
                 x.att[(i0 + j) * vd + h * dv..(i0 + j) * vd + (h + 1) * dv].copy_from_slice(o);
             }
         }
-        let next = segment.next();
         if i1 == x.n {
             break next;
         }
-        segment = Segment::new(cfg, st_len, next, phase, x.n - i1);
-        i0 = i1;
     };
 
     // Attn = c_proj(concat o_h)

@@ -5,12 +5,13 @@
 
 use kvm_core::cache::CacheDtype::{F16, F32, Q8};
 use kvm_core::config::{flags, Config, StateBudget};
-use kvm_core::exec::Serial;
+use kvm_core::exec::{Exec, Serial};
 use kvm_core::format::TokenizerKind;
 use kvm_core::forward::Logits;
 use kvm_core::quant::DType;
 use kvm_core::state::Phase;
 use kvm_core::{Model, Session};
+use kvm_runtime::pool::Pool;
 
 use crate::common::*;
 
@@ -76,12 +77,17 @@ fn random_model(cfg: &Config, seed: u64, dtype: DType) -> Vec<u8> {
 /// Every token's logits of `ids` in `session`: the first `prompt` fed in batches of
 /// `batch` tokens (single steps for 1), then the rest decoded one at a time.
 fn logits(session: &mut Session<'_, '_>, ids: &[u32], prompt: usize, batch: usize) -> Vec<f32> {
+    logits_on(&Serial, session, ids, prompt, batch)
+}
+
+/// [`logits`] with the batches' work run by `exec`.
+fn logits_on(exec: &dyn Exec, session: &mut Session<'_, '_>, ids: &[u32], prompt: usize, batch: usize) -> Vec<f32> {
     let vocab = session.model().config().vocab_len as usize;
     let mut out = vec![0f32; ids.len() * vocab];
     let mut acts = vec![0f32; session.layout().acts_len(batch).unwrap()];
     for (i, chunk) in ids[..prompt].chunks(batch).enumerate() {
         let out = &mut out[i * batch * vocab..][..chunk.len() * vocab];
-        session.step_batch(chunk, Phase::Prefill, &mut acts, &Serial, Logits::All(out)).unwrap();
+        session.step_batch(chunk, Phase::Prefill, &mut acts, exec, Logits::All(out)).unwrap();
     }
     for (t, &id) in ids.iter().enumerate().skip(prompt) {
         out[t * vocab..(t + 1) * vocab].copy_from_slice(session.decode(id).unwrap());
@@ -94,13 +100,14 @@ fn same_bits(a: &[f32], b: &[f32]) -> bool {
 }
 
 /// Random weights of `cfg`: every token's logits the same bits stepwise as in batches,
-/// and a snapshot after the prompt resuming exactly. Integer (q8_0) weights in one batch,
-/// with each attention cache; f32 ones in batches of 5 (decode's kernels, so the steps'
+/// and a snapshot after the prompt resuming exactly. Integer (q8_0) weights in one batch
+/// on two threads, with each attention cache; f32 ones in batches of 5 (decode's kernels, so the steps'
 /// bits), and in one batch of the whole prompt against two (the batch kernel, whose bits
 /// depend on no batch size).
 fn check(name: &str, cfg: Config) {
     let ids: Vec<u32> = (0..150u32).map(|i| (i * 37 + 11) % cfg.vocab_len).collect();
     let prompt = 41;
+    let pool = Pool::new(2).unwrap();
     for (dtype, cache) in [(DType::Q8_0, F32), (DType::Q8_0, F16), (DType::Q8_0, Q8), (DType::F32, F32)] {
         let blob = random_model(&cfg, name.len() as u64 * 7919, dtype);
         let model = Model::from_bytes(&blob).unwrap_or_else(|e| panic!("{name} {dtype:?}: {e}"));
@@ -112,8 +119,11 @@ fn check(name: &str, cfg: Config) {
         let stepwise = logits(&mut one, &ids, prompt, 1);
         assert!(stepwise.iter().all(|z| z.is_finite()), "{name} {case:?}: non-finite logits");
         let exact = if dtype == DType::Q8_0 { prompt } else { 5 };
+        // Integer weights' batch on two threads: heads attend in parallel, the products'
+        // rows split (integer sums: the same bits however split).
+        let exec: &dyn Exec = if dtype == DType::Q8_0 { &pool } else { &Serial };
         let mut batched = Session::new(model, a2.bytes_mut()).unwrap();
-        let out = logits(&mut batched, &ids, prompt, exact);
+        let out = logits_on(exec, &mut batched, &ids, prompt, exact);
         assert!(same_bits(&stepwise, &out), "{name} {case:?}: batches of {exact} differ from single steps");
         assert_eq!(one.state_slots(), batched.state_slots(), "{name} {case:?}");
         if dtype == DType::F32 {
