@@ -292,13 +292,10 @@ fn attention(
             }
             i1 += plans.len();
             next = segment.next();
-            if i1 == x.n {
+            if i1 == x.n || next.pos % chunk == 0 {
                 break;
             }
             segment = Segment::new(cfg, st_len, next, phase, x.n - i1);
-            if next.pos % chunk == 0 {
-                break;
-            }
         }
 
         // o: [n_heads, i1 - i0, d_v] into v's rows of the run, which the pushes consumed;
@@ -309,13 +306,22 @@ fn attention(
         let many = run > 1 && !x.scores.is_empty();
         let scratch: &mut [f32] = if many { x.scores } else { s.scores };
         let scratch_len = scratch.len() / h_n;
+        // `segment` is the run's last, so its only one when it is one segment (a decode step).
+        let single = (run == segment.plans().len()).then_some(&segment);
         exec.heads(o, run * dv, scratch, scratch_len, &|h, out, scratch| {
             let reader = HeadReader::new(st, h, cfg, st_len);
             let query = |i: usize| &q[i * qd + h * dk..i * qd + (h + 1) * dk];
             // The run's segments again (their plans depend on the counters alone).
             let (mut i, mut at) = (i0, run_at);
             while i < i1 {
-                let segment = Segment::new(cfg, st_len, at, phase, i1 - i);
+                let again;
+                let segment = match single {
+                    Some(segment) => segment,
+                    None => {
+                        again = Segment::new(cfg, st_len, at, phase, i1 - i);
+                        &again
+                    }
+                };
                 let plans = segment.plans();
                 let seg = plans.len();
                 let out = &mut out[(i - i0) * dv..(i - i0 + seg) * dv];
@@ -343,6 +349,7 @@ fn attention(
         if i1 == x.n {
             break next;
         }
+        segment = Segment::new(cfg, st_len, next, phase, x.n - i1);
     };
 
     // Attn = c_proj(concat o_h)

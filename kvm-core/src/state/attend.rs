@@ -94,9 +94,9 @@ impl<'l, 's> HeadReader<'l, 's> {
         let outs = &mut outs[..m * dv];
         outs.fill(0.0);
         let common = read(&plans[0]);
-        self.value_runs(last, 0..common, &mut |rows, at| rows.weighted_sum_many(&scores[at..], len, dv, outs));
+        self.value_runs(last, 0..common, |rows, at| rows.weighted_sum_many(&scores[at..], len, dv, outs));
         for ((plan, row), out) in plans.iter().zip(scores.chunks_exact(len)).zip(outs.chunks_exact_mut(dv)) {
-            self.value_runs(plan, common..read(plan), &mut |rows, at| {
+            self.value_runs(plan, common..read(plan), |rows, at| {
                 rows.weighted_sum(&row[at..at + rows.len() / dv], out)
             });
         }
@@ -109,7 +109,7 @@ impl<'l, 's> HeadReader<'l, 's> {
         &self,
         plan: &Plan,
         range: core::ops::Range<usize>,
-        f: &mut dyn FnMut(crate::cache::Rows<'_>, usize),
+        mut f: impl FnMut(crate::cache::Rows<'_>, usize),
     ) {
         let (dv, n_state) = (self.cfg.d_v as usize, self.state_read(plan));
         let mut run = |at: usize, rows: crate::cache::Rows<'_>| {
@@ -151,7 +151,7 @@ impl<'l, 's> HeadReader<'l, 's> {
         self.softmax(plan, temps, scores);
         out.fill(0.0);
         let (dv, len) = (self.cfg.d_v as usize, scores.len());
-        self.value_runs(plan, 0..len, &mut |rows, at| rows.weighted_sum(&scores[at..at + rows.len() / dv], out));
+        self.value_runs(plan, 0..len, |rows, at| rows.weighted_sum(&scores[at..at + rows.len() / dv], out));
     }
 
     /// `scores` (the state's, then the window's) scaled by `1 / sqrt(d_qk)` and the head's
