@@ -32,6 +32,16 @@ pub(super) struct Attention<T: 'static> {
     pub(super) weighted_sum_many: Option<WeightedSumMany<T>>,
 }
 
+impl<T: 'static> Attention<T> {
+    /// One query at a time: `dots` and `weighted_sum`, no multi-query kernels.
+    const fn single(
+        dots: unsafe fn(&[T], &[f32], &mut [f32]),
+        weighted_sum: unsafe fn(&[f32], &[T], &mut [f32]),
+    ) -> Self {
+        Attention { dots, weighted_sum, dots_many: None, weighted_sum_many: None }
+    }
+}
+
 /// A tier's entry points, picked once per call by [`table`] (tract's kernel table).
 pub(super) struct Table {
     pub(super) decode: Decode,
@@ -73,12 +83,7 @@ macro_rules! attention {
         }
     };
     ($($m:ident)::+, $t:ty) => {
-        Attention {
-            dots: $($m::)+dots::<$t>,
-            weighted_sum: $($m::)+weighted_sum::<$t>,
-            dots_many: None,
-            weighted_sum_many: None,
-        }
+        Attention::single($($m::)+dots::<$t>, $($m::)+weighted_sum::<$t>)
     };
 }
 
@@ -97,24 +102,9 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         find: scalar::find,
         exp_sub: scalar::exp_sub,
         narrow_f16: scalar::narrow_f16,
-        f32: Attention {
-            dots: scalar::dots,
-            weighted_sum: scalar::weighted_sum,
-            dots_many: None,
-            weighted_sum_many: None,
-        },
-        f16: Attention {
-            dots: scalar::dots,
-            weighted_sum: scalar::weighted_sum,
-            dots_many: None,
-            weighted_sum_many: None,
-        },
-        i8: Attention {
-            dots: scalar::dots,
-            weighted_sum: scalar::weighted_sum,
-            dots_many: None,
-            weighted_sum_many: None,
-        },
+        f32: Attention::single(scalar::dots, scalar::weighted_sum),
+        f16: Attention::single(scalar::dots, scalar::weighted_sum),
+        i8: Attention::single(scalar::dots, scalar::weighted_sum),
     };
     static SCALAR: Table = SCALAR_ENTRIES;
     // The float decode tiles take 4 rows, not 8, where the hardware prefetchers stream
@@ -191,12 +181,7 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         matmul: run::<arm::dsp::Dsp, 1, 4, 1>,
         quantize_act: <arm::dsp::Dsp as Kernels>::quantize_act,
         dequant_row: scalar::dequant_row,
-        f32: Attention {
-            dots: arm::fpu::dots,
-            weighted_sum: arm::fpu::weighted_sum,
-            dots_many: None,
-            weighted_sum_many: None,
-        },
+        f32: Attention::single(arm::fpu::dots, arm::fpu::weighted_sum),
         ..SCALAR_ENTRIES
     };
     // Integer products and attention over f32 rows; the float kernels are the scalar ones
@@ -207,12 +192,7 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         matmul: run::<arm::helium::Helium, 1, 1, 1>,
         quantize_act: <arm::helium::Helium as Kernels>::quantize_act,
         dequant_row: arm::helium::Helium::dequant_row,
-        f32: Attention {
-            dots: arm::fpu::dots,
-            weighted_sum: arm::fpu::weighted_sum,
-            dots_many: None,
-            weighted_sum_many: None,
-        },
+        f32: Attention::single(arm::fpu::dots, arm::fpu::weighted_sum),
         ..SCALAR_ENTRIES
     };
     match tier {
