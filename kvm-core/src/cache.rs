@@ -5,6 +5,8 @@
 //! value and one f32 scale per row, as llama.cpp's q8_0 KV cache). The state's sums, radii
 //! and gates stay f32 either way, so merges keep accumulating at full precision.
 
+use core::marker::PhantomData;
+
 use half::f16;
 
 use crate::kernels::{self, Stored};
@@ -345,6 +347,79 @@ impl<'a> RowsMut<'a> {
                 } else {
                     set_q8(&mut x[r * d..(r + 1) * d], &mut s[r], f);
                 }
+            }
+        }
+    }
+}
+
+impl RowsMut<'_> {
+    /// These rows cut into `count` equal parts of whole rows (`count` dividing the rows).
+    pub(crate) fn parts(&mut self, count: usize) -> RowsParts<'_> {
+        match self {
+            RowsMut::F32(x) => RowsParts::F32(Parts::new(x, count)),
+            RowsMut::F16(x) => RowsParts::F16(Parts::new(x, count)),
+            RowsMut::Q8(x, s) => RowsParts::Q8(Parts::new(x, count), Parts::new(s, count)),
+        }
+    }
+}
+
+/// A slice cut into `count` equal parts that jobs running in parallel take by index, each
+/// its own (a layer state's heads, `LayerState::heads`).
+pub(crate) struct Parts<'a, T> {
+    ptr: *mut T,
+    /// Elements of a part.
+    len: usize,
+    count: usize,
+    slice: PhantomData<&'a mut [T]>,
+}
+
+// SAFETY: a `Parts` only hands out its parts, through `part`, whose contract keeps each
+// one's references unique; handing them to other threads is sending `&mut [T]`.
+unsafe impl<T: Send> Sync for Parts<'_, T> {}
+
+impl<'a, T> Parts<'a, T> {
+    /// `s` cut into `count` parts of `s.len() / count` elements (a remainder in none).
+    pub(crate) fn new(s: &'a mut [T], count: usize) -> Self {
+        let count = count.max(1);
+        Parts { ptr: s.as_mut_ptr(), len: s.len() / count, count, slice: PhantomData }
+    }
+
+    /// Part `i`.
+    ///
+    /// # Safety
+    /// `i < count`, and no other reference to part `i` taken from `self` is alive while
+    /// the returned one is.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn part(&self, i: usize) -> &mut [T] {
+        debug_assert!(i < self.count);
+        // SAFETY: part `i < count` lies within the slice `new` borrowed for `'a`, which
+        // outlives `self`; the caller guarantees both.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr.add(i * self.len), self.len) }
+    }
+}
+
+/// [`RowsMut`] cut into [`Parts`] of whole rows.
+pub(crate) enum RowsParts<'a> {
+    F32(Parts<'a, f32>),
+    F16(Parts<'a, f16>),
+    /// Values and scales.
+    Q8(Parts<'a, i8>, Parts<'a, f32>),
+}
+
+impl RowsParts<'_> {
+    /// Part `i`'s rows.
+    ///
+    /// # Safety
+    /// As [`Parts::part`].
+    #[inline]
+    pub(crate) unsafe fn part(&self, i: usize) -> RowsMut<'_> {
+        // SAFETY: the caller's promise, for each of the slices a part of rows spans.
+        unsafe {
+            match self {
+                RowsParts::F32(x) => RowsMut::F32(x.part(i)),
+                RowsParts::F16(x) => RowsMut::F16(x.part(i)),
+                RowsParts::Q8(x, s) => RowsMut::Q8(x.part(i), s.part(i)),
             }
         }
     }

@@ -15,7 +15,12 @@ pub type PieceFn<'f> = dyn Fn(usize, &mut [f32]) + Sync + 'f;
 /// runs them on the calling thread; the std runtime plugs in a thread pool. No method has
 /// a default, so a wrapper (a timer, say) must forward each one and cannot fall back to
 /// serial work unnoticed.
-pub trait Exec {
+///
+/// # Safety
+/// [`Exec::heads`] calls `f` exactly once for each head `h < outs.len() / out_len` and
+/// for no other `h`: the forward pass hands each call its head's own rows of the layer
+/// state on that promise.
+pub unsafe trait Exec {
     /// `ys[t] = w xs[t]` for every token `t`: `xs: [n, w.cols]`, `ys: [n, w.rows]`;
     /// `act` is kernel scratch of at least [`kernels::matmul_scratch_len`]`(w.cols, 1)`.
     fn matmul(&self, w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]);
@@ -25,9 +30,10 @@ pub trait Exec {
     /// rows together, waiting once instead of once per matrix.
     fn matmuls(&self, xs: &[f32], products: &mut [Product<'_, '_>], act: &mut [u8]);
 
-    /// Runs `f(h, out_h, scratch_h)` for every head `h`, where `out_h` and `scratch_h` are
-    /// the `h`-th `out_len`- and `scratch_len`-long pieces of `outs` and `scratch`; the
-    /// heads are independent, so an implementation may run them in parallel.
+    /// Runs `f(h, out_h, scratch_h)` once for every head `h`, where `out_h` and
+    /// `scratch_h` are the `h`-th `out_len`- and `scratch_len`-long pieces of `outs` and
+    /// `scratch`; the heads are independent, so an implementation may run them in
+    /// parallel (never one head twice: see the trait's safety section).
     fn heads(&self, outs: &mut [f32], out_len: usize, scratch: &mut [f32], scratch_len: usize, f: &HeadFn<'_>);
 
     /// Runs `f(i, piece_i)` for every `piece`-long piece of `out` (the last may be
@@ -77,7 +83,8 @@ impl Product<'_, '_> {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Serial;
 
-impl Exec for Serial {
+// SAFETY: `heads` runs `f` once for each piece, in order.
+unsafe impl Exec for Serial {
     #[inline]
     fn matmul(&self, w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]) {
         if xs.len() == w.cols {

@@ -10,7 +10,9 @@ use crate::format::Role;
 use crate::kernels;
 use crate::math::{all_finite, axpy, elu, layer_norm, layer_norm_inplace, rope_apply, Rope};
 use crate::model::Model;
-use crate::state::{Acts, Counters, HeadReader, HeadState, LayerState, Layout, Phase, Scratch, Segment, SEGMENT_LEN};
+use crate::state::{
+    Acts, Counters, HeadReader, HeadState, LayerState, Layout, Phase, Plan, Scratch, Segment, SEGMENT_LEN,
+};
 use crate::tensor::{Matrix, Vector};
 
 /// An observation point of the forward pass, for tests and debugging.
@@ -255,13 +257,15 @@ fn attention(
         x.mg.fill(1.0);
     }
 
-    // 7. run by run (a run: the batch's tokens of one chunk, segment by segment, see
-    //    `Segment`): first the state updates and window pushes, token by token; then every
-    //    head attends all of the run's queries over its state and window, a segment at a
-    //    time (heads in parallel, one job a run; each segment's keys and values read once
-    //    for its queries). Within a chunk no update touches what an earlier token reads:
-    //    folds come only at a chunk's first token, a push overwrites a ring entry older
-    //    than the chunk's window, and initial appends fill slots no earlier token reads.
+    // 7. run by run (a run: the batch's tokens of one chunk, see `Segment`), one job a run
+    //    with the heads in parallel, each on its own rows of the state: a segment at a
+    //    time, a head updates its state token by token (initial appends, window pushes),
+    //    then attends the segment's queries over its state and window (each key and value
+    //    read once for them). A fold comes only at a chunk's first token, the first of a
+    //    run: every head's runs before the job, each spread through `exec`. Within a chunk
+    //    no update touches what an earlier token reads: a push overwrites a ring entry
+    //    older than the chunk's window, and initial appends fill slots no earlier token
+    //    reads.
     let temps = |h: usize| {
         if cfg.has(flags::HEAD_TEMPS) {
             (model.vector(Role::FrontTemp, l).get(h), model.vector(Role::StateTemp, l).get(h))
@@ -273,24 +277,21 @@ fn attention(
     let (mut i1, mut next) = (0, at);
     let after = loop {
         let (i0, run_at) = (i1, next);
-        loop {
-            let plans = segment.plans();
-            for (i, plan) in (i1..).zip(plans) {
-                for h in 0..h_n {
-                    let mut hs = HeadState::new(st, h, cfg, st_len, ln_sk);
-                    let k = &x.k[i * qd + h * dk..i * qd + (h + 1) * dk];
-                    let v = &x.v[i * vd + h * dv..i * vd + (h + 1) * dv];
-                    let m = x.mg[i * h_n + h];
-                    if let Some(slot) = plan.initial {
-                        hs.initial_append(slot, k, v, m, plan.gate_initial, &mut s.fold.pk[..dk]);
-                    }
-                    if let Some(b) = plan.fold_begin {
-                        hs.fold(b, plan.slots_before, plan.slots_after, &mut s.fold, exec);
-                    }
-                    hs.push_window(plan.t, k, v, m);
-                }
+        let first = segment.plans()[0];
+        if let Some(b) = first.fold_begin {
+            for h in 0..h_n {
+                HeadState::new(st, h, cfg, st_len, ln_sk).fold(
+                    b,
+                    first.slots_before,
+                    first.slots_after,
+                    &mut s.fold,
+                    exec,
+                );
             }
-            i1 += plans.len();
+        }
+        // The run's end.
+        loop {
+            i1 += segment.plans().len();
             next = segment.next();
             if i1 == x.n || next.pos % chunk == 0 {
                 break;
@@ -298,18 +299,32 @@ fn attention(
             segment = Segment::new(cfg, st_len, next, phase, x.n - i1);
         }
 
-        // o: [n_heads, i1 - i0, d_v] into v's rows of the run, which the pushes consumed;
-        // several queries of a segment read each key once (a batch's scratch holds them).
+        // o: [n_heads, i1 - i0, d_v] into att's rows of the run; several queries of a
+        // segment read each key once (a batch's scratch holds them).
         let run = i1 - i0;
-        let (q, st): (&[f32], &LayerState<'_>) = (x.q, st);
-        let o = &mut x.v[i0 * vd..i1 * vd];
+        let (q, k, v, mg) = (&*x.q, &*x.k, &*x.v, &*x.mg);
+        let o = &mut x.att[i0 * vd..i1 * vd];
         let many = run > 1 && !x.scores.is_empty();
         let scratch: &mut [f32] = if many { x.scores } else { s.scores };
         let scratch_len = scratch.len() / h_n;
         // `segment` is the run's last, so its only one when it is one segment (a decode step).
         let single = (run == segment.plans().len()).then_some(&segment);
+        // Token i's key, value and merge gate of head h.
+        let kvm = |i: usize, h: usize| {
+            (&k[i * qd + h * dk..i * qd + (h + 1) * dk], &v[i * vd + h * dv..i * vd + (h + 1) * dv], mg[i * h_n + h])
+        };
+        // A lone token's updates (a decode step) come first, on this thread: in the heads'
+        // jobs they cost a one-core step 0.4-0.6% more instructions (scripts/mcu-bench.sh).
+        if run == 1 {
+            for h in 0..h_n {
+                update(&mut HeadState::new(st, h, cfg, st_len, ln_sk), &segment.plans()[0], kvm(i0, h));
+            }
+        }
+        let heads = st.heads(h_n);
         exec.heads(o, run * dv, scratch, scratch_len, &|h, out, scratch| {
-            let reader = HeadReader::new(st, h, cfg, st_len);
+            // SAFETY: `Exec::heads` runs this once for each head `h < h_n` (`o` holds
+            // `h_n` heads' outputs).
+            let mut own = unsafe { heads.head(h) };
             let query = |i: usize| &q[i * qd + h * dk..i * qd + (h + 1) * dk];
             // The run's segments again (their plans depend on the counters alone).
             let (mut i, mut at) = (i0, run_at);
@@ -324,6 +339,16 @@ fn attention(
                 };
                 let plans = segment.plans();
                 let seg = plans.len();
+                // The segment's updates (head h's own state is head 0 of `own`), then its
+                // queries, which read no later token's.
+                if run > 1 {
+                    let mut hs = HeadState::new(&mut own, 0, cfg, st_len, ln_sk);
+                    for (i, plan) in (i..).zip(plans) {
+                        debug_assert!(plan.fold_begin.is_none() || i == i0, "a fold inside a run");
+                        update(&mut hs, plan, kvm(i, h));
+                    }
+                }
+                let reader = HeadReader::new(&own, 0, cfg, st_len);
                 let out = &mut out[(i - i0) * dv..(i - i0 + seg) * dv];
                 if many && seg > 1 {
                     // qs: [seg, d_qk], this head's queries
@@ -340,10 +365,11 @@ fn attention(
                 (i, at) = (i + seg, segment.next());
             }
         });
-        // concat o_h: [i1 - i0, n_heads * d_v]
-        for (h, o) in x.v[i0 * vd..i1 * vd].chunks_exact(run * dv).enumerate() {
+        // concat o_h: [i1 - i0, n_heads * d_v] into v's rows of the run, which the pushes
+        // consumed
+        for (h, o) in x.att[i0 * vd..i1 * vd].chunks_exact(run * dv).enumerate() {
             for (j, o) in o.chunks_exact(dv).enumerate() {
-                x.att[(i0 + j) * vd + h * dv..(i0 + j) * vd + (h + 1) * dv].copy_from_slice(o);
+                x.v[(i0 + j) * vd + h * dv..(i0 + j) * vd + (h + 1) * dv].copy_from_slice(o);
             }
         }
         if i1 == x.n {
@@ -353,9 +379,18 @@ fn attention(
     };
 
     // Attn = c_proj(concat o_h)
-    exec.matmul(&model.matrix(Role::Wo, l), x.att, x.a, x.act);
+    exec.matmul(&model.matrix(Role::Wo, l), x.v, x.a, x.act);
     exec.upcoming(&[model.matrix(Role::WUp, l), model.matrix(Role::WDown, l)]);
     after
+}
+
+/// A token's state updates of one head (`plan` the token's): its initial append, if any,
+/// then its window push of key `k`, value `v` and merge gate `m`.
+fn update(hs: &mut HeadState<'_, '_>, plan: &Plan, (k, v, m): (&[f32], &[f32], f32)) {
+    if let Some(slot) = plan.initial {
+        hs.initial_append(slot, k, v, m, plan.gate_initial);
+    }
+    hs.push_window(plan.t, k, v, m);
 }
 
 /// `x.a <- MLP(x.a)` for layer `l`: `c_proj(relu(c_fc m)^2)`, `m` token-shifted towards

@@ -418,7 +418,9 @@ fn with_act<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
     })
 }
 
-impl Exec for Pool {
+// SAFETY: `heads` runs `f` once for each head: `run` hands each part's index to one
+// thread once (a claim takes it for good), or runs the parts in order itself.
+unsafe impl Exec for Pool {
     fn heads(&self, outs: &mut [f32], out_len: usize, scratch: &mut [f32], scratch_len: usize, f: &HeadFn<'_>) {
         // A head reads about `scratch_len` keys and values of `out_len` floats each;
         // below a few thousand multiply-adds per head a hand-off costs more.

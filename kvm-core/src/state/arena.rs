@@ -26,7 +26,7 @@
 //! Everything before `scratch` is the session's state: [`crate::Session::snapshot`] copies
 //! it and nothing else. Every region starts on a 64-byte boundary.
 
-use crate::cache::{CacheDtype, Rows, RowsMut, SlotReads};
+use crate::cache::{CacheDtype, Parts, Rows, RowsMut, RowsParts, SlotReads};
 use crate::config::Config;
 use crate::error::{ConfigField, Error, Result};
 use crate::kernels;
@@ -350,6 +350,64 @@ impl<'s> LayerState<'s> {
     }
 }
 
+impl LayerState<'_> {
+    /// This state cut into its `n_heads` heads' ([`LayerHeads::head`]).
+    pub(crate) fn heads(&mut self, n_heads: usize) -> LayerHeads<'_> {
+        LayerHeads {
+            sk: Parts::new(self.sk, n_heads),
+            sv: Parts::new(self.sv, n_heads),
+            r: Parts::new(self.r, n_heads),
+            nk: self.nk.parts(n_heads),
+            nv: self.nv.parts(n_heads),
+            wk: self.wk.parts(n_heads),
+            wv: self.wv.parts(n_heads),
+            wm: Parts::new(self.wm, n_heads),
+        }
+    }
+}
+
+/// One layer's state cut by head, for the heads' jobs that run in parallel: each head's
+/// slots, window ring and gates, which no other head's updates or reads touch.
+pub(crate) struct LayerHeads<'a> {
+    sk: Parts<'a, f32>,
+    sv: Parts<'a, f32>,
+    r: Parts<'a, f32>,
+    nk: RowsParts<'a>,
+    nv: RowsParts<'a>,
+    wk: RowsParts<'a>,
+    wv: RowsParts<'a>,
+    wm: Parts<'a, f32>,
+}
+
+impl LayerHeads<'_> {
+    /// Head `h`'s state as the one head of a one-head layer (its slot `s` at index `s`,
+    /// its ring entry of position `j` at `j % window_len`), without the token-shift rows.
+    ///
+    /// # Safety
+    /// `h < n_heads`, and no other view of head `h` from `self` is alive while the
+    /// returned one is.
+    #[inline]
+    pub(crate) unsafe fn head(&self, h: usize) -> LayerState<'_> {
+        // SAFETY: the caller's promise, for every part of head `h`.
+        unsafe {
+            LayerState {
+                sk: self.sk.part(h),
+                sv: self.sv.part(h),
+                r: self.r.part(h),
+                nk: self.nk.part(h),
+                nv: self.nv.part(h),
+                wk: self.wk.part(h),
+                wv: self.wv.part(h),
+                wm: self.wm.part(h),
+                prev_q: &mut [],
+                prev_k: &mut [],
+                prev_v: &mut [],
+                prev_m: &mut [],
+            }
+        }
+    }
+}
+
 /// Scratch of one step that does not grow with the number of tokens.
 pub(crate) struct Scratch<'s> {
     /// `[vocab_len]`
@@ -401,7 +459,7 @@ pub(crate) struct Acts<'s> {
     /// `[n, n_heads * d_qk]`
     pub q: &'s mut [f32],
     pub k: &'s mut [f32],
-    /// `[n, n_heads * d_v]`
+    /// `[n, n_heads * d_v]` values, then attention's heads' outputs side by side
     pub v: &'s mut [f32],
     pub v_first: &'s mut [f32],
     /// `[n, d_vgate]`
@@ -410,7 +468,8 @@ pub(crate) struct Acts<'s> {
     pub vg: &'s mut [f32],
     /// `[n, n_heads]`
     pub mg: &'s mut [f32],
-    /// `[n, n_heads * d_v]`
+    /// Each run's heads' attention outputs, `[n_heads, run, d_v]` in its `[run, n_heads *
+    /// d_v]` rows
     pub att: &'s mut [f32],
     /// `[n, d_ff]`
     pub ff: &'s mut [f32],

@@ -85,16 +85,17 @@ impl HeadState<'_, '_> {
 
     /// Copies the new token (`k` post-RoPE, `v`, gate `m`) into initial-state slot `s`;
     /// the radius is the ungated `|v|` even when the copy is gated.
-    pub fn initial_append(&mut self, s: usize, k: &[f32], v: &[f32], m: f32, gated: bool, pk: &mut [f32]) {
-        pk.copy_from_slice(k);
-        prepare_key(self.cfg, self.ln_sk, pk);
+    pub fn initial_append(&mut self, s: usize, k: &[f32], v: &[f32], m: f32, gated: bool) {
         let (i, dk, dv) = (self.slot(s), self.dk(), self.dv());
         let vlens = self.cfg.has(flags::VLENS);
         let st = &mut *self.st;
+        let sk = &mut st.sk[i * dk..(i + 1) * dk];
+        sk.copy_from_slice(k);
+        prepare_key(self.cfg, self.ln_sk, sk);
         let sv = &mut st.sv[i * dv..(i + 1) * dv];
         sv.copy_from_slice(v);
         let gate = if gated { m } else { 1.0 };
-        store_slot(&mut st.sk[i * dk..(i + 1) * dk], sv, &mut st.r[i], pk, (gate, gate), vlens, false);
+        store_slot(sk, sv, &mut st.r[i], (gate, gate), vlens, false);
         self.refresh(s, s + 1);
     }
 
@@ -157,17 +158,11 @@ impl HeadState<'_, '_> {
             let si = self.slot(s);
             let vlens = self.cfg.has(flags::VLENS);
             let st = &mut *self.st;
+            let sk = &mut st.sk[si * dk..(si + 1) * dk];
+            sk.copy_from_slice(&fs.pk[i * dk..(i + 1) * dk]);
             let sv = &mut st.sv[si * dv..(si + 1) * dv];
             st.wv.as_rows().get(ri, sv);
-            store_slot(
-                &mut st.sk[si * dk..(si + 1) * dk],
-                sv,
-                &mut st.r[si],
-                &fs.pk[i * dk..(i + 1) * dk],
-                gates,
-                vlens,
-                true,
-            );
+            store_slot(sk, sv, &mut st.r[si], gates, vlens, true);
             s += 1;
         }
         self.refresh(slots_before, slots_after);
@@ -329,20 +324,19 @@ fn similarities(
     }
 }
 
-/// `sk = pk * key_gate`, `sv = v * value_gate` (`sv` holds `v` on entry), `r = |v|` or
-/// `|v * value_gate|` (vlens) or 1.
+/// `sk = pk * key_gate`, `sv = v * value_gate` (`sk` and `sv` hold `pk` and `v` on
+/// entry), `r = |v|` or `|v * value_gate|` (vlens) or 1.
 fn store_slot(
     sk: &mut [f32],
     sv: &mut [f32],
     r: &mut f32,
-    pk: &[f32],
     (key_gate, value_gate): (f32, f32),
     vlens: bool,
     gated_radius: bool,
 ) {
     let ungated = if vlens && !gated_radius { norm(sv) } else { 0.0 };
-    for (o, &x) in sk.iter_mut().zip(pk) {
-        *o = x * key_gate;
+    for o in sk.iter_mut() {
+        *o *= key_gate;
     }
     for o in sv.iter_mut() {
         *o *= value_gate;

@@ -48,7 +48,8 @@ struct Timed<'p> {
     vocab_len: usize,
 }
 
-impl Exec for Timed<'_> {
+// SAFETY: `heads` is the pool's.
+unsafe impl Exec for Timed<'_> {
     fn matmul(&self, w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], act: &mut [u8]) {
         let t = Instant::now();
         self.pool.matmul(w, xs, ys, act);
