@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs sessions of the core under Miri (tests/miri.rs): the small golden model in
 # every weight dtype and attention cache, and a prompt long enough to fold. Not part of
-# CI: it takes about an hour on one core (two tests; pass a name to run one).
+# CI: it takes about an hour on one core (three tests; pass a name to run one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -5,8 +5,10 @@
 //! ignored there; `scripts/miri.sh` writes the models and runs it.
 
 use kvm_core::cache::CacheDtype;
+use kvm_core::state::Phase;
 use kvm_core::{Model, Session};
 use kvm_runtime::arena::Arena;
+use kvm_runtime::pool::Pool;
 
 /// A model file written by `scripts/miri.sh`.
 fn model_file(name: &str) -> Vec<u8> {
@@ -50,4 +52,20 @@ fn every_dtype_and_cache() {
 fn a_prompt_that_folds() {
     // fixed_basic: chunk 8, window 16; token 24 folds the second chunk into the state.
     run(&model_file("fixed_basic-q8_0"), CacheDtype::F32, 26);
+}
+
+#[test]
+#[ignore = "run under Miri by scripts/miri.sh"]
+fn a_batch_on_two_threads() {
+    // Batches of a prompt that folds on a two-thread pool, whose heads' jobs update and
+    // read their own rows of the state in parallel: the same logits as single steps.
+    let blob = model_file("fixed_basic-q8_0");
+    let model = Model::from_bytes_trusted(&blob).unwrap().with_cache(CacheDtype::F16).unwrap();
+    let prompt: Vec<u32> = (0..26).map(|i| i * 7 % model.config().vocab_len).collect();
+    let (mut a, mut b) = (Arena::new(model.arena_len()), Arena::new(model.arena_len()));
+    let mut steps = Session::new(model, a.bytes_mut()).unwrap();
+    let want = steps.prefill(&prompt).unwrap().to_vec();
+    let mut batches = Session::new(model, b.bytes_mut()).unwrap();
+    kvm_runtime::prefill::prefill(&mut batches, &prompt, Phase::Prefill, &Pool::new(2).unwrap()).unwrap();
+    assert_eq!(batches.logits(), &want[..]);
 }
