@@ -221,6 +221,45 @@ fn f32p_spills_zeros_and_subnormals(t: Tier) {
     }
 }
 
+/// Tier `K` (`tier`, if the CPU supports it) runs its batch kernel, given the scratch,
+/// from [`gemm::MIN_TOKENS`] on, and leaves a smaller batch, or one with too little
+/// scratch, to decode's tiles.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn takes_batches_with_scratch<K: Kernels>(tier: Tier) {
+    if !tier::supported(tier) {
+        return;
+    }
+    let (rows, cols) = (7, 40);
+    let w: Vec<u8> = values(rows * cols, 1).iter().flat_map(|v| v.to_le_bytes()).collect();
+    let ran = |n: usize, scratch: usize| {
+        let (xs, mut ys) = (values(n * cols, 2), vec![0f32; n * rows]);
+        let mut s = vec![0u8; scratch];
+        let gemm = K::GEMM.expect("a batch kernel");
+        // SAFETY: `supported` checked the CPU; the shapes are whole.
+        unsafe { gemm(DType::F32, &w, 4 * cols, cols, &xs, &mut ys, rows, &mut s) }
+    };
+    let n = gemm::MIN_TOKENS;
+    assert!(ran(n, gemm::scratch_len(cols, n)), "{tier}");
+    assert!(!ran(n - 1, gemm::scratch_len(cols, n)), "{tier}");
+    assert!(!ran(n, gemm::scratch_len(cols, n) / 2), "{tier}");
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn x86_tiers_take_batches_with_scratch() {
+    use super::x86_64::{avx2::Avx2, avx512::Avx512};
+    takes_batches_with_scratch::<Avx2>(Tier::Avx2);
+    takes_batches_with_scratch::<Avx512>(Tier::Avx512);
+}
+
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn neon_tiers_take_batches_with_scratch() {
+    use super::aarch64::neon::{Neon, NeonDot};
+    takes_batches_with_scratch::<Neon>(Tier::Neon);
+    takes_batches_with_scratch::<NeonDot>(Tier::NeonDot);
+}
+
 /// Batches of float weights with [`matmul_scratch_len`] bytes of scratch, which lets a
 /// tier with a batch kernel ([`gemm`]) run it: within [`BUDGET`] of the reference for
 /// batch sizes around its threshold and its blocks, odd rows and columns, and an f32p
