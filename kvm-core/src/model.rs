@@ -24,6 +24,9 @@ const _: () = {
     assert!(Role::ALL.len() == N_GLOBAL_ROLES + LAYER_ROLES);
 };
 
+/// `Model::layer_slot` of a role this config has not.
+const ABSENT: u8 = u8::MAX;
+
 /// A validated model borrowed from its blob. Copying it copies a few words, not weights.
 #[derive(Debug, Clone, Copy)]
 pub struct Model<'a> {
@@ -79,7 +82,7 @@ impl<'a> Model<'a> {
         // The header's arena_len is what the writer's kvm computed; this build's own layout
         // decides (the two agree within a release), so only the capacity is checked here.
         let layout = Layout::new(cfg, header.state_capacity as usize, header.cache, header.reads)?;
-        let mut layer_slot = [u8::MAX; LAYER_ROLES];
+        let mut layer_slot = [ABSENT; LAYER_ROLES];
         let mut per_layer = 0;
         for (i, role) in Role::ALL[N_GLOBAL_ROLES..].iter().enumerate() {
             if role.shape(cfg).is_some() {
@@ -193,22 +196,31 @@ impl<'a> Model<'a> {
         table.chunks_exact(ENTRY_LEN).filter_map(|e| TensorEntry::parse(e).ok())
     }
 
-    /// The entry of `(role, layer)`; the role must exist under this config.
+    /// The entry of `(role, layer)`: an empty tensor when this config has no such role
+    /// (e.g. `key_weighting` with both merge gates off) or no such layer, never another
+    /// role's entry or bytes from outside the table.
     fn entry(&self, role: Role, layer: usize) -> TensorEntry {
         let index = if role.is_layer() {
             // Layer role tags run 16, 17, ... in `Role::ALL` order (asserted below).
-            let pos = role as usize - FIRST_LAYER_TAG;
-            N_GLOBAL_ROLES + layer * self.per_layer + self.layer_slot[pos] as usize
+            let slot = self.layer_slot[role as usize - FIRST_LAYER_TAG];
+            if slot == ABSENT || layer >= self.header.config.n_layers as usize {
+                return EMPTY;
+            }
+            N_GLOBAL_ROLES + layer * self.per_layer + slot as usize
         } else {
             role as usize
         };
-        let at = self.header.table_offset as usize + index * ENTRY_LEN;
-        // Validated at load: the entry exists and parses.
-        TensorEntry::parse(&self.blob[at..at + ENTRY_LEN]).unwrap_or(EMPTY)
+        let table = self.blob.get(self.header.table_offset as usize..).unwrap_or_default();
+        // Validated at load: the entry exists, parses and is `(role, layer)`'s.
+        match table.get(index * ENTRY_LEN..(index + 1) * ENTRY_LEN).map(TensorEntry::parse) {
+            Some(Ok(e)) if e.role == role && e.layer as usize == layer => e,
+            _ => EMPTY,
+        }
     }
 
     fn data(&self, e: &TensorEntry) -> &'a [u8] {
-        &self.blob[e.offset as usize..(e.offset + e.len) as usize]
+        let (start, end) = (e.offset as usize, e.offset.saturating_add(e.len) as usize);
+        self.blob.get(start..end).unwrap_or_default()
     }
 
     /// Weight matrix `(role, layer)`.

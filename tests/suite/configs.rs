@@ -6,7 +6,7 @@
 use kvm_core::cache::CacheDtype::{F16, F32, Q8};
 use kvm_core::config::{flags, Config, StateBudget};
 use kvm_core::exec::{Exec, Serial};
-use kvm_core::format::TokenizerKind;
+use kvm_core::format::{Role, TokenizerKind};
 use kvm_core::forward::Logits;
 use kvm_core::quant::DType;
 use kvm_core::state::Phase;
@@ -42,15 +42,25 @@ fn base() -> Config {
 
 /// Writes `cfg` with seeded random weights; returns the file's bytes.
 fn random_model(cfg: &Config, seed: u64, dtype: DType) -> Vec<u8> {
-    let mut state = seed | 1;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
-    };
+    random_model_but(cfg, seed, dtype, None)
+}
+
+/// [`random_model`] with every weight of `zero`'s tensors 0. Each tensor draws from its
+/// own stream (seeded by `seed`, role and layer), so a config without some tensor still
+/// gets the same values in all the others.
+fn random_model_but(cfg: &Config, seed: u64, dtype: DType, zero: Option<Role>) -> Vec<u8> {
     let path = std::env::temp_dir().join(format!("kvm-configs-{}-{seed}.kvm", std::process::id()));
-    let mut source = |role: kvm_core::format::Role, _layer: u16, rows: u32, cols: u32| {
+    let mut source = |role: Role, layer: u16, rows: u32, cols: u32| {
+        let mut state = (seed ^ (role as u64) << 32 ^ (layer as u64) << 48).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0
+        };
+        if Some(role) == zero {
+            return Ok(vec![0.0; (rows * cols) as usize]);
+        }
         let scale = if role.is_matrix() { 1.0 / (cols as f32).sqrt() } else { 0.5 };
         let offset = if matches!(role.hf_name(), n if n.ends_with("ln_attn.weight") || n.ends_with("ln_mlp.weight")) {
             1.0
@@ -202,6 +212,9 @@ fn unusual_configurations_run_consistently() {
         ("gated initial state", Config { flags: flags::ALL, ..b }),
         ("no vlens", Config { flags: flags::ALL & !flags::VLENS, ..b }),
         ("bare", Config { flags: flags::VLENS, d_vgate: 0, ..b }),
+        // The paper's `ablation_kvm_no_merge_gate`: no `key_weighting`, temperatures and
+        // value lengths on.
+        ("no merge gates", Config { flags: flags::ALL & !(flags::MERGE_GATE_KEYS | flags::MERGE_GATE_VALUES), ..b }),
         (
             "four heads, big chunk",
             Config { n_heads: 4, d_qk: 16, d_v: 16, rope_dim: 4, chunk_len: 16, state_min_len: 16, ..b },
@@ -209,5 +222,27 @@ fn unusual_configurations_run_consistently() {
     ];
     for (name, cfg) in cases {
         check(name, cfg);
+    }
+}
+
+/// Both merge gates off is the same computation as both on with `key_weighting` all 0
+/// (every gate `1 + elu(0) = 1`): the same bits, prefill and decode, past several folds.
+/// At f32 the file without the gate's tensor once read tensor data as a table entry.
+#[test]
+fn no_merge_gate_equals_a_gate_of_one() {
+    let gated = base();
+    let ungated = Config { flags: gated.flags & !(flags::MERGE_GATE_KEYS | flags::MERGE_GATE_VALUES), ..gated };
+    let ids: Vec<u32> = (0..120u32).map(|i| (i * 53 + 7) % gated.vocab_len).collect();
+    for dtype in [DType::F32, DType::F16, DType::Q8_0] {
+        let run = |cfg: &Config, zero| {
+            let blob = random_model_but(cfg, 5, dtype, zero);
+            let model = Model::from_bytes(&blob).unwrap();
+            let mut arena = Arena::new(model.arena_len());
+            logits(&mut Session::new(model, arena.bytes_mut()).unwrap(), &ids, 40, 8)
+        };
+        let want = run(&gated, Some(Role::MergeGate));
+        let got = run(&ungated, None);
+        assert!(got.iter().all(|z| z.is_finite()), "{dtype:?}: non-finite logits");
+        assert!(same_bits(&got, &want), "{dtype:?}: no merge gate differs from a gate of one");
     }
 }
