@@ -66,6 +66,9 @@ pub struct Config {
     pub flags: u32,
 }
 
+/// The most chunks of state a model file may hold (`max_state_chunks`).
+pub const MAX_STATE_CHUNKS: u32 = 1 << 10;
+
 impl Config {
     #[inline]
     pub const fn has(&self, flag: u32) -> bool {
@@ -136,7 +139,7 @@ impl Config {
         check(self.rope_theta.is_finite() && self.rope_theta > 0.0, F::RopeTheta)?;
         check(self.chunk_len >= 1 && self.chunk_len <= 1 << 16, F::ChunkLen)?;
         check(self.window_chunks >= 1 && self.window_chunks <= 1 << 10, F::WindowChunks)?;
-        check(self.max_state_chunks <= 1 << 10, F::MaxStateChunks)?;
+        check(self.max_state_chunks <= MAX_STATE_CHUNKS, F::MaxStateChunks)?;
         check(self.window_len() <= 1 << 20 && self.max_state_len() <= 1 << 20, F::ChunkLen)?;
         check(self.state_round_down >= 1, F::StateRoundDown)?;
         check(self.state_min_len >= -1, F::StateMinLen)?;

@@ -26,14 +26,15 @@ pub enum TokenizerSource {
     Json(PathBuf),
 }
 
-/// The model config of checkpoint `dir`, without converting anything.
+/// The model config of checkpoint `dir` (a growable state with room for `context`
+/// tokens), without converting anything.
 ///
 /// # Errors
 /// As [`convert`] for a missing or invalid `config.json` or `model.safetensors`.
-pub fn read_config(dir: &Path) -> Result<Config> {
+pub fn read_config(dir: &Path, context: usize) -> Result<Config> {
     let json = read_config_json(dir)?;
     let mmap = map_checkpoint(dir)?;
-    config_of(dir, &json, &parse_checkpoint(dir, &mmap)?)
+    config_of(dir, &json, &parse_checkpoint(dir, &mmap)?, context)
 }
 
 fn read_config_json(dir: &Path) -> Result<serde_json::Value> {
@@ -55,12 +56,12 @@ fn parse_checkpoint<'m>(dir: &Path, mmap: &'m [u8]) -> Result<SafeTensors<'m>> {
 }
 
 /// `config.json` of `dir` (parsed as `config_json`), with the value-gate rank the
-/// checkpoint's tensors imply.
-fn config_of(dir: &Path, config_json: &serde_json::Value, st: &SafeTensors<'_>) -> Result<Config> {
+/// checkpoint's tensors imply and room for `context` tokens.
+fn config_of(dir: &Path, config_json: &serde_json::Value, st: &SafeTensors<'_>, context: usize) -> Result<Config> {
     let config_path = dir.join("config.json");
     let vgate = format!("transformer.h.0.attn.{}", "v_gate1.weight");
     let d_vgate = st.tensor(&vgate).map(|t| t.shape().first().copied().unwrap_or(0) as u32).unwrap_or(0);
-    crate::hf_config::parse(config_json, d_vgate).with_context(|| format!("in {}", config_path.display()))
+    crate::hf_config::parse(config_json, d_vgate, context).with_context(|| format!("in {}", config_path.display()))
 }
 
 /// Converts `dir` into `out`.
@@ -84,7 +85,7 @@ pub fn convert(
     let mmap = map_checkpoint(dir)?;
     let st = parse_checkpoint(dir, &mmap)?;
     let st_path = dir.join("model.safetensors");
-    let cfg = config_of(dir, &json, &st)?;
+    let cfg = config_of(dir, &json, &st, policy.max_context)?;
 
     // Every tensor the file holds must be one the config explains.
     let expected: BTreeSet<String> = format::canonical_tensors(&cfg).map(|(r, l)| hf_name(r, l)).collect();

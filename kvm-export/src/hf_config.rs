@@ -8,9 +8,12 @@ use kvm_core::config::{flags, Config, StateBudget};
 use kvm_core::error::{ConfigField, Error};
 use serde_json::Value;
 
+use crate::room;
+
 /// Reads the KVM-relevant fields of a parsed `config.json`. `d_vgate` (the value-gate
-/// LoRA rank) is not in the config; the caller passes the checkpoint's.
-pub fn parse(json: &Value, d_vgate: u32) -> Result<Config> {
+/// LoRA rank) is not in the config; the caller passes the checkpoint's. A growable state
+/// gets room for `context` tokens ([`room::fit`]).
+pub fn parse(json: &Value, d_vgate: u32, context: usize) -> Result<Config> {
     let obj = json.as_object().ok_or_else(|| anyhow!("config.json is not a JSON object"))?;
     let get = |k: &str| obj.get(k).filter(|v| !v.is_null());
     let num = |k: &str, default: Option<f64>| -> Result<f64> {
@@ -129,7 +132,7 @@ pub fn parse(json: &Value, d_vgate: u32) -> Result<Config> {
         rope_theta: num("rope_theta", Some(10000.0))?,
         chunk_len: uint("chunk_len", Some(256.0))?,
         window_chunks: uint("n_bswa_chunks", Some(2.0))?,
-        max_state_chunks: uint("n_max_d_chunks", Some(1.0))?,
+        max_state_chunks: 0,
         budget,
         state_min_len: state_min_len as i32,
         state_round_down: uint("state_round_down", Some(1.0))?,
@@ -138,7 +141,16 @@ pub fn parse(json: &Value, d_vgate: u32) -> Result<Config> {
         residual_scale: residual_scale as f32,
         flags: f,
     };
-    cfg.validate().map_err(|e| match e {
+    let cfg = room::fit(cfg, uint("n_max_d_chunks", Some(1.0))?, context).map_err(|e| match e.downcast::<Error>() {
+        Ok(e) => config_error(obj, e),
+        Err(e) => e,
+    })?;
+    Ok(cfg)
+}
+
+/// The message of an invalid config, naming its `config.json` key.
+fn config_error(obj: &serde_json::Map<String, Value>, e: Error) -> anyhow::Error {
+    match e {
         Error::BadConfig(field) => {
             let key = json_key(field);
             match obj.get(key) {
@@ -147,8 +159,7 @@ pub fn parse(json: &Value, d_vgate: u32) -> Result<Config> {
             }
         }
         e => anyhow!("config.json: {e}"),
-    })?;
-    Ok(cfg)
+    }
 }
 
 /// The `config.json` key a config field comes from.

@@ -9,4 +9,5 @@
 
 pub mod convert;
 pub mod hf_config;
+pub mod room;
 pub mod synth;

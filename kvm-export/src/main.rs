@@ -13,7 +13,8 @@ use kvm_core::config::{Config, StateBudget};
 use kvm_core::format::{canonical_tensors, Role};
 use kvm_core::quant::DType;
 use kvm_export::convert::{convert, TokenizerSource};
-use kvm_export::synth::{growable, parse_budget, synth, Preset, GROWTH_CONTEXT};
+use kvm_export::room::DEFAULT_CONTEXT;
+use kvm_export::synth::{growable, parse_budget, synth, Preset};
 use kvm_write::atomic::AtomicFile;
 use kvm_write::policy::Policy;
 use kvm_write::writer::{error_table, peak_rss_bytes, TensorReport, WriteReport};
@@ -69,6 +70,12 @@ enum Cmd {
         /// Tokenizer: a tokenizer.json path, or `bytes`. Default: the checkpoint's tokenizer.json if present, else bytes.
         #[arg(long)]
         tokenizer: Option<String>,
+        /// A growable state's room (the paper's sqrt and saturating states): every slot it
+        /// grows to within this many tokens of context, at most the checkpoint's
+        /// `n_max_d_chunks`; past it the state merges without growing. Sessions may hold
+        /// fewer slots (`kvm --state-slots`). Ignored for a fixed state.
+        #[arg(long, value_name = "TOKENS", default_value_t = DEFAULT_CONTEXT)]
+        max_context: usize,
         /// Print nothing but errors.
         #[arg(short, long)]
         quiet: bool,
@@ -153,7 +160,14 @@ fn parse_policy(Storage { dtype, cache, slot_reads, overrides, no_repack }: &Sto
         .ok_or_else(|| anyhow!("unknown cache dtype `{cache}` (expected f32, f16 or q8)"))?;
     let reads = SlotReads::from_name(slot_reads)
         .ok_or_else(|| anyhow!("unknown --slot-reads `{slot_reads}` (expected stored or recomputed)"))?;
-    Ok(Policy { dtype: parse_dtype(dtype)?, overrides, cache, reads, repack: !no_repack })
+    Ok(Policy {
+        dtype: parse_dtype(dtype)?,
+        overrides,
+        cache,
+        reads,
+        repack: !no_repack,
+        ..Policy::uniform(DType::F32)
+    })
 }
 
 /// A bar over the tensors of `cfg`, drawn on stderr only when it is a terminal and the
@@ -205,15 +219,15 @@ fn write_with_progress(
 
 fn run() -> Result<()> {
     match Cli::parse().cmd {
-        Cmd::Convert { dir, out, storage, tokenizer, quiet } => {
-            let policy = parse_policy(&storage)?;
+        Cmd::Convert { dir, out, storage, tokenizer, max_context, quiet } => {
+            let policy = Policy { max_context, ..parse_policy(&storage)? };
             let tokenizer = match tokenizer.as_deref() {
                 None => TokenizerSource::Auto,
                 Some("bytes") => TokenizerSource::Bytes,
                 Some(p) => TokenizerSource::Json(PathBuf::from(p)),
             };
             // The bar's length needs the config; a broken one is reported by `convert` itself.
-            let n_tensors = kvm_export::convert::read_config(&dir).map_or(0, |cfg| count(&cfg));
+            let n_tensors = kvm_export::convert::read_config(&dir, max_context).map_or(0, |cfg| count(&cfg));
             write_with_progress(&out, quiet, n_tensors, |on_tensor| {
                 let (_, report) = convert(&dir, &out, &policy, &tokenizer, on_tensor)
                     .with_context(|| format!("converting {}", dir.display()))?;
@@ -236,7 +250,7 @@ fn run() -> Result<()> {
             let cfg = match (parse_budget(&state)?, max_context) {
                 (StateBudget::Fixed, None) => preset.config(),
                 (StateBudget::Fixed, Some(_)) => bail!("--max-context sizes a growable state: give --state too"),
-                (budget, context) => growable(preset.config(), budget, context.unwrap_or(GROWTH_CONTEXT))?,
+                (budget, context) => growable(preset.config(), budget, context.unwrap_or(DEFAULT_CONTEXT))?,
             };
             write_with_progress(&out, quiet, count(&cfg), |on_tensor| {
                 synth(&out, &cfg, &policy, seed, on_tensor).with_context(|| format!("writing {}", out.display()))

@@ -17,8 +17,8 @@ use std::path::Path;
 use anyhow::{anyhow, bail, Result};
 use kvm_core::config::{flags, Config, StateBudget};
 use kvm_core::format::{Role, TokenizerKind};
-use kvm_core::state::state_slots;
 
+use crate::room;
 use kvm_write::policy::Policy;
 use kvm_write::writer::{write_model, TensorReport, WriteReport};
 
@@ -126,10 +126,6 @@ pub const SQRT16: StateBudget = StateBudget::PowerLaw { factor: 16.0, exponent: 
 /// every layer is a KVM layer with this budget.
 pub const SATURATE1024: StateBudget = StateBudget::Saturation { n: 1024.0 };
 
-/// The context a growable state has room for unless asked otherwise: the longest the
-/// benchmarks measure.
-pub const GROWTH_CONTEXT: usize = 65_536;
-
 /// Parses `--state`: `fixed`, `sqrt` ([`SQRT16`]), `saturation` ([`SATURATE1024`]),
 /// `power-law:F:E` (`F * ctx^E` slots) or `saturation:N` (`N * ctx / (N + ctx)` slots).
 ///
@@ -147,34 +143,20 @@ pub fn parse_budget(s: &str) -> Result<StateBudget> {
     })
 }
 
-/// `cfg` (a preset's fixed-state config) with a growable `budget`, its capacity
-/// (`max_state_chunks`) the whole chunks that hold every slot the state reaches within
-/// `context` tokens and the step after them (past that it merges without growing). A
-/// power law keeps the fixed state's size as its floor, a saturating state starts from
-/// one slot, as the paper's configs do ([`SQRT16`], [`SATURATE1024`]).
+/// `cfg` (a preset's fixed-state config) with a growable `budget` and room for every
+/// slot it reaches within `context` tokens ([`room::fit`], with no cap of the
+/// reference's). A power law keeps the fixed state's size as its floor, a saturating
+/// state starts from one slot, as the paper's configs do ([`SQRT16`], [`SATURATE1024`]).
 ///
 /// # Errors
-/// A fixed `budget`, an invalid one, or one that outgrows the format's 1024 chunks of
-/// state within `context`.
+/// A fixed `budget`, and as [`room::fit`].
 pub fn growable(cfg: Config, budget: StateBudget, context: usize) -> Result<Config> {
     let state_min_len = match budget {
         StateBudget::Fixed => bail!("a fixed state does not grow"),
         StateBudget::PowerLaw { .. } => cfg.state_min_len,
         StateBudget::Saturation { .. } => 1,
     };
-    // Grown without a cap first: the most chunks the format allows.
-    let most = Config { budget, state_min_len, max_state_chunks: 1 << 10, ..cfg };
-    most.validate().map_err(|e| anyhow!("--state: {e}"))?;
-    let slots = state_slots(&most, most.max_state_len()).nth(context).unwrap_or(0);
-    if slots >= most.max_state_len() {
-        bail!(
-            "this state grows past {} slots within {context} tokens of context (give a shorter context)",
-            most.max_state_len()
-        );
-    }
-    let grown = Config { max_state_chunks: slots.div_ceil(cfg.chunk_len as usize).max(1) as u32, ..most };
-    grown.validate()?;
-    Ok(grown)
+    room::fit(Config { budget, state_min_len, ..cfg }, u32::MAX, context).map_err(|e| anyhow!("--state: {e}"))
 }
 
 /// SplitMix64: tiny, fast, and every seed (zero included) gives a full-period stream.
@@ -272,6 +254,7 @@ pub fn synth(
 mod tests {
     use super::*;
     use kvm_core::quant::DType;
+    use kvm_core::state::state_slots;
     use kvm_core::{Model, Session};
 
     fn tmp(name: &str) -> std::path::PathBuf {
@@ -342,11 +325,11 @@ mod tests {
             assert!(parse_budget(bad).is_err(), "{bad}");
         }
         // sqrt: 16 * 65536^0.5 = 4096 slots, 16 chunks of 256, at least the fixed 256.
-        let c = growable(Preset::Paper120m.config(), SQRT16, GROWTH_CONTEXT).unwrap();
+        let c = growable(Preset::Paper120m.config(), SQRT16, room::DEFAULT_CONTEXT).unwrap();
         assert_eq!((c.max_state_chunks, c.natural_state_len(), c.state_min_len), (16, 4096, 256));
         assert_eq!(c.budget, SQRT16);
         // saturation: floor(1024 * 65536 / 66560) = 1008 slots, in 4 chunks, from one slot up.
-        let c = growable(Preset::Paper350m.config(), SATURATE1024, GROWTH_CONTEXT).unwrap();
+        let c = growable(Preset::Paper350m.config(), SATURATE1024, room::DEFAULT_CONTEXT).unwrap();
         assert_eq!((c.max_state_chunks, c.natural_state_len(), c.state_min_len), (4, 1024, 1));
         assert!(growable(Preset::Tiny.config(), StateBudget::Fixed, 1024).is_err());
         assert!(growable(Preset::Tiny.config(), StateBudget::Saturation { n: -1.0 }, 1024).is_err());

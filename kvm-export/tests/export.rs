@@ -170,3 +170,27 @@ fn synth_writes_the_growable_states_asked_for_and_refuses_bad_ones() {
     );
     std::fs::remove_dir_all(dir).ok();
 }
+
+#[test]
+fn a_growable_checkpoint_gets_room_for_the_context_asked_for() {
+    // The paper's sqrt16 model: `n_max_d_chunks` 10000, chunk 256, 16 * ctx^0.5 slots.
+    let dir = checkpoint("tests/data/paper/paper_120M_kvm_sqrt16_wd", "room", |_| {});
+    let out = dir.join("m.kvm");
+    let capacity = |args: &[&str]| {
+        let o = export(&[&["convert", s(&dir), "-q", "-o", s(&out)], args].concat());
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let bytes = std::fs::read(&out).unwrap();
+        kvm_core::Model::from_bytes(&bytes).unwrap().header().state_capacity
+    };
+    // 16 * 65536^0.5 = 4096 slots by default; 16 * 4096^0.5 = 1024 (four chunks).
+    assert_eq!(capacity(&[]), 4096);
+    assert_eq!(capacity(&["--max-context", "4096"]), 1024);
+    for bad in ["0", "16777217"] {
+        fails_saying(
+            &["convert", s(&dir), "-q", "-o", s(&dir.join("x.kvm")), "--max-context", bad],
+            &["--max-context"],
+        );
+    }
+    assert!(!dir.join("x.kvm").exists());
+    std::fs::remove_dir_all(dir).ok();
+}

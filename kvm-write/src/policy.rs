@@ -5,7 +5,11 @@ use kvm_core::cache::{CacheDtype, SlotReads};
 use kvm_core::format::Role;
 use kvm_core::quant::DType;
 
-/// How weights are stored.
+/// The context a growable state has room for unless asked otherwise: the longest the
+/// benchmarks measure.
+pub const DEFAULT_CONTEXT: usize = 65_536;
+
+/// How weights are stored, and the session defaults the header records.
 #[derive(Debug, Clone)]
 pub struct Policy {
     /// Dtype of weight matrices.
@@ -20,13 +24,24 @@ pub struct Policy {
     /// shape allows (q4_0 as q4_0x16: the SIMD kernels read it faster). Off for targets
     /// that run the scalar kernels, which read the plain form a little faster.
     pub repack: bool,
+    /// A growable state's room: every slot it reaches within this many tokens of context
+    /// (the header's state capacity); past it the state merges without growing.
+    pub max_context: usize,
 }
 
 impl Policy {
     /// Every matrix `dtype` (with the q4_0 exceptions of [`Policy::dtype_for`]), no
-    /// overrides, the exact f32 cache, stored slot reads, repacked.
+    /// overrides, the exact f32 cache, stored slot reads, repacked, room for
+    /// [`DEFAULT_CONTEXT`] tokens.
     pub fn uniform(dtype: DType) -> Policy {
-        Policy { dtype, overrides: vec![], cache: CacheDtype::F32, reads: SlotReads::Stored, repack: true }
+        Policy {
+            dtype,
+            overrides: vec![],
+            cache: CacheDtype::F32,
+            reads: SlotReads::Stored,
+            repack: true,
+            max_context: DEFAULT_CONTEXT,
+        }
     }
 
     /// The dtype a `[rows, cols]` matrix of `role` gets: the override, else the policy

@@ -8,5 +8,6 @@ mod capi;
 mod configs;
 mod corrupt;
 mod golden;
+mod paper;
 mod tiny_kjv;
 mod tokenizer;

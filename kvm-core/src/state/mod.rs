@@ -15,5 +15,5 @@ pub(crate) use arena::{Acts, LayerState, Scratch};
 pub use arena::{Layout, ARENA_ALIGN};
 pub(crate) use attend::HeadReader;
 pub(crate) use means::HeadState;
-pub use plan::{bswa_begin, state_slots, Phase};
+pub use plan::{bswa_begin, growth_stops, state_slots, Phase};
 pub(crate) use plan::{Counters, Plan, Segment, SEGMENT_LEN};

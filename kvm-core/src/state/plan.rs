@@ -2,7 +2,7 @@
 //! head share, the [`Plan`] of a step derived from them (initial append, fold, target
 //! size, which window and state slots attention reads) and [`bswa_begin`].
 
-use crate::config::{flags, Config, StateBudget};
+use crate::config::{flags, Config, StateBudget, MAX_STATE_CHUNKS};
 
 /// Where the sequence is: the counters shared by every layer and head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +103,22 @@ pub fn state_slots(cfg: &Config, state_len: usize) -> impl Iterator<Item = usize
         at = Plan::new(cfg, state_len, at, Phase::Decode).next();
         Some(at.slots)
     })
+}
+
+/// The first context length (tokens in) at which a session of `cfg` holding at most
+/// `state_len` slots has fewer slots than with the most room the format allows (1024
+/// chunks): where its room stops the state's growth, after which it merges every folded
+/// token. `None` for a fixed state, or if that does not happen within `within` tokens.
+pub fn growth_stops(cfg: &Config, state_len: usize, within: usize) -> Option<usize> {
+    if matches!(cfg.budget, StateBudget::Fixed) {
+        return None;
+    }
+    let most = Config { max_state_chunks: MAX_STATE_CHUNKS, ..*cfg };
+    let stops = state_slots(&most, most.max_state_len())
+        .zip(state_slots(cfg, state_len))
+        .take(within)
+        .position(|(free, room)| free != room);
+    stops.map(|p| p + 1)
 }
 
 impl Plan {

@@ -6,8 +6,12 @@ use std::path::Path;
 use anyhow::Result;
 use kvm_core::cache::CacheDtype;
 use kvm_core::config::{flags, StateBudget};
-use kvm_core::state::Layout;
+use kvm_core::state::{growth_stops, Layout};
 use kvm_runtime::file::{ModelFile, Pages};
+
+/// How far `kvm info` follows a growable state to find where its room stops it: 16.7 M
+/// tokens, well under a second.
+const GROWTH_HORIZON: usize = 1 << 24;
 
 pub fn run(path: &Path) -> Result<()> {
     let file = ModelFile::open(path, Pages::Mapped)?;
@@ -35,6 +39,15 @@ pub fn run(path: &Path) -> Result<()> {
         c.natural_state_len(),
         c.sink_len
     );
+    if !matches!(c.budget, StateBudget::Fixed) {
+        // The file's room is its state capacity: past the context that fills it, the
+        // state stops growing as the budget says and merges every folded token instead.
+        let room = match growth_stops(c, h.state_capacity as usize, GROWTH_HORIZON) {
+            Some(t) => format!("grows as its budget says through {} tokens of context, then merges without growing (fewer with --state-slots)", t - 1),
+            None => format!("grows as its budget says through at least {GROWTH_HORIZON} tokens of context"),
+        };
+        println!("room           {} slots: {room}", h.state_capacity);
+    }
     println!("rope           {} dims, theta {}", c.rope_dim, c.rope_theta);
     let names = [
         (flags::TOKENSHIFT_ATT, "tokenshift_att"),
