@@ -3,15 +3,16 @@
  *
  *     kvm-example [model.kvm] [prompt] [n_tokens] [threads]
  *
- * Loads a model file and runs a session in a static arena (on `threads` threads, 1 by
- * default; more need a std build of the library). It scores the prompt with the model's
+ * Loads a model file and runs a session in an arena of the size the model asks for
+ * (`kvm_arena_size()`, allocated once; on `threads` threads, 1 by default; more need a
+ * std build of the library). It scores the prompt with the model's
  * own logits and prints its perplexity, prefills it in chunks with a progress callback,
  * generates n_tokens greedily, prints the text and the token ids, then shows state
  * save/restore: it saves the session, samples a continuation, restores, samples again
  * and checks that both continuations are identical (exit status 1 if not).
  *
  * The library allocates nothing; the only heap memory here is this program's own copy
- * of the model file, the prompt's ids and the snapshot buffer.
+ * of the model file, the session's arena, the prompt's ids and the snapshot buffer.
  */
 #ifdef __linux__
 #define _DEFAULT_SOURCE /* madvise's MADV_HUGEPAGE under -std=c11 */
@@ -32,10 +33,6 @@
 #define CONTINUATION 32
 /* Prompt ids per kvm_prefill_chunked() chunk: small, so a short prompt shows progress. */
 #define PREFILL_CHUNK 4
-
-/* The session lives here: the model's arena size must fit (tiny-kjv needs ~0.6 MiB). */
-#define ARENA_CAP (4u << 20)
-static _Alignas(KVM_ARENA_ALIGN) unsigned char arena[ARENA_CAP];
 
 static kvm_model model;
 
@@ -177,15 +174,24 @@ int main(int argc, char **argv) {
            kvm_version(), path, info.n_layers, info.d_model, info.vocab_len, info.n_params,
            info.arena_size, info.state_size);
 
+    /* The session lives in an arena of exactly the size the model states (tiny-kjv:
+     * ~0.6 MiB; the paper's growable 120M model with room for 64k tokens: ~0.3 GB),
+     * rounded up to whole alignment units as aligned_alloc wants. */
     size_t arena_len = kvm_arena_size(&model);
-    if (arena_len == 0 || arena_len > sizeof arena) {
-        fprintf(stderr, "kvm-example: the model needs a %zu-byte arena; ARENA_CAP is %zu\n", arena_len, sizeof arena);
+    if (arena_len == 0) {
+        fprintf(stderr, "kvm-example: kvm_arena_size failed\n");
+        return 1;
+    }
+    size_t arena_cap = (arena_len + KVM_ARENA_ALIGN - 1) / KVM_ARENA_ALIGN * KVM_ARENA_ALIGN;
+    unsigned char *arena = aligned_alloc(KVM_ARENA_ALIGN, arena_cap);
+    if (!arena) {
+        fprintf(stderr, "kvm-example: cannot allocate a %zu-byte arena\n", arena_len);
         return 1;
     }
     kvm_session_config config = kvm_session_config_default();
     config.threads = (uint32_t)threads;
     kvm_session *s;
-    check(kvm_session_init_ex(&model, &config, arena, sizeof arena, &s), "kvm_session_init_ex");
+    check(kvm_session_init_ex(&model, &config, arena, arena_len, &s), "kvm_session_init_ex");
     kvm_sampler_config greedy = kvm_sampler_greedy();
     check(kvm_sampler_set(s, &greedy), "kvm_sampler_set");
 
@@ -254,6 +260,7 @@ int main(int argc, char **argv) {
     free(state);
     free(out);
     free(ids);
+    free(arena);
     free(blob);
     return same ? 0 : 1;
 }

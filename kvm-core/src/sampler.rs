@@ -4,6 +4,9 @@
 //! This module owns the step from a logits vector to one token id. It keeps no buffers
 //! of its own: the caller lends a scratch slice of [`Candidate`]s at least as long as
 //! the vocabulary ([`scratch_len`]), so it works from a `static` on a microcontroller.
+//! A model whose vocabulary is padded past its tokenizer's (the paper's 50,304 for
+//! GPT-2's 50,257) is sampled from its text ids' logits only,
+//! [`Session::text_logits`](crate::Session::text_logits), so no padding id is picked.
 //!
 //! As in llama2.c, the sampler owns its RNG ([`Pcg32`]) but the work is done by a pure
 //! function, [`sample_with_coin`], that takes the random number (the "coin") as an

@@ -238,6 +238,14 @@ impl<'m, 'a> Session<'m, 'a> {
         &self.arena[start..start + self.model.config().vocab_len as usize]
     }
 
+    /// [`Session::logits`] of the ids that have text, `[text_len]`
+    /// ([`Tokenizer::text_len`](crate::tokenizer::Tokenizer::text_len)): what a sampler
+    /// picks from, so that it never picks a padding id.
+    pub fn text_logits(&self) -> &[f32] {
+        let logits = self.logits();
+        logits.get(..self.model.tokenizer().text_len() as usize).unwrap_or(logits)
+    }
+
     /// Feeds one generated token and returns its logits.
     ///
     /// # Errors

@@ -95,17 +95,24 @@ use section::Tables;
 pub const WORD_SCRATCH_LEN: usize = 256;
 
 /// A tokenizer borrowing its section from the model blob. Cheap to copy.
+///
+/// Its vocabulary is the model's: ids `0..vocab_len()`. Of those, ids
+/// `0..text_len()` have text; the rest are padding (the paper's models pad GPT-2's
+/// 50,257 tokens to 50,304, a byte-level model's ids from 256 up): they decode to
+/// nothing, no text encodes to them, and a sampler never picks them (sample from
+/// `logits[..text_len()]`, as [`Session::text_logits`](crate::Session::text_logits)
+/// gives them).
 #[derive(Clone, Copy)]
 pub struct Tokenizer<'a> {
     kind: Kind<'a>,
+    /// The model's vocabulary, padding included: `>=` the kind's own ids.
+    vocab_len: u32,
 }
 
 #[derive(Clone, Copy)]
 enum Kind<'a> {
-    /// Ids `0..256` are bytes; ids `256..vocab_len` decode to nothing.
-    Bytes {
-        vocab_len: u32,
-    },
+    /// Ids `0..256` are bytes.
+    Bytes,
     Bpe(Tables<'a>),
 }
 
@@ -123,10 +130,11 @@ static BYTES: [u8; 256] = {
 impl fmt::Debug for Tokenizer<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
-            Kind::Bytes { vocab_len } => f.debug_struct("Tokenizer::Bytes").field("vocab_len", vocab_len).finish(),
+            Kind::Bytes => f.debug_struct("Tokenizer::Bytes").field("vocab_len", &self.vocab_len).finish(),
             Kind::Bpe(t) => f
                 .debug_struct("Tokenizer::Bpe")
-                .field("vocab_len", &t.vocab_len())
+                .field("vocab_len", &self.vocab_len)
+                .field("text_len", &t.vocab_len())
                 .field("n_merges", &t.n_merges())
                 .field("eos", &t.eos())
                 .finish(),
@@ -140,7 +148,8 @@ impl<'a> Tokenizer<'a> {
     /// # Errors
     /// [`Error::BadTokenizer`] if any rule of the format is broken. Never panics.
     pub fn from_bytes(section: &'a [u8]) -> Result<Self> {
-        Ok(Tokenizer { kind: Kind::Bpe(Tables::new(section)?) })
+        let t = Tables::new(section)?;
+        Ok(Tokenizer { kind: Kind::Bpe(t), vocab_len: t.vocab_len() })
     }
 
     /// The byte-level tokenizer: id `b` is byte `b`. Ids `256..vocab_len` (a model's
@@ -153,7 +162,7 @@ impl<'a> Tokenizer<'a> {
         if vocab_len == 0 {
             return Err(Error::InvalidArgument);
         }
-        Ok(Tokenizer { kind: Kind::Bytes { vocab_len } })
+        Ok(Tokenizer { kind: Kind::Bytes, vocab_len })
     }
 
     /// The tokenizer a model file declares: `kind` and `section` from its header, and the
@@ -184,21 +193,29 @@ impl<'a> Tokenizer<'a> {
         vocab_len: u32,
         tables: fn(&'a [u8]) -> Result<Tables<'a>>,
     ) -> Result<Self> {
-        let t = match kind {
-            TokenizerKind::Bytes if section.is_empty() => Tokenizer::bytes(vocab_len)?,
-            TokenizerKind::Bytes => return Err(Error::BadTokenizer),
-            TokenizerKind::Bpe => Tokenizer { kind: Kind::Bpe(tables(section)?) },
-        };
-        if t.vocab_len() > vocab_len {
-            return Err(Error::BadTokenizer);
+        match kind {
+            TokenizerKind::Bytes if section.is_empty() => Tokenizer::bytes(vocab_len),
+            TokenizerKind::Bytes => Err(Error::BadTokenizer),
+            TokenizerKind::Bpe => {
+                let t = tables(section)?;
+                if t.vocab_len() > vocab_len {
+                    return Err(Error::BadTokenizer);
+                }
+                Ok(Tokenizer { kind: Kind::Bpe(t), vocab_len })
+            }
         }
-        Ok(t)
     }
 
-    /// Number of token ids the tokenizer knows: `0..vocab_len()`.
+    /// Number of token ids: `0..vocab_len()`, the model's vocabulary, padding included.
     pub fn vocab_len(&self) -> u32 {
+        self.vocab_len
+    }
+
+    /// Number of ids that have text: `0..text_len()`; ids from `text_len()` to
+    /// [`vocab_len`](Self::vocab_len) are padding (see the type's doc).
+    pub fn text_len(&self) -> u32 {
         match &self.kind {
-            Kind::Bytes { vocab_len } => *vocab_len,
+            Kind::Bytes => self.vocab_len.min(256),
             Kind::Bpe(t) => t.vocab_len(),
         }
     }
@@ -206,17 +223,22 @@ impl<'a> Tokenizer<'a> {
     /// The end-of-text token, if the tokenizer has one.
     pub fn eos(&self) -> Option<u32> {
         match &self.kind {
-            Kind::Bytes { .. } => None,
+            Kind::Bytes => None,
             Kind::Bpe(t) => t.eos(),
         }
     }
 
-    /// The raw bytes of token `id` (an added token's are its text); `None` if
-    /// `id >= vocab_len()`. A token's bytes need not be whole UTF-8.
+    /// The raw bytes of token `id` (an added token's are its text; a padding id's are
+    /// empty); `None` if `id >= vocab_len()`. A token's bytes need not be whole UTF-8.
     pub fn token_bytes(&self, id: u32) -> Option<&'a [u8]> {
+        if id >= self.vocab_len {
+            return None;
+        }
+        if id >= self.text_len() {
+            return Some(&[]);
+        }
         match &self.kind {
-            Kind::Bytes { vocab_len } if id >= *vocab_len => None,
-            Kind::Bytes { .. } => Some(BYTES.get(id as usize..id as usize + 1).unwrap_or_default()),
+            Kind::Bytes => Some(BYTES.get(id as usize..id as usize + 1).unwrap_or_default()),
             Kind::Bpe(t) => t.token_bytes(id),
         }
     }
@@ -224,8 +246,8 @@ impl<'a> Tokenizer<'a> {
     /// The token whose bytes are exactly `bytes` (e.g. to find a stop token).
     pub fn token_id(&self, bytes: &[u8]) -> Option<u32> {
         match &self.kind {
-            Kind::Bytes { vocab_len } => match bytes {
-                &[b] if (b as u32) < *vocab_len => Some(b as u32),
+            Kind::Bytes => match bytes {
+                &[b] if (b as u32) < self.vocab_len => Some(b as u32),
                 _ => None,
             },
             Kind::Bpe(t) => t.token_id(bytes),
@@ -235,7 +257,7 @@ impl<'a> Tokenizer<'a> {
     /// The byte length of the longest token.
     pub fn max_token_len(&self) -> usize {
         match &self.kind {
-            Kind::Bytes { .. } => 1,
+            Kind::Bytes => 1,
             Kind::Bpe(t) => t.max_token_len(),
         }
     }
@@ -253,7 +275,7 @@ impl<'a> Tokenizer<'a> {
     /// `vocab_len` is below a byte of the text.
     pub fn encode(&self, text: &str, out: &mut [u32]) -> Result<usize> {
         match &self.kind {
-            Kind::Bytes { vocab_len } => encode_bytes(*vocab_len, text, out),
+            Kind::Bytes => encode_bytes(self.vocab_len, text, out),
             Kind::Bpe(t) => encode_bpe(t, text, out),
         }
     }

@@ -235,7 +235,7 @@ typedef struct kvm_model_desc {
   uint32_t format_major;
   uint32_t format_minor;
   /**
-   * Token ids are `[0, vocab_len)`.
+   * Token ids are `[0, vocab_len)`, the logits `vocab_len` floats.
    */
   uint32_t vocab_len;
   uint32_t n_layers;
@@ -298,6 +298,13 @@ typedef struct kvm_model_desc {
    * capacity, then keep merging without growing.
    */
   uint32_t state_len_max;
+  /**
+   * Ids `[0, text_len)` have text; ids `[text_len, vocab_len)` are padding (the
+   * paper's models pad GPT-2's 50,257 tokens to 50,304): they detokenize to nothing,
+   * no text tokenizes to them and `kvm_decode_step()` never samples them. C code that
+   * samples from `kvm_logits()` itself should read its first `text_len` only.
+   */
+  uint32_t text_len;
 } kvm_model_desc;
 
 /**

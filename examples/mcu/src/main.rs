@@ -164,17 +164,18 @@ fn run(model: Model<'static>, arena: &'static mut [u8], candidates: &mut [Candid
     let mut history: heapless::Vec<u32, { PROMPT.len() + N_GEN }> = PROMPT.iter().map(|&b| u32::from(b)).collect();
 
     let t3 = Stamp::now();
-    let mut logits = session.prefill(&history)?;
+    session.prefill(&history)?;
     let t4 = Stamp::now();
     while !history.is_full() {
-        let id = sampler.sample(logits, &history, candidates)?;
+        // From the ids with text only: a padding id is never picked.
+        let id = sampler.sample(session.text_logits(), &history, candidates)?;
         // Cannot fail: the loop runs only while there is room.
         let _ = history.push(id);
-        logits = session.decode(id)?;
+        session.decode(id)?;
     }
     let t5 = Stamp::now();
 
-    // Ids below 256 are bytes; a byte-level model's ids above (padding) decode to nothing.
+    // Ids below 256 are bytes (a byte-level model's text ids).
     let text: heapless::Vec<u8, { PROMPT.len() + N_GEN }> =
         history.iter().filter_map(|&id| u8::try_from(id).ok()).collect();
     println!("--- kvm output ---");

@@ -265,7 +265,7 @@ pub struct kvm_model_desc {
     /// Format version of the file.
     pub format_major: u32,
     pub format_minor: u32,
-    /// Token ids are `[0, vocab_len)`.
+    /// Token ids are `[0, vocab_len)`, the logits `vocab_len` floats.
     pub vocab_len: u32,
     pub n_layers: u32,
     pub n_heads: u32,
@@ -301,6 +301,11 @@ pub struct kvm_model_desc {
     /// models follow the reference exactly until their state reaches a session's
     /// capacity, then keep merging without growing.
     pub state_len_max: u32,
+    /// Ids `[0, text_len)` have text; ids `[text_len, vocab_len)` are padding (the
+    /// paper's models pad GPT-2's 50,257 tokens to 50,304): they detokenize to nothing,
+    /// no text tokenizes to them and `kvm_decode_step()` never samples them. C code that
+    /// samples from `kvm_logits()` itself should read its first `text_len` only.
+    pub text_len: u32,
 }
 
 /// Sampling settings: each filter has a neutral value that switches it off.
@@ -648,6 +653,7 @@ pub unsafe extern "C" fn kvm_model_info(model: *const kvm_model, info: *mut kvm_
             cache: m.cache() as u32,
             state_len_min: *session::state_len_range(&m).start() as u32,
             state_len_max: *session::state_len_range(&m).end() as u32,
+            text_len: m.tokenizer().text_len(),
         };
         // SAFETY: per the contract.
         unsafe { put(info, out) }

@@ -452,6 +452,8 @@ impl SessionCell {
             Some(Logits::Restored) => &*self.restored,
             _ => self.session.logits(),
         };
+        // Padding ids have no text: never sampled.
+        let logits = logits.get(..self.model().tokenizer().text_len() as usize).unwrap_or(logits);
         let history = &self.history[..self.history_len];
         let token = self.sampler.sample(logits, history, self.scratch)?;
         self.draws = self.draws.wrapping_add(1);

@@ -453,3 +453,28 @@ fn info_and_perplexity_agree_with_the_c_api() {
         std::fs::remove_file(f).ok();
     }
 }
+
+/// The paper's padded vocabulary (GPT-2's tokenizer, 50,304 ids) whose padding ids carry
+/// the largest logits: `kvm generate` samples only ids with text, greedy or not, with or
+/// without `--ignore-eos`, in JSON or as text.
+#[test]
+fn generate_never_samples_a_padding_id() {
+    let model = tmp("padded.kvm");
+    std::fs::write(&model, kvm_test_support::padded_gpt2_model()).unwrap();
+    let m = model.to_str().unwrap();
+    let base = ["generate", "--model", m, "--prompt", "The quick brown fox", "-n", "12"];
+    for extra in
+        [&["--temperature", "0"][..], &["--temperature", "0.8", "--seed", "1"], &["--ignore-eos", "--seed", "2"]]
+    {
+        let o = kvm(&[&base[..], extra, &["--json"]].concat());
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let ids: Vec<u64> = v["generated_ids"].as_array().unwrap().iter().map(|i| i.as_u64().unwrap()).collect();
+        assert!(!ids.is_empty(), "{extra:?}: {v}");
+        assert!(ids.iter().all(|&i| i < 50_257), "{extra:?}: a padding id in {ids:?}");
+        let o = kvm(&[&base[..], extra].concat());
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stdout).starts_with("The quick brown fox"));
+    }
+    std::fs::remove_file(model).ok();
+}

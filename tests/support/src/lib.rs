@@ -132,6 +132,45 @@ pub fn model_with_matrix(vocab_len: u32, (which, at): (kvm_core::format::Role, u
     out.into_inner()
 }
 
+/// The paper's padded vocabulary: GPT-2's 50,257 tokens padded to 50,304 ids.
+pub const PADDED_VOCAB: u32 = 50_304;
+
+/// A model of the tiny preset's shapes with GPT-2's tokenizer
+/// (`tests/data/tokenizers/gpt2/tokenizer.json`) and the paper's padded vocabulary of
+/// [`PADDED_VOCAB`] ids, whose padding ids (50,257 and up) carry the largest logits
+/// whatever the input: their lm_head rows are all 1 (a logit of `d_model`), the
+/// others' small. Greedy decoding of its full logits picks a padding id every step.
+pub fn padded_gpt2_model() -> Vec<u8> {
+    use kvm_core::format::{Role, TokenizerKind};
+    let json = std::fs::read_to_string(repo().join("tests/data/tokenizers/gpt2/tokenizer.json")).unwrap();
+    let section = kvm_write::tokenizer::build_section(&json).unwrap();
+    let cfg = kvm_core::config::Config { vocab_len: PADDED_VOCAB, ..kvm_export::synth::Preset::Tiny.config() };
+    let text = kvm_core::tokenizer::Tokenizer::from_bytes(&section).unwrap().vocab_len();
+    let mut source = |role: Role, layer: u16, rows: u32, cols: u32| -> anyhow::Result<Vec<f32>> {
+        let n = rows as usize * cols as usize;
+        if !role.is_matrix() {
+            return Ok(vec![1.0; n]);
+        }
+        let salt = (role as usize * 131 + layer as usize * 7919) as u64;
+        let small = |i: u64| ((i * 2_654_435_761 + salt) % 1000) as f32 / 1000.0 * 0.2 - 0.1;
+        Ok((0..n as u64)
+            .map(|i| if role == Role::LmHead && i / cols as u64 >= text as u64 { 1.0 } else { small(i) })
+            .collect())
+    };
+    let mut out = std::io::Cursor::new(Vec::new());
+    kvm_write::writer::write_model_to(
+        &mut out,
+        &cfg,
+        (TokenizerKind::Bpe, &section),
+        (kvm_core::cache::CacheDtype::F32, kvm_core::cache::SlotReads::Stored),
+        &|_, _, _| DType::F32,
+        &mut source,
+        &mut |_| {},
+    )
+    .unwrap();
+    out.into_inner()
+}
+
 /// A copy of checkpoint `dir` in a fresh temporary directory named after `what`, with
 /// `patch` applied to its `config.json`.
 pub fn checkpoint_copy(dir: &Path, what: &str, patch: impl FnOnce(&mut serde_json::Value)) -> PathBuf {

@@ -190,19 +190,21 @@ impl<'t> Generator<'t> {
     fn pick(&mut self, logits: &[f32]) -> Result<u32> {
         let logits = match (self.ignore_eos, self.tok.eos()) {
             (true, Some(eos)) => {
-                self.masked.copy_from_slice(logits);
-                if let Some(l) = self.masked.get_mut(eos as usize) {
+                let masked = &mut self.masked[..logits.len()];
+                masked.copy_from_slice(logits);
+                if let Some(l) = masked.get_mut(eos as usize) {
                     *l = f32::NEG_INFINITY;
                 }
-                &self.masked[..]
+                masked
             }
             _ => logits,
         };
         Ok(self.sampler.sample(logits, &self.recent, &mut self.scratch)?)
     }
 
-    /// Samples a reply from the logits in `session` (which must hold a token's): each
-    /// token's id and logits go to `seen` (all but an end-of-text token), the text's bytes
+    /// Samples a reply from the logits in `session` (which must hold a token's), the ids
+    /// with text only (never a padding id): each token's id and those logits
+    /// ([`Session::text_logits`]) go to `seen` (all but an end-of-text token), the text's bytes
     /// to `out` as they are known not to begin a stop string.
     pub fn reply(
         &mut self,
@@ -227,7 +229,7 @@ impl<'t> Generator<'t> {
             if let Some(last) = done.last.take() {
                 session.decode_with(last, pool)?;
             }
-            let next = self.pick(session.logits())?;
+            let next = self.pick(session.text_logits())?;
             done.tokens += 1;
             done.last = Some(next);
             self.saw(&[next]);
@@ -235,7 +237,7 @@ impl<'t> Generator<'t> {
                 done.end = End::Eos;
                 break;
             }
-            seen(next, session.logits())?;
+            seen(next, session.text_logits())?;
             emit.clear();
             let hit = self.stops.push(self.tok.token_bytes(next).unwrap_or(&[]), &mut emit);
             out(&emit)?;
