@@ -93,7 +93,8 @@ pub fn run(a: &Args) -> Result<()> {
     prefill_with_progress(&mut session, &prompt_ids, Phase::Prefill, &pool)?;
     let prompt_secs = t0.elapsed().as_secs_f64();
     if let Some(f) = &a.save_state {
-        crate::snapshot::save(&session, f)?;
+        let inputs = [Some(a.session.model.path()), a.prompt.file(), a.load_state.as_deref()];
+        crate::snapshot::save(&session, f, &inputs.into_iter().flatten().collect::<Vec<_>>())?;
     }
     gen.saw(&prompt_ids);
 
