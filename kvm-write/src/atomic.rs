@@ -1,7 +1,7 @@
 //! Output files that appear whole or not at all: written to a temporary file beside the
 //! target, synced, then renamed over it. Until [`AtomicFile::commit`] an existing file at
 //! the target is untouched; a write that fails (or a panic) removes the temporary file,
-//! and so does SIGINT, SIGTERM or SIGHUP ([`on_signal`]). A target that is one of the
+//! and so does SIGINT, SIGTERM or SIGHUP (the module `on_signal`). A target that is one of the
 //! run's inputs, or an existing file that is not a regular one (a device, a FIFO, a
 //! socket: a rename would replace it), is refused before anything is written.
 
@@ -184,7 +184,7 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
 /// signal would have ended it. The handler touches only atomics, the table's bytes,
 /// `unlink`, `signal` and `raise`, which are async-signal-safe.
 #[cfg(unix)]
-pub mod on_signal {
+mod on_signal {
     use std::cell::UnsafeCell;
     use std::os::unix::ffi::OsStrExt;
     use std::path::Path;
@@ -297,6 +297,8 @@ pub mod on_signal {
 mod tests {
     use super::*;
     use std::io::Write;
+    #[cfg(unix)]
+    use std::os::unix::fs::FileTypeExt;
 
     fn dir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("kvm-atomic-{}-{name}", std::process::id()));
@@ -346,6 +348,36 @@ mod tests {
         f.commit().unwrap();
         assert_eq!(fs::read(&real).unwrap(), b"new");
         assert!(fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        fs::remove_dir_all(d).ok();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn inputs_and_special_files_are_refused_and_left_as_they_are() {
+        let d = dir("refuse");
+        let input = d.join("in.kvm");
+        fs::write(&input, b"input").unwrap();
+        std::os::unix::fs::symlink("in.kvm", d.join("link")).unwrap();
+        fs::hard_link(&input, d.join("hard")).unwrap();
+        for out in ["in.kvm", "link", "hard"] {
+            let err = AtomicFile::create(&d.join(out), &[Path::new("/nonexistent"), &input]).unwrap_err();
+            assert!(format!("{err}").contains("is the input"), "{out}: {err}");
+        }
+        let fifo = d.join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = AtomicFile::create(&fifo, &[]).unwrap_err();
+        assert!(format!("{err}").contains("is a FIFO, not a regular file"), "{err}");
+        let err = AtomicFile::create(&d, &[]).unwrap_err();
+        assert!(format!("{err}").contains("is a directory"), "{err}");
+        assert_eq!(fs::read(&input).unwrap(), b"input");
+        assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+        assert_eq!(entries(&d), ["fifo", "hard", "in.kvm", "link"]);
+        // Another path is written as ever.
+        let mut f = AtomicFile::create(&d.join("out.kvm"), &[&input]).unwrap();
+        f.file().write_all(b"out").unwrap();
+        f.commit().unwrap();
         fs::remove_dir_all(d).ok();
     }
 }
