@@ -115,6 +115,12 @@ fn an_output_that_is_an_input_is_refused_and_the_input_survives() {
         &["generate", "--model", s(&m), "--prompt-file", s(&prompt), "-n", "0", "--save-state", s(&prompt)],
         &refused,
     );
+    // Checked before any work: before the model is even read.
+    let junk = dir.join("junk.kvm");
+    std::fs::write(&junk, b"not a model").unwrap();
+    fails_saying(&["generate", "--model", s(&junk), "--prompt", "In", "--save-state", s(&junk)], &refused);
+    assert_eq!(std::fs::read(&junk).unwrap(), b"not a model");
+    std::fs::remove_file(&junk).unwrap();
     let resave = ["generate", "--model", s(&m), "--load-state", s(&state), "--prompt", " God", "-n", "0"];
     fails_saying(&[&resave[..], &["--save-state", s(&state)]].concat(), &refused);
     // In a chat, /save of the model is an error and the chat goes on.

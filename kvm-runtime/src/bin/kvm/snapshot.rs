@@ -13,10 +13,21 @@ use kvm_write::atomic::AtomicFile;
 /// Writes `session`'s state to `path` (a temporary file renamed over it once complete),
 /// which must be none of the run's `inputs`.
 pub fn save(session: &Session<'_, '_>, path: &Path, inputs: &[&Path]) -> Result<()> {
+    write(session, create(path, inputs)?)
+}
+
+/// The state file `path` to be, refused if it is one of `inputs` or a special file: made
+/// before a run's work, so such a path fails at once.
+pub fn create(path: &Path, inputs: &[&Path]) -> Result<AtomicFile> {
+    AtomicFile::create(path, inputs).with_context(|| format!("creating {}", path.display()))
+}
+
+/// Writes `session`'s state into `file` ([`create`]) and puts it in place.
+pub fn write(session: &Session<'_, '_>, mut file: AtomicFile) -> Result<()> {
     let mut snap = vec![0u8; session.snapshot_len()];
     session.snapshot(&mut snap)?;
-    let mut file = AtomicFile::create(path, inputs).with_context(|| format!("creating {}", path.display()))?;
-    file.file().write_all(&snap).with_context(|| format!("writing {}", path.display()))?;
+    let path = file.target().display().to_string();
+    file.file().write_all(&snap).with_context(|| format!("writing {path}"))?;
     file.commit()
 }
 
