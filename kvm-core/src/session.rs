@@ -10,7 +10,7 @@ use crate::forward::{forward, Logits, Tap};
 use crate::math::{all_finite, Rope};
 use crate::model::Model;
 use crate::state::arena::{ring_index, COUNTERS};
-use crate::state::{bswa_begin, Acts, Counters, Layout, Phase, ARENA_ALIGN};
+use crate::state::{bswa_begin, coverage_at, Acts, Counters, Layout, Phase, ARENA_ALIGN};
 
 /// Marks a live arena (`"KVMS"`).
 const STAMP: u32 = 0x534D_564B;
@@ -36,6 +36,14 @@ mod counter {
     pub const ARENA_LEN: usize = 5;
     /// [`crate::Model::identity`]: a snapshot restores only into the model it came from.
     pub const MODEL: usize = 6;
+    /// In a snapshot, the CRC-32 of its every other byte; zero in the arena.
+    pub const CRC: usize = 7;
+}
+
+/// The CRC of snapshot `snap`: every byte but those of [`counter::CRC`].
+fn snapshot_crc(snap: &[u8]) -> u32 {
+    let at = counter::CRC * 4;
+    crate::crc::crc32_update(crate::crc::crc32(&snap[..at]), &snap[at + 4..])
 }
 
 impl<'m, 'a> Session<'m, 'a> {
@@ -284,7 +292,8 @@ impl<'m, 'a> Session<'m, 'a> {
         self.layout.snapshot_len()
     }
 
-    /// Copies the session's whole state (constant size) into `out`.
+    /// Copies the session's whole state (constant size) into `out`, with a CRC-32 of
+    /// every byte, so that [`Session::restore`] takes back only the bytes saved.
     ///
     /// # Errors
     /// [`Error::BufferTooSmall`] if `out` is shorter than [`Session::snapshot_len`].
@@ -292,37 +301,53 @@ impl<'m, 'a> Session<'m, 'a> {
         let n = self.snapshot_len();
         let out = out.get_mut(..n).ok_or(Error::BufferTooSmall { needed: n })?;
         out.copy_from_slice(bytemuck::cast_slice(&self.arena[..n / 4]));
+        let crc = snapshot_crc(out);
+        out[counter::CRC * 4..counter::CRC * 4 + 4].copy_from_slice(&crc.to_le_bytes());
         Ok(n)
     }
 
     /// Restores a [`Session::snapshot`] of a session of the same model and layout;
-    /// decoding then continues bit-exactly as it would have from the snapshot.
+    /// decoding then continues bit-exactly as it would have from the snapshot. On an
+    /// error the session is unchanged.
     ///
     /// # Errors
-    /// [`Error::BadSnapshot`] if `snap` has the wrong length or layout stamp, or comes
-    /// from another model (another header: config, tensor table or tokenizer).
+    /// [`Error::BadSnapshot`] if `snap` has the wrong length, any byte other than the one
+    /// saved (its CRC), the wrong layout stamp or counters no session of this layout
+    /// reaches, or comes from another model (another header: config, tensor table or
+    /// tokenizer).
     pub fn restore(&mut self, snap: &[u8]) -> Result<()> {
         let n = self.snapshot_len();
         if snap.len() != n || snap.len() < COUNTERS * 4 {
             return Err(Error::BadSnapshot);
         }
         let word = |i: usize| u32::from_le_bytes([snap[i * 4], snap[i * 4 + 1], snap[i * 4 + 2], snap[i * 4 + 3]]);
-        let (pos, slots, coverage) = (word(counter::POS), word(counter::SLOTS), word(counter::COVERAGE));
-        // Counters a session could have reached; anything else could index past the state.
-        let chunk = self.model.config().chunk_len;
-        if word(counter::STAMP) != STAMP
+        let (pos, slots, coverage) =
+            (word(counter::POS) as usize, word(counter::SLOTS) as usize, word(counter::COVERAGE) as usize);
+        // The counters every session of this layout has at `pos` (the CRC only shows that
+        // the bytes are those saved, not that a session saved them); anything else could
+        // index past the state.
+        let cfg = self.model.config();
+        let chunk = cfg.chunk_len as usize;
+        let slots_ok = match pos <= chunk {
+            // The first chunk enters the state token by token.
+            true => slots == pos,
+            // Folds add slots, up to the state's room, from tokens the state covers.
+            false => chunk <= slots && slots <= coverage.min(self.layout.state_len),
+        };
+        if word(counter::CRC) != snapshot_crc(snap)
+            || word(counter::STAMP) != STAMP
             || word(counter::STATE_LEN) as usize != self.layout.state_len
             || word(counter::ARENA_LEN) as usize != self.layout.arena_len() as u32 as usize
             || word(counter::MODEL) != self.model.identity()
-            || slots as usize > self.layout.state_len
-            || slots > pos
-            || coverage > pos
-            || slots < pos.min(chunk)
+            || coverage != coverage_at(cfg, pos)
+            || !slots_ok
         {
             return Err(Error::BadSnapshot);
         }
         let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut self.arena[..n / 4]);
         dst.copy_from_slice(snap);
+        let c: &mut [u32] = bytemuck::cast_slice_mut(&mut self.arena[..COUNTERS]);
+        c[counter::CRC] = 0;
         Ok(())
     }
 

@@ -11,7 +11,7 @@ use kvm_core::format::{self, Role, TokenizerKind};
 use kvm_core::tokenizer::Tokenizer;
 use safetensors::{Dtype, SafeTensors};
 
-use kvm_write::atomic::same_file;
+use kvm_write::atomic::AtomicFile;
 use kvm_write::policy::Policy;
 use kvm_write::writer::{hf_name, write_model, TensorReport, WriteReport};
 
@@ -78,9 +78,8 @@ pub fn convert(
     } else if *tokenizer == TokenizerSource::Auto {
         inputs.push(dir.join("tokenizer.json"));
     }
-    if let Some(input) = inputs.iter().find(|i| same_file(out, i)) {
-        bail!("the output {} is the input {}: write the model somewhere else", out.display(), input.display());
-    }
+    let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+    let file = AtomicFile::create(out, &inputs).with_context(|| format!("creating {}", out.display()))?;
     let json = read_config_json(dir)?;
     let mmap = map_checkpoint(dir)?;
     let st = parse_checkpoint(dir, &mmap)?;
@@ -113,7 +112,7 @@ pub fn convert(
     };
     let dtype_for = |role: Role, rows: u32, cols: u32| policy.dtype_for(role, rows, cols);
     let report =
-        write_model(out, &cfg, (kind, &section), (policy.cache, policy.reads), &dtype_for, &mut source, on_tensor)?;
+        write_model(file, &cfg, (kind, &section), (policy.cache, policy.reads), &dtype_for, &mut source, on_tensor)?;
     Ok((cfg, report))
 }
 

@@ -238,7 +238,7 @@ fn run() -> Result<()> {
             let text = std::fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?;
             let section =
                 kvm_write::tokenizer::build_section(&text).with_context(|| format!("in {}", json.display()))?;
-            let mut file = AtomicFile::create(&out).with_context(|| format!("creating {}", out.display()))?;
+            let mut file = AtomicFile::create(&out, &[&json]).with_context(|| format!("creating {}", out.display()))?;
             file.file().write_all(&section).with_context(|| format!("writing {}", out.display()))?;
             file.commit()
         }

@@ -19,6 +19,7 @@ use kvm_core::config::{flags, Config, StateBudget};
 use kvm_core::format::{Role, TokenizerKind};
 
 use crate::room;
+use kvm_write::atomic::AtomicFile;
 use kvm_write::policy::Policy;
 use kvm_write::writer::{write_model, TensorReport, WriteReport};
 
@@ -247,6 +248,7 @@ pub fn synth(
 ) -> Result<WriteReport> {
     let mut source = |role: Role, layer: u16, rows: u32, cols: u32| Ok(tensor(seed, role, layer, rows, cols));
     let dtype_for = |role: Role, rows: u32, cols: u32| policy.dtype_for(role, rows, cols);
+    let out = AtomicFile::create(out, &[])?;
     write_model(out, cfg, (TokenizerKind::Bytes, &[]), (policy.cache, policy.reads), &dtype_for, &mut source, on_tensor)
 }
 

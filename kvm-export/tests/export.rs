@@ -59,7 +59,7 @@ fn an_output_that_is_an_input_is_refused_and_the_checkpoint_survives() {
     std::os::unix::fs::symlink(&weights, &link).unwrap();
     std::fs::hard_link(&weights, &hard).unwrap();
     for out in [&weights, &link, &hard, &dir.join("config.json")] {
-        fails_saying(&["convert", s(&dir), "-o", s(out), "-q"], &["is the input", "model somewhere else"]);
+        fails_saying(&["convert", s(&dir), "-o", s(out), "-q"], &["is the input", "write the output somewhere else"]);
     }
     assert_eq!(std::fs::read(&weights).unwrap(), before);
     assert_eq!(names(&dir), ["config.json", "hard.kvm", "link.kvm", "model.safetensors"]);
@@ -192,5 +192,102 @@ fn a_growable_checkpoint_gets_room_for_the_context_asked_for() {
         );
     }
     assert!(!dir.join("x.kvm").exists());
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// A fresh, empty directory for test `what`.
+fn fresh_dir(what: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kvm-export-test-{}-{what}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Special files made in `dir`: a FIFO always, a character device (`/dev/zero`'s numbers)
+/// where this user may make one.
+fn special_files(dir: &Path) -> Vec<PathBuf> {
+    let fifo = dir.join("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let mut v = vec![fifo];
+    let dev = dir.join("zero");
+    if Command::new("mknod").arg(&dev).args(["c", "1", "5"]).status().is_ok_and(|s| s.success()) {
+        v.push(dev);
+    }
+    v
+}
+
+fn is_special(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok_and(|m| !m.file_type().is_file() && !m.file_type().is_symlink())
+}
+
+#[test]
+fn special_files_as_outputs_are_refused_and_stay_as_they_are() {
+    let dir = fresh_dir("special");
+    let nodes = special_files(&dir);
+    let ck = repo().join("tests/data/golden/fixed_basic");
+    let json = repo().join("tests/data/tokenizers/gpt2/tokenizer.json");
+    for node in &nodes {
+        let link = dir.join("link");
+        std::fs::remove_file(&link).ok();
+        std::os::unix::fs::symlink(node, &link).unwrap();
+        for out in [node, &link] {
+            fails_saying(&["convert", s(&ck), "-o", s(out), "-q"], &[s(node), "not a regular file"]);
+            fails_saying(&["synth", "--preset", "tiny", "-o", s(out), "-q"], &[s(node), "not a regular file"]);
+            fails_saying(&["tokenizer", s(&json), "-o", s(out)], &[s(node), "not a regular file"]);
+        }
+        assert!(is_special(node), "{} was replaced", node.display());
+    }
+    let mut want = vec!["fifo", "link"];
+    if nodes.len() > 1 {
+        want.push("zero");
+    }
+    assert_eq!(names(&dir), want, "no temporary file");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn the_tokenizer_section_never_overwrites_its_json() {
+    let dir = fresh_dir("tokenizer-same");
+    let json = dir.join("tokenizer.json");
+    std::fs::copy(repo().join("tests/data/tokenizers/gpt2/tokenizer.json"), &json).unwrap();
+    let before = std::fs::read(&json).unwrap();
+    let link = dir.join("link.bin");
+    std::os::unix::fs::symlink(&json, &link).unwrap();
+    for out in [&json, &link] {
+        fails_saying(&["tokenizer", s(&json), "-o", s(out)], &["is the input", "write the output somewhere else"]);
+    }
+    assert_eq!(std::fs::read(&json).unwrap(), before);
+    assert_eq!(names(&dir), ["link.bin", "tokenizer.json"]);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// SIGINT, SIGTERM and SIGHUP in the middle of a long write end `kvm-export` as the
+/// signal does, with the old output as it was and no temporary file left.
+#[test]
+fn a_signal_during_a_write_leaves_no_temporary_file() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = fresh_dir("signal");
+    let out = dir.join("m.kvm");
+    std::fs::write(&out, b"the old model").unwrap();
+    for (sig, name) in [(2, "INT"), (15, "TERM"), (1, "HUP")] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kvm-export"))
+            .args(["synth", "--preset", "paper-120m", "-o", s(&out), "-q"])
+            .spawn()
+            .unwrap();
+        // Signalled once its temporary file holds something: in the middle of the write.
+        let started = std::time::Instant::now();
+        while !names(&dir).iter().any(|n| n.ends_with(".tmp"))
+            || std::fs::read_dir(&dir).unwrap().any(|e| e.unwrap().metadata().unwrap().len() == 0)
+        {
+            assert!(child.try_wait().unwrap().is_none(), "synth ended before it was signalled");
+            assert!(started.elapsed().as_secs() < 120, "no temporary file appeared");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(Command::new("kill").args(["-s", name, &child.id().to_string()]).status().unwrap().success());
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), Some(sig), "SIG{name}: {status:?}");
+        assert_eq!(names(&dir), ["m.kvm"], "SIG{name}: a temporary file was left");
+        assert_eq!(std::fs::read(&out).unwrap(), b"the old model");
+    }
     std::fs::remove_dir_all(dir).ok();
 }

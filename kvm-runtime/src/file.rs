@@ -48,9 +48,11 @@ impl ModelFile {
     /// file that is not a model, or is cut short or padded, is refused before it is read.
     ///
     /// # Errors
-    /// I/O errors, with the path; a directory; a bad header; a size other than the
-    /// header's.
+    /// I/O errors, with the path; a directory, a pipe, a device or anything else that is
+    /// not a regular file; a bad header; a size other than the header's.
     pub fn open(path: &Path, pages: Pages) -> Result<Self> {
+        // Before opening too: opening a FIFO waits for a writer.
+        regular(&std::fs::metadata(path).with_context(|| format!("opening {}", path.display()))?, path)?;
         let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
         check_size(&file, path)?;
         // Where the copy cannot be made (no memory for it), the mapping still serves.
@@ -173,16 +175,26 @@ impl ModelFile {
     }
 }
 
-/// Refuses a directory, a file whose header is invalid, and a file whose size is not the
-/// one its header states; leaves `file` at its start.
-fn check_size(mut file: &File, path: &Path) -> Result<()> {
-    let meta = file.metadata().with_context(|| format!("reading {}", path.display()))?;
+/// Refuses a directory and anything else that is not a regular file: a model file is read
+/// by its size, which a pipe or a device does not have.
+fn regular(meta: &std::fs::Metadata, path: &Path) -> Result<()> {
     if meta.is_dir() {
         bail!("{} is a directory, not a model file", path.display());
     }
+    if !meta.is_file() {
+        bail!("{} is not a regular file (a pipe, FIFO, socket or device), so not a model file", path.display());
+    }
+    Ok(())
+}
+
+/// Refuses what [`regular`] refuses, a file whose header is invalid, and a file whose size
+/// is not the one its header states; leaves `file` at its start.
+fn check_size(mut file: &File, path: &Path) -> Result<()> {
+    let meta = file.metadata().with_context(|| format!("reading {}", path.display()))?;
+    regular(&meta, path)?;
     let mut head = Vec::with_capacity(HEADER_LEN);
     file.take(HEADER_LEN as u64).read_to_end(&mut head).with_context(|| format!("reading {}", path.display()))?;
-    file.seek(SeekFrom::Start(0))?;
+    file.seek(SeekFrom::Start(0)).with_context(|| format!("reading {}", path.display()))?;
     let stated = Header::stated_file_len(&head).map_err(|e| anyhow::anyhow!("invalid model file: {e}"))?;
     let size = meta.len();
     if size < stated {

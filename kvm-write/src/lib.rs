@@ -4,8 +4,9 @@
 //!
 //! [`writer::write_model`] streams tensors one at a time into the format v1 file,
 //! encoding each as the [`policy::Policy`] says; [`tokenizer::build_section`] turns an HF
-//! `tokenizer.json` into the file's tokenizer section; [`atomic::AtomicFile`] makes every
-//! output appear whole or not at all.
+//! `tokenizer.json` into the file's tokenizer section; [`atomic::AtomicFile`], the one
+//! writer of every output, makes it appear whole or not at all and never over an input
+//! of the run or a special file.
 
 pub mod atomic;
 pub mod policy;

@@ -3,7 +3,6 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
-use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use kvm_core::cache::{CacheDtype, SlotReads};
@@ -113,21 +112,21 @@ fn join<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
     h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
-/// Writes `path`: `cfg`, the tokenizer section, and every tensor of the config in
+/// Writes `out`'s target: `cfg`, the tokenizer section, and every tensor of the config in
 /// canonical order, each fetched from `source` (f32, `[rows, cols]` row-major) and
 /// stored as `dtype_for(role, rows, cols)`; sessions store attention rows as `cache` and
 /// keep the slots' read rows as `reads` unless they override them (`sessions`).
 ///
-/// The file appears whole or not at all ([`AtomicFile`]): it is written beside `path`,
+/// The file appears whole or not at all ([`AtomicFile`]): it is written beside the target,
 /// loaded back with the runtime's own validation ([`kvm_core::Model::from_bytes`]: every
-/// checksum, the tokenizer against the vocabulary), and only then renamed over `path`. On
-/// any error an existing file at `path` is left as it was.
+/// checksum, the tokenizer against the vocabulary), and only then renamed over it. On
+/// any error an existing file at the target is left as it was.
 ///
 /// # Errors
 /// The source's errors, a non-finite weight, a config or tokenizer the runtime would
 /// refuse, I/O errors.
 pub fn write_model(
-    path: &Path,
+    mut out: AtomicFile,
     cfg: &Config,
     tokenizer: (TokenizerKind, &[u8]),
     sessions: (CacheDtype, SlotReads),
@@ -135,7 +134,6 @@ pub fn write_model(
     source: &mut dyn FnMut(Role, u16, u32, u32) -> Result<Vec<f32>>,
     on_tensor: &mut dyn FnMut(&TensorReport),
 ) -> Result<WriteReport> {
-    let mut out = AtomicFile::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut w = BufWriter::with_capacity(1 << 20, out.file());
     let report = write_model_to(&mut w, cfg, tokenizer, sessions, dtype_for, source, on_tensor)?;
     w.flush()?;

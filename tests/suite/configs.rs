@@ -70,7 +70,7 @@ fn random_model_but(cfg: &Config, seed: u64, dtype: DType, zero: Option<Role>) -
         Ok((0..rows * cols).map(|_| offset + scale * next()).collect())
     };
     kvm_write::writer::write_model(
-        &path,
+        kvm_write::atomic::AtomicFile::create(&path, &[]).unwrap(),
         cfg,
         (TokenizerKind::Bytes, &[]),
         (kvm_core::cache::CacheDtype::F32, kvm_core::cache::SlotReads::Stored),

@@ -288,6 +288,7 @@ fn snapshots_restore_exactly_and_forged_ones_are_refused() {
     let blob = convert_to_bytes(&golden_dir("growable_power_law"), DType::F32);
     let model = Model::from_bytes(&blob).unwrap();
     let (mut a1, mut a2) = (Arena::new(model.arena_len()), Arena::new(model.arena_len()));
+    let mut a3 = Arena::new(model.arena_len());
     let mut s1 = Session::new(model, a1.bytes_mut()).unwrap();
     let ids: Vec<u32> = (0..150).map(|i| (i * 13 % 96) as u32).collect();
     s1.prefill(&ids[..70]).unwrap();
@@ -299,16 +300,85 @@ fn snapshots_restore_exactly_and_forged_ones_are_refused() {
         let l1 = s1.decode(t).unwrap().to_vec();
         assert_eq!(l1, s2.decode(t).unwrap(), "restored session diverged");
     }
-    // Counters no session can reach are refused, as are foreign lengths.
-    for (word, value) in [(1usize, 5u32), (2, 10_000), (3, 1_000)] {
+    // Counters no session can reach are refused, as are foreign lengths, even with the
+    // CRC made right for them (words: 1 pos, 2 slots, 3 coverage).
+    let forged = [
+        vec![(1usize, 5u32), (2, 0)],
+        vec![(2, 10_000)],
+        vec![(3, 1_000)],
+        vec![(1, 1_000_000)],
+        vec![(1, 1 << 31)],
+        vec![(3, 0)],
+        vec![(2, 3)],
+        vec![(1, 20), (2, 20), (3, 20)],
+    ];
+    for words in forged {
         let mut bad = snap.clone();
-        if word == 1 {
-            bad[8..12].copy_from_slice(&0u32.to_le_bytes()); // slots > pos once pos = 5
+        for &(word, value) in &words {
+            bad[word * 4..word * 4 + 4].copy_from_slice(&value.to_le_bytes());
         }
-        bad[word * 4..word * 4 + 4].copy_from_slice(&value.to_le_bytes());
-        assert_eq!(s2.restore(&bad).unwrap_err(), Error::BadSnapshot, "word {word} = {value}");
+        assert_eq!(s2.restore(&bad).unwrap_err(), Error::BadSnapshot, "{words:?}, its CRC as saved");
+        set_snapshot_crc(&mut bad);
+        assert_eq!(s2.restore(&bad).unwrap_err(), Error::BadSnapshot, "{words:?}, its CRC made right");
     }
+    // A real session's counters at another position pass the counters' checks: only the
+    // CRC stands between it and a silently different state.
+    let mut early = vec![0u8; snap.len()];
+    let mut s3 = Session::new(model, a3.bytes_mut()).unwrap();
+    s3.prefill(&ids[..3]).unwrap();
+    s3.snapshot(&mut early).unwrap();
+    let mut spliced = snap.clone();
+    spliced[4..16].copy_from_slice(&early[4..16]);
+    assert_eq!(s2.restore(&spliced).unwrap_err(), Error::BadSnapshot);
+    set_snapshot_crc(&mut spliced);
+    s2.restore(&spliced).unwrap();
+    assert_eq!(s2.pos(), 3);
     assert_eq!(s2.restore(&snap[1..]).unwrap_err(), Error::BadSnapshot);
+}
+
+/// Makes the CRC of a [`Session::snapshot`] (counter word 7) that of its other bytes.
+fn set_snapshot_crc(snap: &mut [u8]) {
+    use kvm_core::format::{crc32, crc32_update};
+    let crc = crc32_update(crc32(&snap[..28]), &snap[32..]);
+    snap[28..32].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// A snapshot is restored only if every byte is the one saved: 30 of 30 single-byte
+/// changes anywhere in it are refused (in the counters, the state's sums, the window), as
+/// is the state zeroed after its first 64 bytes; the session stays as it was.
+#[test]
+fn a_snapshot_with_any_byte_changed_is_refused() {
+    let blob = convert_to_bytes(&golden_dir("growable_power_law"), DType::F32);
+    let model = Model::from_bytes(&blob).unwrap();
+    let (mut a1, mut a2) = (Arena::new(model.arena_len()), Arena::new(model.arena_len()));
+    let mut s1 = Session::new(model, a1.bytes_mut()).unwrap();
+    let ids: Vec<u32> = (0..120).map(|i| (i * 29 % 96) as u32).collect();
+    s1.prefill(&ids).unwrap();
+    let mut snap = vec![0u8; s1.snapshot_len()];
+    s1.snapshot(&mut snap).unwrap();
+    let mut s2 = Session::new(model, a2.bytes_mut()).unwrap();
+    s2.prefill(&ids[..5]).unwrap();
+    let mut before = vec![0u8; snap.len()];
+    s2.snapshot(&mut before).unwrap();
+    let mut refused = 0;
+    for i in 0..30usize {
+        // Spread over the whole snapshot, the first few in the counters.
+        let at = if i < 5 { i * 13 % 64 } else { (i * 7_919 * 131) % snap.len() };
+        let mut bad = snap.clone();
+        bad[at] ^= if i % 2 == 0 { 1 << (i % 8) } else { 0xFF };
+        if s2.restore(&bad) == Err(Error::BadSnapshot) {
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 30, "single-byte changes refused");
+    let mut zeroed = snap.clone();
+    zeroed[64..].fill(0);
+    assert_eq!(s2.restore(&zeroed).unwrap_err(), Error::BadSnapshot);
+    let mut after = vec![0u8; snap.len()];
+    s2.snapshot(&mut after).unwrap();
+    assert_eq!(after, before, "a refused snapshot changed the session");
+    s2.restore(&snap).unwrap();
+    assert_eq!(s2.pos(), 120);
 }
 
 /// Random state-machine settings written into a valid header (valid CRC, so only the

@@ -16,4 +16,4 @@ pub use arena::{Layout, ARENA_ALIGN};
 pub(crate) use attend::HeadReader;
 pub(crate) use means::HeadState;
 pub use plan::{bswa_begin, growth_stops, state_slots, Phase};
-pub(crate) use plan::{Counters, Plan, Segment, SEGMENT_LEN};
+pub(crate) use plan::{coverage_at, Counters, Plan, Segment, SEGMENT_LEN};

@@ -61,6 +61,13 @@ pub fn bswa_begin(cfg: &Config, n: usize) -> usize {
     (n.div_ceil(c) * c).saturating_sub(cfg.window_len())
 }
 
+/// The state's coverage once `pos` tokens are in, in every session (what [`Plan`] leaves
+/// after each step): the first chunk, then everything before the window.
+#[inline]
+pub(crate) fn coverage_at(cfg: &Config, pos: usize) -> usize {
+    pos.min(cfg.chunk_len as usize).max(bswa_begin(cfg, pos))
+}
+
 impl Plan {
     /// The step of the token at `at.pos` in a session of at most `state_len` slots.
     fn new(cfg: &Config, state_len: usize, at: Counters, phase: Phase) -> Plan {
@@ -68,7 +75,7 @@ impl Plan {
         let t = at.pos;
         let n = t + 1;
         let window_begin = bswa_begin(cfg, n);
-        let coverage_after = n.min(c).max(window_begin);
+        let coverage_after = coverage_at(cfg, n);
         let mut plan = Plan {
             t,
             initial: None,
@@ -224,5 +231,49 @@ mod tests {
         // A fixed state of 4 never grows past the first chunk.
         let fixed = Config { budget: StateBudget::Fixed, max_state_chunks: 1, ..cfg };
         assert!(state_slots(&fixed, 4).take(30).eq(grown.map(|s| s.min(4))));
+    }
+
+    /// The counters `Session::restore` accepts are those of every step: the coverage
+    /// `coverage_at` says, the first chunk's slots one a token, then no fewer than a chunk
+    /// and no more than the coverage or the room.
+    #[test]
+    fn every_step_has_the_coverage_and_slots_restore_accepts() {
+        let base = Config {
+            vocab_len: 16,
+            n_layers: 1,
+            n_heads: 1,
+            d_model: 8,
+            d_qk: 8,
+            d_v: 8,
+            d_ff: 8,
+            d_vgate: 0,
+            rope_dim: 2,
+            rope_theta: 10000.0,
+            chunk_len: 4,
+            window_chunks: 2,
+            max_state_chunks: 4,
+            budget: StateBudget::PowerLaw { factor: 2.0, exponent: 0.5 },
+            state_min_len: 4,
+            state_round_down: 1,
+            sink_len: 1,
+            logit_softcap: 0.0,
+            residual_scale: 1.0,
+            flags: flags::VLENS,
+        };
+        let fixed = Config { budget: StateBudget::Fixed, max_state_chunks: 1, ..base };
+        let wide = Config { chunk_len: 3, window_chunks: 1, budget: StateBudget::Saturation { n: 8.0 }, ..base };
+        for (cfg, state_len) in [(base, 16), (base, 9), (fixed, 4), (wide, 12)] {
+            let c = cfg.chunk_len as usize;
+            let mut at = Counters::new(0, 0, 0);
+            for _ in 0..500 {
+                assert_eq!(at.coverage, coverage_at(&cfg, at.pos), "{cfg:?} at {}", at.pos);
+                if at.pos <= c {
+                    assert_eq!(at.slots, at.pos);
+                } else {
+                    assert!(c <= at.slots && at.slots <= at.coverage.min(state_len), "{at:?}");
+                }
+                at = Plan::new(&cfg, state_len, at, Phase::Decode).next();
+            }
+        }
     }
 }

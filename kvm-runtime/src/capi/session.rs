@@ -510,7 +510,7 @@ impl SessionCell {
         for (i, &t) in self.history[..self.history_len].iter().enumerate() {
             put(head, snap::HISTORY + 4 * i, &t.to_le_bytes());
         }
-        let crc = snap::crc(out);
+        let crc = snap::crc(out, core_len);
         put(out, snap::CRC, &crc.to_le_bytes());
         Ok(())
     }
@@ -532,7 +532,7 @@ impl SessionCell {
         let ok = snap_bytes[snap::MAGIC..snap::MAGIC + 4] == snap::MAGIC_BYTES
             && u32_at(snap::VERSION) == snap::CURRENT
             && u64_at(snap::LEN) == snap_bytes.len() as u64
-            && u32_at(snap::CRC) == snap::crc(snap_bytes)
+            && u32_at(snap::CRC) == snap::crc(snap_bytes, self.session.snapshot_len())
             && u32_at(snap::MODEL_ID) == self.model().identity()
             && flags & !(snap::PENDING | snap::PREFILL | snap::LOGITS) == 0
             && !(flags & snap::PENDING != 0 && flags & snap::LOGITS != 0)
@@ -582,8 +582,9 @@ mod snap {
     use kvm_core::format::crc32_update;
 
     pub(super) const MAGIC_BYTES: [u8; 4] = *b"KVMC";
-    /// 2 added the logits.
-    pub(super) const CURRENT: u32 = 2;
+    /// 2 added the logits; 3 leaves the core's state, which carries its own CRC, out of
+    /// this one's.
+    pub(super) const CURRENT: u32 = 3;
     pub(super) const PENDING: u32 = 1 << 0;
     pub(super) const PREFILL: u32 = 1 << 1;
     /// The logits of the whole context follow the core's state (never with `PENDING`).
@@ -601,7 +602,7 @@ mod snap {
     pub(super) const SEED: usize = 32;
     /// u64.
     pub(super) const DRAWS: usize = 40;
-    /// CRC-32 of every other byte.
+    /// CRC-32 of every other byte but the core's state ([`crc`]).
     pub(super) const CRC: usize = 48;
     /// `[HISTORY_LEN] u32`, unused entries zero.
     pub(super) const HISTORY: usize = 64;
@@ -609,9 +610,13 @@ mod snap {
     /// without `LOGITS`).
     pub(super) const CORE: usize = HISTORY + 4 * super::HISTORY_LEN;
 
-    pub(super) fn crc(snap: &[u8]) -> u32 {
+    /// The CRC of a snapshot whose core state is `core_len` bytes: the header and the
+    /// logits, the core's state being checked by [`kvm_core::Session::restore`] against
+    /// its own CRC.
+    pub(super) fn crc(snap: &[u8], core_len: usize) -> u32 {
         let crc = crc32_update(0, &snap[..CRC]);
-        crc32_update(crc, &snap[CRC + 4..])
+        let crc = crc32_update(crc, &snap[CRC + 4..CORE]);
+        crc32_update(crc, &snap[CORE + core_len..])
     }
 }
 
@@ -671,12 +676,17 @@ mod tests {
     }
 
     #[test]
-    fn snapshot_crc_skips_its_own_field() {
+    fn snapshot_crc_skips_its_own_field_and_the_core_state() {
         let mut a = [7u8; snap::CORE + 64];
-        let before = snap::crc(&a);
+        let before = snap::crc(&a, 32);
         a[snap::CRC..snap::CRC + 4].fill(0xFF);
-        assert_eq!(snap::crc(&a), before);
-        a[snap::CORE] ^= 1;
-        assert_ne!(snap::crc(&a), before);
+        assert_eq!(snap::crc(&a, 32), before);
+        a[snap::CORE + 31] ^= 1;
+        assert_eq!(snap::crc(&a, 32), before);
+        a[snap::CORE + 32] ^= 1;
+        assert_ne!(snap::crc(&a, 32), before);
+        a[snap::CORE + 32] ^= 1;
+        a[snap::CORE - 1] ^= 1;
+        assert_ne!(snap::crc(&a, 32), before);
     }
 }

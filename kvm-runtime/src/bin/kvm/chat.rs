@@ -120,7 +120,7 @@ pub fn run(a: &Args) -> Result<()> {
                 continue;
             }
             Some(Command::Save(path)) => {
-                match crate::snapshot::save(&session, path) {
+                match crate::snapshot::save(&session, path, &[a.session.model.path()]) {
                     Ok(()) => eprintln!("(saved to {})", path.display()),
                     Err(e) => eprintln!("kvm: error: {e:#}"),
                 }

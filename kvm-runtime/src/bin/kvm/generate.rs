@@ -1,7 +1,7 @@
 //! `kvm generate`: stream text from a prompt.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
@@ -73,6 +73,9 @@ pub fn run(a: &Args) -> Result<()> {
         t => t.map(Duration::from_secs_f64),
     };
     let Some(prompt) = a.prompt.bytes()? else { bail!("give --prompt or --prompt-file") };
+    let inputs = [Some(a.session.model.path()), a.prompt.file(), a.load_state.as_deref()];
+    let inputs: Vec<&Path> = inputs.into_iter().flatten().collect();
+    let state_out = a.save_state.as_deref().map(|f| crate::snapshot::create(f, &inputs)).transpose()?;
     let file = a.session.model.open()?;
     let model = a.session.model(&file)?;
     let tok = model.tokenizer();
@@ -92,8 +95,8 @@ pub fn run(a: &Args) -> Result<()> {
     let t0 = Instant::now();
     prefill_with_progress(&mut session, &prompt_ids, Phase::Prefill, &pool)?;
     let prompt_secs = t0.elapsed().as_secs_f64();
-    if let Some(f) = &a.save_state {
-        crate::snapshot::save(&session, f)?;
+    if let Some(out) = state_out {
+        crate::snapshot::write(&session, out)?;
     }
     gen.saw(&prompt_ids);
 

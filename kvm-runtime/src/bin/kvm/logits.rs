@@ -1,7 +1,7 @@
 //! `kvm logits`: every position's logits for a token sequence, as float32 .npy.
 
 use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use kvm_core::state::Phase;
@@ -86,7 +86,9 @@ pub fn run(a: &Args) -> Result<()> {
     let (prompt, rest) = ids.split_at(prompt_len);
     // Rows go to the file as they come, so memory stays a batch of logits whatever the
     // length; the file appears only once complete.
-    let mut file = AtomicFile::create(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let inputs = [Some(a.session.model.path()), a.tokens_file.as_deref(), a.text.file()];
+    let inputs: Vec<&Path> = inputs.into_iter().flatten().collect();
+    let mut file = AtomicFile::create(&a.out, &inputs).with_context(|| format!("creating {}", a.out.display()))?;
     let mut w = BufWriter::new(file.file());
     let writing = || format!("writing {}", a.out.display());
     kvm_runtime::npy::write_header(&mut w, &[ids.len(), vocab]).with_context(writing)?;

@@ -32,6 +32,11 @@ impl PromptArg {
             (None, None) => Ok(None),
         }
     }
+
+    /// The prompt file, if the prompt comes from one.
+    pub fn file(&self) -> Option<&Path> {
+        self.prompt_file.as_deref()
+    }
 }
 
 /// `text` itself, all of stdin if `text` is `-`, or the file `file` if given.

@@ -1,0 +1,274 @@
+//! What `kvm` writes and reads back: no output path may be one of the run's inputs or a
+//! special file, a signal leaves no temporary file, and a state file is read only at its
+//! size and restored only if every byte is the one saved.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use kvm_test_support::repo;
+
+/// A fresh, empty directory for test `what`.
+fn fresh_dir(what: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kvm-outputs-{}-{what}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// The names in `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    v.sort();
+    v
+}
+
+/// Runs `kvm ARGS` with `stdin`, killed if it takes longer than a minute (a read of a
+/// FIFO or a device that never ends).
+fn kvm_in(args: &[&str], stdin: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kvm"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(60) {
+            child.kill().ok();
+            panic!("{args:?} did not end");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Runs `args`, which must fail with one line on stderr containing each of `needles`.
+fn fails_saying(args: &[&str], needles: &[&str]) {
+    let o = kvm_in(args, b"");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{args:?} succeeded");
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: `{n}` not in: {err}");
+    }
+}
+
+/// The bundled model, copied into `dir`.
+fn model_in(dir: &Path) -> PathBuf {
+    let m = dir.join("m.kvm");
+    std::fs::copy(repo().join("models/tiny-kjv-q8_0.kvm"), &m).unwrap();
+    m
+}
+
+/// A FIFO in `dir`, and a character device (`/dev/zero`'s numbers) where this user may
+/// make one.
+fn special_files(dir: &Path) -> Vec<PathBuf> {
+    let fifo = dir.join("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let mut v = vec![fifo];
+    let dev = dir.join("zero");
+    if Command::new("mknod").arg(&dev).args(["c", "1", "5"]).status().is_ok_and(|s| s.success()) {
+        v.push(dev);
+    }
+    v
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+fn is_special(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok_and(|m| !m.file_type().is_file() && !m.file_type().is_symlink())
+}
+
+#[test]
+fn an_output_that_is_an_input_is_refused_and_the_input_survives() {
+    let dir = fresh_dir("inputs");
+    let m = model_in(&dir);
+    let before = std::fs::read(&m).unwrap();
+    let (link, hard) = (dir.join("link.kvm"), dir.join("hard.kvm"));
+    std::os::unix::fs::symlink("m.kvm", &link).unwrap();
+    std::fs::hard_link(&m, &hard).unwrap();
+    let (prompt, ids, state) = (dir.join("p.txt"), dir.join("ids.txt"), dir.join("s.state"));
+    std::fs::write(&prompt, "In the beginning").unwrap();
+    std::fs::write(&ids, "1, 2, 3").unwrap();
+    let o = kvm_in(&["generate", "--model", s(&m), "--prompt", "In", "-n", "0", "--save-state", s(&state)], b"");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let saved = std::fs::read(&state).unwrap();
+    let refused = ["is the input", "write the output somewhere else"];
+    for out in [&m, &link, &hard] {
+        fails_saying(&["generate", "--model", s(&m), "--prompt", "In", "-n", "0", "--save-state", s(out)], &refused);
+        fails_saying(&["logits", "--model", s(&m), "--tokens", "1,2", "--out", s(out)], &refused);
+    }
+    fails_saying(&["logits", "--model", s(&m), "--prompt-file", s(&prompt), "--out", s(&prompt)], &refused);
+    fails_saying(&["logits", "--model", s(&m), "--tokens-file", s(&ids), "--out", s(&ids)], &refused);
+    fails_saying(
+        &["generate", "--model", s(&m), "--prompt-file", s(&prompt), "-n", "0", "--save-state", s(&prompt)],
+        &refused,
+    );
+    // Checked before any work: before the model is even read.
+    let junk = dir.join("junk.kvm");
+    std::fs::write(&junk, b"not a model").unwrap();
+    fails_saying(&["generate", "--model", s(&junk), "--prompt", "In", "--save-state", s(&junk)], &refused);
+    assert_eq!(std::fs::read(&junk).unwrap(), b"not a model");
+    std::fs::remove_file(&junk).unwrap();
+    let resave = ["generate", "--model", s(&m), "--load-state", s(&state), "--prompt", " God", "-n", "0"];
+    fails_saying(&[&resave[..], &["--save-state", s(&state)]].concat(), &refused);
+    // In a chat, /save of the model is an error and the chat goes on.
+    // chat's /save paths are relative to its working directory.
+    let o = {
+        use std::io::Write;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kvm"))
+            .args(["chat", "--model", "m.kvm", "-n", "2", "--temperature", "0"])
+            .current_dir(&dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(b"/save m.kvm\nhi\n/save link.kvm\n").unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(err.matches("is the input").count(), 2, "{err}");
+    assert!(!err.contains("(saved to"), "{err}");
+    assert_eq!(std::fs::read(&m).unwrap(), before);
+    assert_eq!(std::fs::read(&state).unwrap(), saved);
+    assert_eq!(std::fs::read_to_string(&prompt).unwrap(), "In the beginning");
+    assert_eq!(std::fs::read_to_string(&ids).unwrap(), "1, 2, 3");
+    assert_eq!(names(&dir), ["hard.kvm", "ids.txt", "link.kvm", "m.kvm", "p.txt", "s.state"]);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn special_files_as_outputs_are_refused_and_stay_as_they_are() {
+    let dir = fresh_dir("special");
+    let m = model_in(&dir);
+    let nodes = special_files(&dir);
+    for node in &nodes {
+        let gen = ["generate", "--model", s(&m), "--prompt", "In", "-n", "0", "--save-state", s(node)];
+        fails_saying(&gen, &[s(node), "not a regular file"]);
+        fails_saying(
+            &["logits", "--model", s(&m), "--tokens", "1,2", "--out", s(node)],
+            &[s(node), "not a regular file"],
+        );
+        assert!(is_special(node), "{} was replaced", node.display());
+    }
+    assert_eq!(names(&dir).len(), 1 + nodes.len(), "no temporary file");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// A FIFO (with no writer: opening it would wait forever) or a device as the model is an
+/// error naming it, not a read that never ends or a bare "Illegal seek".
+#[test]
+fn a_model_that_is_not_a_regular_file_is_refused_naming_it() {
+    let dir = fresh_dir("model-fifo");
+    for node in special_files(&dir) {
+        for args in [
+            vec!["info", "--model", s(&node)],
+            vec!["generate", "--model", s(&node), "--prompt", "In", "-n", "1"],
+            vec!["generate", "--model", s(&node), "--mmap", "--prompt", "In", "-n", "1"],
+        ] {
+            fails_saying(&args, &[s(&node), "not a regular file"]);
+        }
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// `--load-state` reads a state file only when it is a regular file of the session's
+/// snapshot size, and restores it only when every byte is the one saved: 30 of 30
+/// single-byte changes, and the state zeroed after its first 64 bytes, are refused.
+#[test]
+fn a_state_file_is_read_at_its_size_and_restored_only_as_saved() {
+    let dir = fresh_dir("load");
+    let m = model_in(&dir);
+    let state = dir.join("s.state");
+    let text = "In the beginning God created the heaven and the earth. And the earth was without form";
+    let o = kvm_in(&["generate", "--model", s(&m), "--prompt", text, "-n", "0", "--save-state", s(&state)], b"");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let saved = std::fs::read(&state).unwrap();
+    let m = m.to_str().unwrap().to_string();
+    let load = |f: &Path| -> Vec<String> {
+        ["generate", "--model", &m, "--load-state", s(f), "--prompt", " void", "-n", "4"].map(String::from).to_vec()
+    };
+    let ok = kvm_in(&strs(&load(&state)), b"");
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+
+    for node in special_files(&dir) {
+        let started = Instant::now();
+        fails_saying(&strs(&load(&node)), &[s(&node), "not a regular file"]);
+        assert!(started.elapsed() < Duration::from_secs(20), "{} was read", node.display());
+    }
+    let n = saved.len();
+    let bad = dir.join("bad.state");
+    for len in [0, 64, n - 1, n + 1, 2 * n] {
+        let mut b = saved.clone();
+        b.resize(len, 0);
+        std::fs::write(&bad, &b).unwrap();
+        fails_saying(&strs(&load(&bad)), &[s(&bad), &format!("({len} bytes, {n} expected)")]);
+    }
+    let damaged = [s(&bad), "is not a state of this session, or is damaged"];
+    for i in 0..30usize {
+        let at = if i < 5 { i * 13 % 64 } else { (i * 7_919 * 131) % n };
+        let mut b = saved.clone();
+        b[at] ^= if i % 2 == 0 { 1 << (i % 8) } else { 0xFF };
+        std::fs::write(&bad, &b).unwrap();
+        fails_saying(&strs(&load(&bad)), &damaged);
+    }
+    let mut b = saved.clone();
+    b[64..].fill(0);
+    std::fs::write(&bad, &b).unwrap();
+    fails_saying(&strs(&load(&bad)), &damaged);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// SIGINT, SIGTERM and SIGHUP in the middle of `kvm logits --out` end it as the signal
+/// does, with the old output as it was and no temporary file left.
+#[test]
+fn a_signal_during_logits_leaves_no_temporary_file() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = fresh_dir("signal");
+    let m = model_in(&dir);
+    let ids = dir.join("ids.txt");
+    // Decoded one at a time: seconds of work, the file growing all along.
+    let many: Vec<String> = (0..400_000).map(|i| (i * 7 % 256).to_string()).collect();
+    std::fs::write(&ids, many.join(",")).unwrap();
+    let out = dir.join("out.npy");
+    std::fs::write(&out, b"the old logits").unwrap();
+    let tmp_len = || {
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .find(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            .map(|e| e.metadata().unwrap().len())
+    };
+    for (sig, name) in [(2, "INT"), (15, "TERM"), (1, "HUP")] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kvm"))
+            .args(["logits", "--model", s(&m), "--tokens-file", s(&ids), "--prompt-len", "1", "--out", s(&out)])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while tmp_len().is_none_or(|len| len <= 1 << 20) {
+            assert!(child.try_wait().unwrap().is_none(), "logits ended before it was signalled");
+            assert!(started.elapsed() < Duration::from_secs(120), "no temporary file grew");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(Command::new("kill").args(["-s", name, &child.id().to_string()]).status().unwrap().success());
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), Some(sig), "SIG{name}: {status:?}");
+        assert_eq!(names(&dir), ["ids.txt", "m.kvm", "out.npy"], "SIG{name}: a temporary file was left");
+        assert_eq!(std::fs::read(&out).unwrap(), b"the old logits");
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
