@@ -14,6 +14,9 @@ bash scripts/setup.sh
 step "format and lints"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
+# fuzz/ is outside the workspace (its own lock file and target dir) but keeps its lints.
+cargo fmt --manifest-path fuzz/Cargo.toml --check
+cargo clippy --manifest-path fuzz/Cargo.toml --bins -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
 step "tests (host)"
