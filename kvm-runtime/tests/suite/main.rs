@@ -5,3 +5,4 @@ mod bench;
 mod cli;
 mod cli_llama;
 mod file;
+mod limits;

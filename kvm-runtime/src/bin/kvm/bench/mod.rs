@@ -20,7 +20,7 @@ use kvm_core::format::Role;
 use kvm_core::state::{bswa_begin, state_slots};
 use kvm_core::Model;
 use kvm_runtime::file::Pages;
-use kvm_runtime::pool::{default_threads, Pool};
+use kvm_runtime::pool::Pool;
 use serde_json::{json, Value};
 
 use probe::{add_bandwidth, bandwidth};
@@ -44,8 +44,9 @@ pub struct Args {
     /// (llama-bench's `-d`); a comma list sweeps.
     #[arg(long, value_delimiter = ',', default_value = "0")]
     context: Vec<usize>,
-    /// Worker threads (default: all cores); a comma list sweeps.
-    #[arg(long, value_delimiter = ',')]
+    /// Worker threads, each in [1, 256] (default: all cores, at most 256); a comma list
+    /// sweeps.
+    #[arg(long, value_delimiter = ',', value_parser = crate::flags::threads())]
     threads: Vec<usize>,
     /// Repeat the prefill + decode measurement this many times (fresh session each) and
     /// report the medians.
@@ -77,13 +78,19 @@ pub struct Args {
     /// (then go on from the snapshot, so the run itself is unchanged); 0 skips it.
     #[arg(long, default_value_t = 0)]
     round_trip: usize,
-    /// MiB read to measure memory bandwidth (0 skips it); keep it well above the L3.
-    #[arg(long, default_value_t = 1024)]
+    /// MiB read to measure memory bandwidth, in [0, 16384] (0 skips it); keep it well
+    /// above the L3. The probe holds this buffer, after the timed runs, on top of the run's
+    /// memory.
+    #[arg(long, default_value_t = 256, value_parser = crate::flags::ranged(0..=MAX_BW_MIB))]
     bw_mib: usize,
     /// Seed of the prompt's token stream.
     #[arg(long, default_value_t = 0)]
     seed: u64,
 }
+
+/// The largest bandwidth probe, in MiB: past a few times the L3 a larger buffer measures
+/// the same rate.
+const MAX_BW_MIB: usize = 16 << 10;
 
 /// One combination of a sweep.
 pub(super) struct Point {
@@ -98,7 +105,7 @@ pub fn run(a: &Args) -> Result<()> {
     let file = a.session.model.open()?;
     let model = a.session.model(&file)?;
     let asked = a.session.state_slots.map(|_| a.session.state_len(&model)).transpose()?;
-    let threads = if a.threads.is_empty() { vec![default_threads()] } else { a.threads.clone() };
+    let threads = if a.threads.is_empty() { vec![crate::flags::threads_or_all(None)] } else { a.threads.clone() };
     if !a.checkpoints.is_empty() && threads.len() * a.prompt_len.len() * a.gen.len() * a.context.len() > 1 {
         bail!("--checkpoints makes one long run: give one --threads, --gen and --context");
     }
@@ -169,7 +176,7 @@ pub fn run(a: &Args) -> Result<()> {
                         eprint!("\rbench: memory bandwidth, {} threads\x1b[K", p.threads);
                         std::io::stderr().flush().ok();
                     }
-                    let bw = bandwidth(a.bw_mib, p.threads);
+                    let bw = bandwidth(a.bw_mib, p.threads)?;
                     measured.push((p.threads, bw));
                     bw
                 }
