@@ -130,6 +130,10 @@ pub const SATURATE1024: StateBudget = StateBudget::Saturation { n: 1024.0 };
 /// benchmarks measure.
 pub const GROWTH_CONTEXT: usize = 65_536;
 
+/// The longest context a growable state is sized for (`--max-context`): 2^26 tokens, 64
+/// times a million-token context, and followed token by token in about a second.
+pub const MAX_CONTEXT: usize = 1 << 26;
+
 /// Parses `--state`: `fixed`, `sqrt` ([`SQRT16`]), `saturation` ([`SATURATE1024`]),
 /// `power-law:F:E` (`F * ctx^E` slots) or `saturation:N` (`N * ctx / (N + ctx)` slots).
 ///
@@ -154,9 +158,12 @@ pub fn parse_budget(s: &str) -> Result<StateBudget> {
 /// one slot, as the paper's configs do ([`SQRT16`], [`SATURATE1024`]).
 ///
 /// # Errors
-/// A fixed `budget`, an invalid one, or one that outgrows the format's 1024 chunks of
-/// state within `context`.
+/// A `context` outside `[1, MAX_CONTEXT]`, a fixed `budget`, an invalid one, or one that
+/// outgrows the format's 1024 chunks of state within `context`.
 pub fn growable(cfg: Config, budget: StateBudget, context: usize) -> Result<Config> {
+    if !(1..=MAX_CONTEXT).contains(&context) {
+        bail!("--max-context {context}: must be in [1, {MAX_CONTEXT}] tokens");
+    }
     let state_min_len = match budget {
         StateBudget::Fixed => bail!("a fixed state does not grow"),
         StateBudget::PowerLaw { .. } => cfg.state_min_len,
@@ -349,6 +356,12 @@ mod tests {
         let c = growable(Preset::Paper350m.config(), SATURATE1024, GROWTH_CONTEXT).unwrap();
         assert_eq!((c.max_state_chunks, c.natural_state_len(), c.state_min_len), (4, 1024, 1));
         assert!(growable(Preset::Tiny.config(), StateBudget::Fixed, 1024).is_err());
+        // A context of none, or too long to follow (once, it looped over 2^32 tokens).
+        for context in [0, MAX_CONTEXT + 1, 1 << 32] {
+            let e = growable(Preset::Paper120m.config(), SATURATE1024, context).unwrap_err().to_string();
+            assert!(e.contains(&format!("--max-context {context}")) && e.contains("[1, 67108864]"), "{e}");
+        }
+        assert!(growable(Preset::Paper120m.config(), SATURATE1024, 1).is_ok());
         assert!(growable(Preset::Tiny.config(), StateBudget::Saturation { n: -1.0 }, 1024).is_err());
         // A state as large as its context outgrows the format's 1024 chunks (262,144 slots).
         let linear = StateBudget::PowerLaw { factor: 1.0, exponent: 1.0 };

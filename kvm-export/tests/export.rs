@@ -168,5 +168,16 @@ fn synth_writes_the_growable_states_asked_for_and_refuses_bad_ones() {
         &["synth", "--preset", "tiny", "-o", o, "--state", "power-law:1:1", "--max-context", "99999"],
         &["grows past 16384 slots"],
     );
+    // A context of none, or one too long to follow (4294967296 once hung), before any work.
+    std::fs::remove_file(&out).ok();
+    for ctx in ["0", "4294967296", "67108865"] {
+        let t0 = std::time::Instant::now();
+        fails_saying(
+            &["synth", "--preset", "tiny", "-o", o, "--state", "sqrt", "--max-context", ctx],
+            &[&format!("--max-context {ctx}"), "[1, 67108864]"],
+        );
+        assert!(t0.elapsed().as_secs() < 10, "--max-context {ctx} took {:?}", t0.elapsed());
+    }
+    assert!(!out.exists());
     std::fs::remove_dir_all(dir).ok();
 }
