@@ -67,7 +67,19 @@ fn numeric_flags_out_of_range_are_refused_as_typed() {
         refused(&args, "--threads", "1000", "[1, 256]");
     }
     refused(&["bench", "--model", m, "--threads", "1,0"], "--threads", "0", "[1, 256]");
-    refused(&["bench", "--model", m, "--bw-mib", "16385"], "--bw-mib", "16385", "[0, 16384]");
+    for (flag, value, range) in [
+        ("--bw-mib", "16385", "[0, 16384]"),
+        ("--prompt-len", "100000000000", "[1, 16777216]"),
+        ("--prompt-len", "0", "[1, 16777216]"),
+        ("--gen", "4294967296", "[1, 4294967295]"),
+        ("--context", "16777217", "[0, 16777216]"),
+        ("--round-trip", "1025", "[0, 1024]"),
+        ("--runs", "1001", "[1, 1000]"),
+        ("--window", "0", "[1, 16777216]"),
+        ("--checkpoints", "0", "[1, 4294967295]"),
+    ] {
+        refused(&["bench", "--model", m, flag, value], flag, value, range);
+    }
     // Values at the ends of the ranges run.
     let out = kvm(&gen(&["--temperature", "100", "--threads", "1", "--max-time", "1e9", "--repeat-window", "256"]));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
