@@ -17,7 +17,7 @@
 use crate::cache::{CacheDtype, SlotReads};
 use crate::config::{Config, StateBudget};
 pub use crate::crc::{crc32, crc32_update};
-use crate::error::{Error, Result, Section};
+use crate::error::{ConfigField, Error, Result, Section};
 use crate::quant::DType;
 
 /// `KVMF`.
@@ -314,14 +314,28 @@ impl Header {
         let r = Reader(blob);
         let minor = r.u16(at::MINOR)?;
         let c = at::CONFIG;
+        let (factor, exponent) = (r.f64(c + cfg_at::GROWTH_FACTOR)?, r.f64(c + cfg_at::GROWTH_EXPONENT)?);
+        let saturation_n = r.f64(c + cfg_at::SATURATION_N)?;
+        // The parameters of the other budgets are 0 (FORMAT.md): anything else, NaN
+        // included, is a file that says two things.
+        let unused = |v: f64, field| if v == 0.0 { Ok(()) } else { Err(Error::BadConfig(field)) };
         let budget = match r.u32(c + cfg_at::BUDGET)? {
-            0 => StateBudget::Fixed,
-            1 => StateBudget::PowerLaw {
-                factor: r.f64(c + cfg_at::GROWTH_FACTOR)?,
-                exponent: r.f64(c + cfg_at::GROWTH_EXPONENT)?,
-            },
-            2 => StateBudget::Saturation { n: r.f64(c + cfg_at::SATURATION_N)? },
-            _ => return Err(Error::BadConfig(crate::error::ConfigField::StateBudget)),
+            0 => {
+                unused(factor, ConfigField::StateGrowth)?;
+                unused(exponent, ConfigField::StateGrowth)?;
+                unused(saturation_n, ConfigField::StateSaturation)?;
+                StateBudget::Fixed
+            }
+            1 => {
+                unused(saturation_n, ConfigField::StateSaturation)?;
+                StateBudget::PowerLaw { factor, exponent }
+            }
+            2 => {
+                unused(factor, ConfigField::StateGrowth)?;
+                unused(exponent, ConfigField::StateGrowth)?;
+                StateBudget::Saturation { n: saturation_n }
+            }
+            _ => return Err(Error::BadConfig(ConfigField::StateBudget)),
         };
         let config = Config {
             vocab_len: r.u32(c + cfg_at::VOCAB)?,
@@ -350,10 +364,8 @@ impl Header {
             1 => TokenizerKind::Bpe,
             _ => return Err(Error::BadTokenizer),
         };
-        let cache =
-            CacheDtype::from_u32(r.u32(at::CACHE)?).ok_or(Error::BadConfig(crate::error::ConfigField::CacheDtype))?;
-        let reads = SlotReads::from_u32(r.u32(at::SLOT_READS)?)
-            .ok_or(Error::BadConfig(crate::error::ConfigField::SlotReads))?;
+        let cache = CacheDtype::from_u32(r.u32(at::CACHE)?).ok_or(Error::BadConfig(ConfigField::CacheDtype))?;
+        let reads = SlotReads::from_u32(r.u32(at::SLOT_READS)?).ok_or(Error::BadConfig(ConfigField::SlotReads))?;
         let h = Header {
             minor,
             file_len: r.u64(at::FILE_LEN)?,

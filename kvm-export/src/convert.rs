@@ -52,7 +52,47 @@ fn map_checkpoint(dir: &Path) -> Result<memmap2::Mmap> {
 }
 
 fn parse_checkpoint<'m>(dir: &Path, mmap: &'m [u8]) -> Result<SafeTensors<'m>> {
-    SafeTensors::deserialize(mmap).with_context(|| format!("parsing {}", dir.join("model.safetensors").display()))
+    let path = dir.join("model.safetensors");
+    let st = SafeTensors::deserialize(mmap).with_context(|| format!("parsing {}", path.display()))?;
+    // The parser keeps one of two entries of a name; which one the file meant, nobody knows.
+    if let Some(name) = duplicate_name(mmap) {
+        bail!("{}: the tensor `{name}` is listed twice", path.display());
+    }
+    Ok(st)
+}
+
+/// A name that a safetensors file's header (the JSON object after its 8-byte length)
+/// lists twice, if any. `None` also for a header that does not parse, which the
+/// safetensors parser has refused by then.
+fn duplicate_name(file: &[u8]) -> Option<String> {
+    let len = usize::try_from(u64::from_le_bytes(file.get(..8)?.try_into().ok()?)).ok()?;
+    let header = file.get(8..8usize.checked_add(len)?)?;
+    let Keys(mut names) = serde_json::from_slice(header).ok()?;
+    names.sort_unstable();
+    names.windows(2).find(|w| w[0] == w[1]).map(|w| w[0].clone())
+}
+
+/// The keys of a JSON object, as written (repeats kept), values skipped.
+struct Keys(Vec<String>);
+
+impl<'de> serde::Deserialize<'de> for Keys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Keys, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Keys;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<Keys, A::Error> {
+                let mut keys = Vec::new();
+                while let Some((k, serde::de::IgnoredAny)) = map.next_entry::<String, serde::de::IgnoredAny>()? {
+                    keys.push(k);
+                }
+                Ok(Keys(keys))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
 }
 
 /// `config.json` of `dir` (parsed as `config_json`), with the value-gate rank the
@@ -97,15 +137,22 @@ pub fn convert(
     }
 
     let (kind, section) = tokenizer_section(dir, tokenizer, cfg.vocab_len)?;
+    // A config that names a tokenizer without its file would silently become byte-level.
+    let declared = json.get("tokenizer").filter(|v| !v.is_null() && v.as_str() != Some("bytes"));
+    if let (TokenizerKind::Bytes, TokenizerSource::Auto, Some(v)) = (kind, tokenizer, declared) {
+        bail!(
+            "config field `tokenizer` is {v}, but {} has no tokenizer.json: add it, or give --tokenizer (a file, or bytes)",
+            dir.display()
+        );
+    }
     let st_name = st_path.display().to_string();
     let mut source = |role: Role, layer: u16, rows: u32, cols: u32| -> Result<Vec<f32>> {
         let name = hf_name(role, layer);
         let t = st.tensor(&name).map_err(|_| anyhow!("{st_name}: missing tensor `{name}`"))?;
-        let numel: usize = t.shape().iter().product();
-        if numel != rows as usize * cols as usize || t.shape().iter().filter(|&&d| d != 1).count() > 2 {
-            bail!("{st_name}: tensor `{name}` has shape {:?}, expected [{rows}, {cols}]", t.shape());
-        }
-        if t.shape().len() == 2 && (t.shape()[0], t.shape()[1]) != (rows as usize, cols as usize) {
+        // The shapes with their 1s dropped (`[1, 1, d]` is a vector of d) must be the same:
+        // the element count alone would take a matrix stored flat, or transposed.
+        let squeeze = |dims: &[usize]| dims.iter().copied().filter(|&d| d != 1).collect::<Vec<_>>();
+        if squeeze(t.shape()) != squeeze(&[rows as usize, cols as usize]) {
             bail!("{st_name}: tensor `{name}` has shape {:?}, expected [{rows}, {cols}]", t.shape());
         }
         to_f32(t.dtype(), t.data()).with_context(|| format!("{st_name}: tensor `{name}`"))

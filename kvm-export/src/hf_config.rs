@@ -33,7 +33,18 @@ pub fn parse(json: &Value, d_vgate: u32, context: usize) -> Result<Config> {
         }
         Ok(v as u32)
     };
-    let flag = |k: &str, default: bool| -> Result<bool> { Ok(num(k, Some(default as u8 as f64))? != 0.0) };
+    // A switch is true or false, 0 or 1: anything else is no setting the reference knows.
+    let flag = |k: &str, default: bool| -> Result<bool> {
+        match get(k) {
+            None => Ok(default),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(v) => match v.as_f64() {
+                Some(0.0) => Ok(false),
+                Some(1.0) => Ok(true),
+                _ => bail!("config field `{k}` is {v}: expected true, false, 0 or 1"),
+            },
+        }
+    };
     let string = |k: &str, default: &str| -> Result<String> {
         match get(k) {
             Some(Value::String(s)) => Ok(s.clone()),
@@ -97,11 +108,16 @@ pub fn parse(json: &Value, d_vgate: u32, context: usize) -> Result<Config> {
     if state_min_len.fract() != 0.0 || state_min_len < -1.0 || state_min_len > i32::MAX as f64 {
         bail!("config field `state_min_len` is {state_min_len}: expected an integer >= -1");
     }
-    // The reference reads `residual_scale or 1.0`: 0 (like null) means 1.
-    let residual_scale = match num("residual_scale", Some(1.0))? {
-        0.0 => 1.0,
-        r => r,
-    };
+    // The reference reads `residual_scale or 1.0`, so 0 would silently mean 1: refused,
+    // as the scale that would zero every layer's output it looks like.
+    let residual_scale = num("residual_scale", Some(1.0))?;
+    if !(residual_scale.is_finite() && residual_scale > 0.0) {
+        bail!("config field `residual_scale` is {residual_scale}: it must be finite and > 0 (null means 1)");
+    }
+    let logit_softcap = num("logit_softcap", Some(0.0))?;
+    if !(logit_softcap.is_finite() && logit_softcap >= 0.0) {
+        bail!("config field `logit_softcap` is {logit_softcap}: it must be 0 (off) or a finite cap > 0");
+    }
 
     let mut f = 0;
     for (on, bit) in [
@@ -137,7 +153,7 @@ pub fn parse(json: &Value, d_vgate: u32, context: usize) -> Result<Config> {
         state_min_len: state_min_len as i32,
         state_round_down: uint("state_round_down", Some(1.0))?,
         sink_len: uint("sink_len", Some(1.0))?,
-        logit_softcap: num("logit_softcap", Some(0.0))? as f32,
+        logit_softcap: logit_softcap as f32,
         residual_scale: residual_scale as f32,
         flags: f,
     };

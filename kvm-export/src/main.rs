@@ -106,8 +106,8 @@ enum Cmd {
         #[arg(long, default_value = "fixed", value_name = "BUDGET")]
         state: String,
         /// A growable state's room: every slot it grows to within this many tokens of
-        /// context (default 65536, where sqrt reaches 4096 slots); past it the state
-        /// merges without growing.
+        /// context, in [1, 2^26] (default 65536, where sqrt reaches 4096 slots); past it
+        /// the state merges without growing.
         #[arg(long, value_name = "TOKENS")]
         max_context: Option<usize>,
         /// The random seed: the same seed gives the same file.

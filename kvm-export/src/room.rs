@@ -11,9 +11,9 @@ use kvm_core::state::state_slots;
 
 pub use kvm_write::policy::DEFAULT_CONTEXT;
 
-/// The longest `--max-context`: the slot counts are found by walking the context token
-/// by token (16.7 M steps, well under a second).
-pub const MAX_CONTEXT: usize = 1 << 24;
+/// The longest `--max-context`: 2^26 tokens, 64 times a million-token context, its slot
+/// counts found by walking it token by token in about a second.
+pub const MAX_CONTEXT: usize = 1 << 26;
 
 /// `cfg` with `max_state_chunks` the room its state needs: for a growable budget, the
 /// whole chunks that hold every slot the state reaches within `context` tokens and the
@@ -22,11 +22,11 @@ pub const MAX_CONTEXT: usize = 1 << 24;
 /// the chunks its fixed size fills, which changes nothing it computes.
 ///
 /// # Errors
-/// `context` outside `1..=MAX_CONTEXT`; a state that outgrows the format's 1024 chunks
+/// `context` outside `[1, MAX_CONTEXT]`; a state that outgrows the format's 1024 chunks
 /// within `context` while the reference would still grow; an invalid config.
 pub fn fit(cfg: Config, reference_chunks: u32, context: usize) -> Result<Config> {
     if !(1..=MAX_CONTEXT).contains(&context) {
-        bail!("--max-context {context}: must be in 1..={MAX_CONTEXT}");
+        bail!("--max-context {context}: must be in [1, {MAX_CONTEXT}] tokens");
     }
     let c = cfg.chunk_len.max(1) as usize;
     let most = Config { max_state_chunks: reference_chunks.min(MAX_STATE_CHUNKS), ..cfg };

@@ -334,6 +334,12 @@ mod tests {
         let c = growable(Preset::Paper350m.config(), SATURATE1024, room::DEFAULT_CONTEXT).unwrap();
         assert_eq!((c.max_state_chunks, c.natural_state_len(), c.state_min_len), (4, 1024, 1));
         assert!(growable(Preset::Tiny.config(), StateBudget::Fixed, 1024).is_err());
+        // A context of none, or too long to follow (once, it looped over 2^32 tokens).
+        for context in [0, room::MAX_CONTEXT + 1, 1 << 32] {
+            let e = growable(Preset::Paper120m.config(), SATURATE1024, context).unwrap_err().to_string();
+            assert!(e.contains(&format!("--max-context {context}")) && e.contains("[1, 67108864]"), "{e}");
+        }
+        assert!(growable(Preset::Paper120m.config(), SATURATE1024, 1).is_ok());
         assert!(growable(Preset::Tiny.config(), StateBudget::Saturation { n: -1.0 }, 1024).is_err());
         // A state as large as its context outgrows the format's 1024 chunks (262,144 slots).
         let linear = StateBudget::PowerLaw { factor: 1.0, exponent: 1.0 };

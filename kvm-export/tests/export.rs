@@ -168,6 +168,17 @@ fn synth_writes_the_growable_states_asked_for_and_refuses_bad_ones() {
         &["synth", "--preset", "tiny", "-o", o, "--state", "power-law:1:1", "--max-context", "99999"],
         &["grows past 16384 slots"],
     );
+    // A context of none, or one too long to follow (4294967296 once hung), before any work.
+    std::fs::remove_file(&out).ok();
+    for ctx in ["0", "4294967296", "67108865"] {
+        let t0 = std::time::Instant::now();
+        fails_saying(
+            &["synth", "--preset", "tiny", "-o", o, "--state", "sqrt", "--max-context", ctx],
+            &[&format!("--max-context {ctx}"), "[1, 67108864]"],
+        );
+        assert!(t0.elapsed().as_secs() < 10, "--max-context {ctx} took {:?}", t0.elapsed());
+    }
+    assert!(!out.exists());
     std::fs::remove_dir_all(dir).ok();
 }
 
@@ -185,7 +196,7 @@ fn a_growable_checkpoint_gets_room_for_the_context_asked_for() {
     // 16 * 65536^0.5 = 4096 slots by default; 16 * 4096^0.5 = 1024 (four chunks).
     assert_eq!(capacity(&[]), 4096);
     assert_eq!(capacity(&["--max-context", "4096"]), 1024);
-    for bad in ["0", "16777217"] {
+    for bad in ["0", "67108865"] {
         fails_saying(
             &["convert", s(&dir), "-q", "-o", s(&dir.join("x.kvm")), "--max-context", bad],
             &["--max-context"],
@@ -290,4 +301,61 @@ fn a_signal_during_a_write_leaves_no_temporary_file() {
         assert_eq!(std::fs::read(&out).unwrap(), b"the old model");
     }
     std::fs::remove_dir_all(dir).ok();
+}
+
+/// Rewrites the safetensors header of `dir`'s checkpoint: `edit` gets its JSON text.
+fn edit_header(dir: &Path, edit: impl FnOnce(&str) -> String) {
+    let path = dir.join("model.safetensors");
+    let st = std::fs::read(&path).unwrap();
+    let len = u64::from_le_bytes(st[..8].try_into().unwrap()) as usize;
+    let header = edit(std::str::from_utf8(&st[8..8 + len]).unwrap());
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(&st[8 + len..]);
+    std::fs::write(&path, out).unwrap();
+}
+
+#[test]
+fn what_the_converter_would_misread_is_refused_by_name() {
+    let base = "tests/data/golden/fixed_basic";
+    let out = std::env::temp_dir().join(format!("kvm-export-test-{}-misread.kvm", std::process::id()));
+    let refused = |what: &str, patch: fn(&mut serde_json::Value), needles: &[&str]| {
+        let dir = checkpoint(base, what, patch);
+        fails_saying(&["convert", s(&dir), "-o", s(&out), "-q"], needles);
+        assert!(!out.exists(), "{what}: {} left behind", out.display());
+        dir
+    };
+    let mut dirs = vec![
+        refused("switch", |c| c["use_tokenshift_att"] = 2.into(), &["`use_tokenshift_att` is 2", "0 or 1"]),
+        refused("half", |c| c["kvm_use_vlens"] = 0.5.into(), &["`kvm_use_vlens` is 0.5", "0 or 1"]),
+        refused("string", |c| c["use_skip_connections"] = "no".into(), &["`use_skip_connections`"]),
+        refused("softcap", |c| c["logit_softcap"] = (-3).into(), &["`logit_softcap` is -3", "> 0"]),
+        refused("residual", |c| c["residual_scale"] = 0.into(), &["`residual_scale` is 0", "> 0"]),
+        refused("tokenizer", |c| c["tokenizer"] = "gpt2".into(), &["`tokenizer` is \"gpt2\"", "no tokenizer.json"]),
+    ];
+    // A matrix stored flat, with the right element count.
+    let flat = checkpoint(base, "flat", |_| {});
+    edit_header(&flat, |h| {
+        let mut v: serde_json::Value = serde_json::from_str(h).unwrap();
+        v["transformer.h.0.attn.c_q.weight"]["shape"] = serde_json::json!([64 * 64]);
+        v.to_string()
+    });
+    fails_saying(&["convert", s(&flat), "-o", s(&out), "-q"], &["`transformer.h.0.attn.c_q.weight`", "[4096]"]);
+    // A name listed twice (the parser keeps one of them).
+    let twice = checkpoint(base, "twice", |_| {});
+    edit_header(&twice, |h| {
+        let v: serde_json::Value = serde_json::from_str(h).unwrap();
+        let name = "transformer.h.0.attn.c_q.weight";
+        format!("{{\"{name}\":{},{}", v[name], &h[1..])
+    });
+    fails_saying(&["convert", s(&twice), "-o", s(&out), "-q"], &["`transformer.h.0.attn.c_q.weight` is listed twice"]);
+    assert!(!out.exists());
+    // A byte-level declaration needs no file.
+    dirs.push(checkpoint(base, "bytes", |c| c["tokenizer"] = "bytes".into()));
+    let o = export(&["convert", s(dirs.last().unwrap()), "-o", s(&out), "-q"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::remove_file(&out).ok();
+    for d in dirs.into_iter().chain([flat, twice]) {
+        std::fs::remove_dir_all(d).ok();
+    }
 }

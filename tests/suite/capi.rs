@@ -865,6 +865,8 @@ fn non_finite_logits_have_their_own_status() {
     let s = f.session();
     s.set_sampler(greedy(), 0);
     s.prefill(&[1, 2, 3]);
+    // Nothing computed yet: a snapshot to go back to.
+    let before = s.save();
     let mut t = u32::MAX;
     assert_eq!(unsafe { kvm_decode_step(s.s, &mut t) }, KVM_ERR_NON_FINITE);
     assert_eq!(t, u32::MAX);
@@ -872,17 +874,32 @@ fn non_finite_logits_have_their_own_status() {
         c_str(kvm_status_string(KVM_ERR_NON_FINITE as i32)),
         "the model's logits are not finite (NaN or infinity)"
     );
-    // The step was taken; the session stays consistent and usable after a reset.
+    // The step was taken; until a reset or a restore every call says so again (not "no
+    // context"), and changes nothing.
     assert_eq!(s.pos(), 3);
-    // Asking for the logits runs the same step and reports the same, then has none.
-    s.prefill(&[4]);
     let (mut p, mut n) = (null::<f32>(), 0usize);
+    let mut buf = vec![0u8; before.len()];
+    let mut written = 0usize;
+    for _ in 0..2 {
+        assert_eq!(unsafe { kvm_decode_step(s.s, &mut t) }, KVM_ERR_NON_FINITE);
+        assert_eq!(unsafe { kvm_logits(s.s, &mut p, &mut n) }, KVM_ERR_NON_FINITE);
+        assert_eq!((t, p, n), (u32::MAX, null(), 0));
+        assert_eq!(unsafe { kvm_prefill(s.s, [4u32].as_ptr(), 1) }, KVM_ERR_NON_FINITE);
+        assert_eq!(unsafe { kvm_generate(s.s, 3, None, null_mut(), null_mut()) }, KVM_ERR_NON_FINITE);
+        let code = unsafe { kvm_state_save(s.s, buf.as_mut_ptr().cast(), buf.len(), &mut written) };
+        assert_eq!(code, KVM_ERR_NON_FINITE);
+        assert_eq!(s.pos(), 3);
+    }
+    // A restore goes back to before the overflow; the same step overflows again.
+    assert_eq!(s.restore(&before), KVM_OK);
     assert_eq!(unsafe { kvm_logits(s.s, &mut p, &mut n) }, KVM_ERR_NON_FINITE);
-    assert_eq!((p, n), (null(), 0));
-    assert_eq!(unsafe { kvm_logits(s.s, &mut p, &mut n) }, KVM_ERR_NO_CONTEXT);
-    assert_eq!(s.pos(), 4);
+    assert_eq!(s.pos(), 3);
+    // A reset starts afresh.
     assert_eq!(unsafe { kvm_session_reset(s.s) }, KVM_OK);
     assert_eq!(s.pos(), 0);
+    s.prefill(&[4]);
+    assert_eq!(unsafe { kvm_logits(s.s, &mut p, &mut n) }, KVM_ERR_NON_FINITE);
+    assert_eq!(unsafe { kvm_session_reset(s.s) }, KVM_OK);
 
     // The core says where: the position of the token whose logits overflowed, and the
     // stage of the forward pass that overflowed first.

@@ -193,6 +193,29 @@ fn the_cache_dtype_is_read_from_the_header_and_unknown_ones_are_refused() {
     }
 }
 
+#[test]
+fn parameters_of_another_state_budget_must_be_zero() {
+    // Offsets of the growth factor, the growth exponent and the saturation n (FORMAT.md).
+    let (factor, exponent, saturation) = (184, 192, 200);
+    let fixed = fixed_basic();
+    let power_law = convert_to_bytes(&golden_dir("growable_power_law"), DType::F32);
+    let (growth, sat) =
+        (Err(Error::BadConfig(ConfigField::StateGrowth)), Err(Error::BadConfig(ConfigField::StateSaturation)));
+    for (blob, at, want) in
+        [(&fixed, factor, growth), (&fixed, exponent, growth), (&fixed, saturation, sat), (&power_law, saturation, sat)]
+    {
+        for v in [f64::NAN, 1.0, -0.5, f64::INFINITY] {
+            let mut bad = blob.clone();
+            bad[at..at + 8].copy_from_slice(&v.to_le_bytes());
+            bad[16..20].copy_from_slice(&0u32.to_le_bytes());
+            let crc = kvm_core::format::crc32(&bad[..HEADER_LEN]);
+            bad[16..20].copy_from_slice(&crc.to_le_bytes());
+            assert_eq!(Model::from_bytes(&bad).map(|_| ()), want, "{v} at offset {at}");
+        }
+    }
+    assert!(Model::from_bytes(&fixed).is_ok() && Model::from_bytes(&power_law).is_ok());
+}
+
 /// An interleaved tensor must hold whole groups of 16 rows: relabelling a row-major one
 /// (same bytes, valid checksums) that does not is refused, one that does is accepted.
 #[test]

@@ -102,7 +102,9 @@ pub enum kvm_status {
     /// An argument is outside its documented range.
     KVM_ERR_INVALID_ARGUMENT = 17,
     /// The model's logits came out NaN or infinite (its weights or state overflowed). The
-    /// step was taken: reset the session or restore a snapshot before going on.
+    /// step was taken, and the session must be reset (`kvm_session_reset()`) or restored
+    /// (`kvm_state_restore()`): until then every prefill, logits, decode, generate and
+    /// state-save call on it returns this status again and changes nothing.
     KVM_ERR_NON_FINITE = 18,
     /// The blob is longer than the file length its header states.
     KVM_ERR_EXTRA_BYTES = 19,
@@ -1034,7 +1036,8 @@ pub unsafe extern "C" fn kvm_prefill_chunked(
 /// The logits lie in the session's arena and stay valid until the next call that
 /// changes the session (prefill, decode, generate, reset, restore, release). A fresh or
 /// reset session has none: `KVM_ERR_NO_CONTEXT`, and `*logits`, `*len` untouched, as on
-/// every error.
+/// every error. After logits that were not finite, `KVM_ERR_NON_FINITE` until the session
+/// is reset or restored.
 ///
 /// # Safety
 /// `session` is null or a handle from `kvm_session_init()`; `logits` and `len` are null
@@ -1092,7 +1095,9 @@ pub unsafe extern "C" fn kvm_logits_copy(
 
 /// Pull-style generation: runs the model on the context's last token, samples the next
 /// token with the session's sampler, appends it to the context and writes it to `*token`.
-/// Each call costs one forward pass. `KVM_ERR_NO_CONTEXT` before any prefill.
+/// Each call costs one forward pass. `KVM_ERR_NO_CONTEXT` before any prefill;
+/// `KVM_ERR_NON_FINITE` once logits were not finite, until the session is reset or
+/// restored.
 ///
 /// # Safety
 /// `session` is null or a handle from `kvm_session_init()`; `token` is null or valid for
@@ -1179,6 +1184,7 @@ pub unsafe extern "C" fn kvm_state_save(
     written: *mut usize,
 ) -> kvm_status {
     let f = |s: &SessionCell| {
+        s.check_finite()?;
         let n = s.state_size();
         // SAFETY: per the contract.
         unsafe { put(written, n)? };

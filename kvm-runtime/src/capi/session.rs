@@ -193,6 +193,9 @@ pub(crate) struct SessionCell {
     pending: Option<Pending>,
     /// The logits of the whole context (nothing pending), if computed.
     logits: Option<Logits>,
+    /// A step's logits came out NaN or infinite: only a reset or a restore goes on from
+    /// here, every other call answers `KVM_ERR_NON_FINITE` again.
+    non_finite: bool,
     #[cfg(feature = "std")]
     engine: Option<std::boxed::Box<Engine>>,
     history_len: usize,
@@ -256,6 +259,7 @@ impl SessionCell {
                 restored,
                 pending: None,
                 logits: None,
+                non_finite: false,
                 #[cfg(feature = "std")]
                 engine,
                 history_len: 0,
@@ -341,6 +345,7 @@ impl SessionCell {
         self.session.reset();
         self.pending = None;
         self.logits = None;
+        self.non_finite = false;
         self.history_len = 0;
         self.reseed(self.seed);
     }
@@ -374,8 +379,17 @@ impl SessionCell {
     }
 
     /// Feeds `tokens` (at least one) to the core, leaving the last one's logits in it
-    /// when `want_logits`: one at a time, or in batches through the engine.
+    /// when `want_logits`; logits that are not finite mark the session so.
     fn feed(&mut self, tokens: &[u32], phase: Phase, want_logits: bool) -> Result<(), Error> {
+        let fed = self.feed_core(tokens, phase, want_logits);
+        if let Err(Error::NonFiniteLogits { .. }) = fed {
+            self.non_finite = true;
+        }
+        fed
+    }
+
+    /// [`SessionCell::feed`]'s work: one token at a time, or in batches through the engine.
+    fn feed_core(&mut self, tokens: &[u32], phase: Phase, want_logits: bool) -> Result<(), Error> {
         #[cfg(feature = "std")]
         if let Some(e) = self.engine.as_deref_mut() {
             let n_batches = tokens.len().div_ceil(e.batch_len);
@@ -406,6 +420,15 @@ impl SessionCell {
         Ok(())
     }
 
+    /// `KVM_ERR_NON_FINITE` while the session is marked by logits that were not finite.
+    pub fn check_finite(&self) -> Result<(), kvm_status> {
+        if self.non_finite {
+            Err(KVM_ERR_NON_FINITE)
+        } else {
+            Ok(())
+        }
+    }
+
     /// Checks that every id of `ids` (at least one) is a token of the model.
     pub fn check_ids(&self, ids: &[u32]) -> Result<(), kvm_status> {
         if ids.is_empty() {
@@ -421,6 +444,7 @@ impl SessionCell {
     /// Appends prompt tokens to the context. All ids are checked before any is fed, so
     /// a bad id leaves the session untouched.
     pub fn prefill(&mut self, ids: &[u32]) -> Result<(), kvm_status> {
+        self.check_finite()?;
         self.check_ids(ids)?;
         let (&last, head) = ids.split_last().ok_or(KVM_ERR_INVALID_ARGUMENT)?;
         self.flush(false)?;
@@ -437,6 +461,7 @@ impl SessionCell {
     /// pending token first if there is one (the forward pass the next
     /// [`SessionCell::decode_step`] would run, which then samples from these logits).
     pub fn logits(&mut self) -> Result<&[f32], kvm_status> {
+        self.check_finite()?;
         self.flush(true)?;
         match self.logits {
             Some(Logits::Core) => Ok(self.session.logits()),
@@ -470,6 +495,8 @@ impl SessionCell {
 
     /// Writes a snapshot into `out` (exactly [`SessionCell::state_size`] bytes).
     pub fn save(&self, out: &mut [u8]) -> Result<(), kvm_status> {
+        // A snapshot would pass a state that overflowed for a sound one.
+        self.check_finite()?;
         if out.len() != self.state_size() {
             return Err(KVM_ERR_BUFFER_TOO_SMALL);
         }
@@ -552,6 +579,7 @@ impl SessionCell {
             phase: if flags & snap::PREFILL != 0 { Phase::Prefill } else { Phase::Decode },
         });
         self.logits = (flags & snap::LOGITS != 0).then_some(Logits::Restored);
+        self.non_finite = false;
         self.history_len = history_len;
         for (i, t) in self.history[..history_len].iter_mut().enumerate() {
             *t = u32_at(snap::HISTORY + 4 * i);

@@ -335,12 +335,12 @@ fn errors_name_the_flag_the_range_and_the_position() {
     let model = tiny_kjv("flags");
     let m = model.to_str().unwrap();
     let gen = |extra: &[&'static str]| [&["generate", "--model", m, "--prompt", "In", "-n", "2"][..], extra].concat();
-    fails_saying(&gen(&["--top-p", "2"]), &["--top-p 2 is out of range", "(0, 1]"]);
-    fails_saying(&gen(&["--temperature=-1"]), &["--temperature -1 is out of range", ">= 0"]);
-    fails_saying(&gen(&["--temperature", "-1"]), &["--temperature -1 is out of range"]);
-    fails_saying(&gen(&["--min-p", "1.5"]), &["--min-p 1.5 is out of range", "[0, 1]"]);
-    fails_saying(&gen(&["--repeat-penalty", "0"]), &["--repeat-penalty 0 is out of range", "> 0"]);
-    fails_saying(&gen(&["--repeat-window", "4294967295"]), &["--repeat-window 4294967295", "at most 256"]);
+    parser_refuses(&gen(&["--top-p", "2"]), &["'2'", "--top-p", "(0, 1]"]);
+    parser_refuses(&gen(&["--temperature=-1"]), &["'-1'", "--temperature", "[0, 100]"]);
+    parser_refuses(&gen(&["--temperature", "-1"]), &["'-1'", "--temperature", "[0, 100]"]);
+    parser_refuses(&gen(&["--min-p", "1.5"]), &["'1.5'", "--min-p", "[0, 1]"]);
+    parser_refuses(&gen(&["--repeat-penalty", "0"]), &["'0'", "--repeat-penalty", "(0, 100]"]);
+    parser_refuses(&gen(&["--repeat-window", "4294967295"]), &["'4294967295'", "--repeat-window", "[0, 256]"]);
     let err = parser_refuses(&gen(&["--seed", "-1"]), &["'-1'", "--seed"]);
     assert!(!err.contains("unexpected argument"), "{err}");
     parser_refuses(&["bench", "--model", m, "--runs", "0"], &["'0'", "--runs"]);
@@ -369,7 +369,7 @@ fn errors_name_the_flag_the_range_and_the_position() {
 /// Peak resident memory of `kvm ARGS`, which must succeed, as its `VmHWM` last read before
 /// it exits. (Not `wait4`'s `ru_maxrss`: a spawned child's counts this test process's own
 /// peak, recorded when the child execs.)
-fn peak_rss(args: &[&str]) -> u64 {
+pub(crate) fn peak_rss(args: &[&str]) -> u64 {
     use std::process::Stdio;
     let mut child =
         Command::new(env!("CARGO_BIN_EXE_kvm")).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();

@@ -169,10 +169,12 @@ fn max_time_ends_a_long_generation() {
     let n = g["generated_ids"].as_array().unwrap().len();
     assert!(n > 0 && n < 100_000_000, "{n}");
     assert!(t0.elapsed().as_secs_f64() < 30.0, "{:?}", t0.elapsed());
-    fails_saying(
-        &["generate", "--model", &bundled(), "--prompt", "In", "--max-time", "0"],
-        "--max-time 0 is out of range",
-    );
+    for t in ["0", "1e20", "1e300", "NaN"] {
+        let o = kvm_in(&["generate", "--model", &bundled(), "--prompt", "In", "--max-time", t], b"");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "--max-time {t}: {err}");
+        assert!(err.contains(&format!("'{t}'")) && err.contains("(0, 1000000000]"), "--max-time {t}: {err}");
+    }
 }
 
 #[test]

@@ -5,4 +5,5 @@ mod bench;
 mod cli;
 mod cli_llama;
 mod file;
+mod limits;
 mod outputs;

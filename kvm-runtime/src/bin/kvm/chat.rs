@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::Result;
 use kvm_core::state::Phase;
 use kvm_core::Session;
-use kvm_runtime::pool::{default_threads, Pool};
+use kvm_runtime::pool::Pool;
 
 use crate::prompt::{encode, prefill_with_progress};
 use crate::reply::{End, Generator, Limits, SamplerArgs, TextOut};
@@ -46,8 +46,8 @@ pub struct Args {
     /// Write replies' exact bytes instead of replacing invalid UTF-8 with U+FFFD.
     #[arg(long)]
     raw: bool,
-    /// Worker threads (default: all cores).
-    #[arg(long)]
+    /// Worker threads, in [1, 256] (default: all cores, at most 256).
+    #[arg(long, value_parser = crate::flags::threads())]
     threads: Option<usize>,
 }
 
@@ -83,7 +83,7 @@ pub fn run(a: &Args) -> Result<()> {
     let file = a.session.model.open()?;
     let model = a.session.model(&file)?;
     let system = encode(&model, a.system.as_deref().unwrap_or("").as_bytes())?;
-    let pool = Pool::new(a.threads.unwrap_or_else(default_threads))?;
+    let pool = Pool::new(crate::flags::threads_or_all(a.threads))?;
     let (mut arena, state_len) = a.session.arena(&model)?;
     let mut session = crate::session(model, &mut arena, state_len)?;
     let mut gen = Generator::new(model.tokenizer(), cfg, a.sampler.seed(), a.ignore_eos, &a.stop);

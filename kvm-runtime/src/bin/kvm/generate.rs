@@ -1,14 +1,16 @@
 //! `kvm generate`: stream text from a prompt.
 
 use std::io::Write;
+use std::ops::Bound::{Excluded, Included};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use kvm_core::state::Phase;
-use kvm_runtime::pool::{default_threads, Pool};
+use kvm_runtime::pool::Pool;
 use serde_json::json;
 
+use crate::flags::ranged;
 use crate::prompt::{encode, prefill_with_progress, PromptArg};
 use crate::reply::{logprobs, Generator, Limits, SamplerArgs, TextOut};
 
@@ -29,18 +31,19 @@ pub struct Args {
     /// Never end at the end-of-text token (it is never sampled).
     #[arg(long)]
     ignore_eos: bool,
-    /// Stop generating after this many seconds.
-    #[arg(long)]
+    /// Stop generating after this many seconds, in (0, 1e9].
+    #[arg(long, value_parser = ranged((Excluded(0.0), Included(MAX_TIME_SECS))))]
     max_time: Option<f64>,
-    /// Worker threads (default: all cores).
-    #[arg(long)]
+    /// Worker threads, in [1, 256] (default: all cores, at most 256).
+    #[arg(long, value_parser = crate::flags::threads())]
     threads: Option<usize>,
     /// Print one JSON object {prompt_ids, generated_ids, text, end, sampler, tokens, stats}
-    /// instead of streaming.
-    #[arg(long)]
+    /// instead of streaming; it holds every generated token until the end.
+    #[arg(long, conflicts_with = "raw")]
     json: bool,
-    /// With --json: each token's log-probability and the N most likely tokens at its step.
-    #[arg(long, default_value_t = 0, requires = "json")]
+    /// With --json: each token's log-probability and the N most likely tokens at its step,
+    /// N in [0, 1000].
+    #[arg(long, default_value_t = 0, requires = "json", value_parser = ranged(0..=MAX_LOGPROBS))]
     logprobs: usize,
     /// Write the text's exact bytes (a byte-level model may emit bytes that are not
     /// UTF-8) instead of replacing invalid UTF-8 with U+FFFD. (--json's `text` is always
@@ -56,6 +59,18 @@ pub struct Args {
     save_state: Option<PathBuf>,
 }
 
+/// What `--json` keeps of the generated tokens until it prints them: 12 bytes a token, the
+/// text's bytes, and 16 bytes for each of its `--logprobs` alternatives.
+#[derive(Default)]
+struct Kept {
+    text: Vec<u8>,
+    ids: Vec<u32>,
+    /// One per id.
+    logprobs: Vec<f64>,
+    /// `--logprobs` (or `vocab_len`, if fewer) per id, most likely first.
+    top: Vec<(u32, f64)>,
+}
+
 /// Peak resident memory of this process, from the kernel's accounting.
 pub fn peak_rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -66,12 +81,17 @@ pub fn peak_rss_bytes() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
+/// The longest `--max-time`, in seconds (31 years: no run asks for more, and every value
+/// up to it is a `Duration`).
+const MAX_TIME_SECS: f64 = 1e9;
+
+/// The most alternatives `--logprobs` lists a token (each step sorts them in, so the cost
+/// grows with it).
+const MAX_LOGPROBS: usize = 1000;
+
 pub fn run(a: &Args) -> Result<()> {
     let cfg = a.sampler.config()?;
-    let time = match a.max_time {
-        Some(t) if !(t.is_finite() && t > 0.0) => bail!("--max-time {t} is out of range: it must be > 0 seconds"),
-        t => t.map(Duration::from_secs_f64),
-    };
+    let time = a.max_time.map(Duration::from_secs_f64);
     let Some(prompt) = a.prompt.bytes()? else { bail!("give --prompt or --prompt-file") };
     let inputs = [Some(a.session.model.path()), a.prompt.file(), a.load_state.as_deref()];
     let inputs: Vec<&Path> = inputs.into_iter().flatten().collect();
@@ -84,7 +104,7 @@ pub fn run(a: &Args) -> Result<()> {
         // A snapshot holds no logits: even after --load-state a token must be fed.
         bail!("the prompt is empty");
     }
-    let pool = Pool::new(a.threads.unwrap_or_else(default_threads))?;
+    let pool = Pool::new(crate::flags::threads_or_all(a.threads))?;
     let (mut arena, state_len) = a.session.arena(&model)?;
     let mut session = crate::session(model, &mut arena, state_len)?;
     if let Some(f) = &a.load_state {
@@ -106,9 +126,10 @@ pub fn run(a: &Args) -> Result<()> {
     if !a.json {
         write(&prompt, &mut out)?;
     }
-    let mut text = Vec::new();
-    let mut generated = Vec::with_capacity(a.n);
-    let mut tokens = Vec::new();
+    // Only --json keeps the generated tokens, to print them at the end; streamed, memory
+    // stays the same for any -n.
+    let mut kept = Kept::default();
+    let mut n_generated = 0usize;
     let t1 = Instant::now();
     let limits = Limits { tokens: a.n, time, interrupt: None };
     let done = gen.reply(
@@ -116,24 +137,20 @@ pub fn run(a: &Args) -> Result<()> {
         &pool,
         &limits,
         &mut |bytes| {
-            text.extend_from_slice(bytes);
             if a.json {
+                kept.text.extend_from_slice(bytes);
                 Ok(())
             } else {
                 write(bytes, &mut out)
             }
         },
         &mut |id, logits| {
-            generated.push(id);
+            n_generated += 1;
             if a.json {
                 let (lp, top) = logprobs(logits, id, a.logprobs);
-                let piece = |t: u32| String::from_utf8_lossy(tok.token_bytes(t).unwrap_or(&[])).into_owned();
-                let mut entry = json!({"id": id, "text": piece(id), "logprob": lp});
-                if a.logprobs > 0 {
-                    entry["top"] =
-                        top.iter().map(|&(t, lp)| json!({"id": t, "text": piece(t), "logprob": lp})).collect();
-                }
-                tokens.push(entry);
+                kept.ids.push(id);
+                kept.logprobs.push(lp);
+                kept.top.extend(top);
             }
             Ok(())
         },
@@ -141,12 +158,12 @@ pub fn run(a: &Args) -> Result<()> {
     let decode_secs = t1.elapsed().as_secs_f64();
     // The first generated token comes from the prompt's logits: n tokens cost n - 1 steps,
     // and with no step there is no rate.
-    let steps = generated.len().saturating_sub(1);
+    let steps = n_generated.saturating_sub(1);
     let decode_tok_s = (steps > 0).then(|| steps as f64 / decode_secs.max(1e-9));
     let stats = json!({
         "prompt_tokens": prompt_ids.len(),
         "prompt_tok_s": prompt_ids.len() as f64 / prompt_secs.max(1e-9),
-        "generated_tokens": generated.len(),
+        "generated_tokens": n_generated,
         "decode_tok_s": decode_tok_s,
         "peak_rss_bytes": peak_rss_bytes(),
         "threads": pool.threads(),
@@ -158,16 +175,35 @@ pub fn run(a: &Args) -> Result<()> {
         sampler["ignore_eos"] = json!(a.ignore_eos);
         sampler["n_tokens"] = json!(a.n);
         sampler["max_time"] = json!(a.max_time);
-        let obj = json!({
-            "prompt_ids": prompt_ids,
-            "generated_ids": generated,
-            "text": String::from_utf8_lossy(&text),
-            "end": done.end.name(),
-            "sampler": sampler,
-            "tokens": tokens,
-            "stats": stats,
-        });
-        writeln!(out, "{obj}")?;
+        // Written a piece at a time, so printing holds no second copy of the tokens. The
+        // keys in order, as serde_json orders an object's.
+        out.write_all(b"{\"end\":")?;
+        serde_json::to_writer(&mut out, done.end.name())?;
+        out.write_all(b",\"generated_ids\":")?;
+        serde_json::to_writer(&mut out, &kept.ids)?;
+        out.write_all(b",\"prompt_ids\":")?;
+        serde_json::to_writer(&mut out, &prompt_ids)?;
+        out.write_all(b",\"sampler\":")?;
+        serde_json::to_writer(&mut out, &sampler)?;
+        out.write_all(b",\"stats\":")?;
+        serde_json::to_writer(&mut out, &stats)?;
+        out.write_all(b",\"text\":")?;
+        serde_json::to_writer(&mut out, &String::from_utf8_lossy(&kept.text))?;
+        out.write_all(b",\"tokens\":[")?;
+        let piece = |t: u32| String::from_utf8_lossy(tok.token_bytes(t).unwrap_or(&[])).into_owned();
+        let n_top = kept.top.len() / kept.ids.len().max(1);
+        for (i, (&id, &lp)) in kept.ids.iter().zip(&kept.logprobs).enumerate() {
+            let mut entry = json!({"id": id, "text": piece(id), "logprob": lp});
+            if a.logprobs > 0 {
+                let top = kept.top.get(i * n_top..(i + 1) * n_top).unwrap_or_default();
+                entry["top"] = top.iter().map(|&(t, lp)| json!({"id": t, "text": piece(t), "logprob": lp})).collect();
+            }
+            if i > 0 {
+                out.write_all(b",")?;
+            }
+            serde_json::to_writer(&mut out, &entry)?;
+        }
+        out.write_all(b"]}\n")?;
     } else {
         text_out.finish(&mut out)?;
         writeln!(out)?;
@@ -176,7 +212,7 @@ pub fn run(a: &Args) -> Result<()> {
             "prompt: {} tokens, {:.1} tok/s | decode: {} tokens, {rate}, ended by {} | peak memory {:.1} MiB | {} threads, {} kernels",
             prompt_ids.len(),
             stats["prompt_tok_s"].as_f64().unwrap_or(0.0),
-            generated.len(),
+            n_generated,
             done.end.name(),
             peak_rss_bytes() as f64 / (1 << 20) as f64,
             pool.threads(),

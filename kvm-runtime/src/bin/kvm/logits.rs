@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use kvm_core::state::Phase;
-use kvm_runtime::pool::{default_threads, Pool};
+use kvm_runtime::pool::Pool;
 use kvm_runtime::prefill::prefill_rows;
 use kvm_write::atomic::AtomicFile;
 
@@ -32,8 +32,8 @@ pub struct Args {
     /// Output .npy, shape [T, vocab_len].
     #[arg(long)]
     out: PathBuf,
-    /// Worker threads for the prompt's matrix products (default: all cores).
-    #[arg(long)]
+    /// Worker threads for the prompt's matrix products, in [1, 256] (default: all cores, at most 256).
+    #[arg(long, value_parser = crate::flags::threads())]
     threads: Option<usize>,
 }
 
@@ -82,7 +82,7 @@ pub fn run(a: &Args) -> Result<()> {
     }
     let (mut arena, state_len) = a.session.arena(&model)?;
     let mut session = crate::session(model, &mut arena, state_len)?;
-    let pool = Pool::new(a.threads.unwrap_or_else(default_threads))?;
+    let pool = Pool::new(crate::flags::threads_or_all(a.threads))?;
     let (prompt, rest) = ids.split_at(prompt_len);
     // Rows go to the file as they come, so memory stays a batch of logits whatever the
     // length; the file appears only once complete.

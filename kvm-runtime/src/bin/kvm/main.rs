@@ -5,6 +5,7 @@
 
 mod bench;
 mod chat;
+mod flags;
 mod generate;
 mod info;
 mod logits;

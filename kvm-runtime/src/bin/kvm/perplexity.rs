@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use kvm_core::forward::Logits;
 use kvm_core::state::Phase;
-use kvm_runtime::pool::{default_threads, Pool};
+use kvm_runtime::pool::Pool;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -16,8 +16,8 @@ pub struct Args {
     /// one.
     #[arg(long)]
     text: PathBuf,
-    /// Worker threads for the matrix products (default: all cores).
-    #[arg(long)]
+    /// Worker threads for the matrix products, in [1, 256] (default: all cores, at most 256).
+    #[arg(long, value_parser = crate::flags::threads())]
     threads: Option<usize>,
     /// Print one JSON object: tokens, bytes, bits_per_token, bits_per_byte, perplexity.
     #[arg(long)]
@@ -45,7 +45,7 @@ pub fn run(a: &Args) -> Result<()> {
     if let Some(pos) = ids.iter().position(|&t| t >= vocab) {
         bail!("byte {pos} of {}, {}, is not a token of this {vocab}-token model", a.text.display(), ids[pos]);
     }
-    let pool = Pool::new(a.threads.unwrap_or_else(default_threads))?;
+    let pool = Pool::new(crate::flags::threads_or_all(a.threads))?;
     let (mut arena, state_len) = a.session.arena(&model)?;
     let mut session = crate::session(model, &mut arena, state_len)?;
     let acts_len = session.layout().acts_len(1).context("activation size")?;

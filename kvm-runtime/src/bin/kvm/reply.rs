@@ -2,10 +2,11 @@
 //! reply and streams its bytes, ending it at a token budget, the end-of-text token, a
 //! stop string, a time limit or an interrupt.
 
+use std::ops::Bound::{Excluded, Included};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use kvm_core::sampler::{scratch_len, Candidate, Sampler, SamplerConfig};
 use kvm_core::tokenizer::Tokenizer;
 use kvm_core::Session;
@@ -13,26 +14,33 @@ use kvm_runtime::capi::KVM_MAX_REPEAT_WINDOW;
 use kvm_runtime::pool::Pool;
 use serde_json::{json, Value};
 
-/// The sampler's settings.
+use crate::flags::ranged;
+
+/// The sampler's settings, each parsed against its range.
 #[derive(Debug, clap::Args)]
 pub struct SamplerArgs {
-    /// Softmax temperature, >= 0; 0 = greedy.
-    #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.temperature)]
+    /// Softmax temperature, in [0, 100]; 0 = greedy.
+    #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.temperature,
+          value_parser = ranged(0.0f32..=100.0))]
     temperature: f32,
     /// Keep the k most likely tokens; 0 = off.
     #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.top_k)]
     top_k: u32,
     /// Nucleus sampling, in (0, 1]; 1 = off.
-    #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.top_p)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.top_p,
+          value_parser = ranged((Excluded(0.0f32), Included(1.0))))]
     top_p: f32,
     /// Keep tokens at least this likely relative to the most likely, in [0, 1]; 0 = off.
-    #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.min_p)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.min_p,
+          value_parser = ranged(0.0f32..=1.0))]
     min_p: f32,
-    /// Repetition penalty, > 0; 1 = off.
-    #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.repeat_penalty)]
+    /// Repetition penalty, in (0, 100]; 1 = off.
+    #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.repeat_penalty,
+          value_parser = ranged((Excluded(0.0f32), Included(100.0))))]
     repeat_penalty: f32,
-    /// Tokens the repetition penalty looks back over, at most 256 (as in the C API).
-    #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.repeat_window)]
+    /// Tokens the repetition penalty looks back over, in [0, 256] (as in the C API).
+    #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.repeat_window,
+          value_parser = ranged(0..=KVM_MAX_REPEAT_WINDOW))]
     repeat_window: u32,
     #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
     seed: u64,
@@ -49,7 +57,8 @@ impl SamplerArgs {
             repeat_penalty: self.repeat_penalty,
             repeat_window: self.repeat_window,
         };
-        check_sampler(&c)?;
+        // The flags' ranges lie within the sampler's; its own validation has the last word.
+        c.validate().context("sampler settings")?;
         Ok(c)
     }
 
@@ -72,28 +81,6 @@ impl SamplerArgs {
             "seed": self.seed,
         })
     }
-}
-
-/// Refuses a sampler setting out of range, naming its flag and the range.
-fn check_sampler(c: &SamplerConfig) -> Result<()> {
-    let bad = |flag: &str, v: &dyn std::fmt::Display, range: &str| bail!("--{flag} {v} is out of range: {range}");
-    if !(c.temperature.is_finite() && c.temperature >= 0.0) {
-        return bad("temperature", &c.temperature, "it must be finite and >= 0 (0 is greedy)");
-    }
-    if !(c.top_p > 0.0 && c.top_p <= 1.0) {
-        return bad("top-p", &c.top_p, "it must be in (0, 1] (1 is off)");
-    }
-    if !(0.0..=1.0).contains(&c.min_p) {
-        return bad("min-p", &c.min_p, "it must be in [0, 1] (0 is off)");
-    }
-    if !(c.repeat_penalty.is_finite() && c.repeat_penalty > 0.0) {
-        return bad("repeat-penalty", &c.repeat_penalty, "it must be finite and > 0 (1 is off)");
-    }
-    if c.repeat_window > KVM_MAX_REPEAT_WINDOW {
-        return bad("repeat-window", &c.repeat_window, &format!("it must be at most {KVM_MAX_REPEAT_WINDOW}"));
-    }
-    // Whatever the checks above miss, the sampler's own validation still refuses.
-    c.validate().context("sampler settings")
 }
 
 /// How a reply ends.

@@ -1,5 +1,6 @@
 //! `kvm tokenize`: the ids a model (or a tokenizer.json) gives a text.
 
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
@@ -41,10 +42,21 @@ pub fn run(a: &Args) -> Result<()> {
         }
         (None, None) => bail!("give --model or --tokenizer"),
     };
+    // Written as they are formatted: the text and its ids are all this command holds.
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    let sep: &[u8] = if a.json { b"," } else { b" " };
     if a.json {
-        println!("{}", serde_json::json!({ "ids": ids }));
-    } else {
-        println!("{}", ids.iter().map(u32::to_string).collect::<Vec<_>>().join(" "));
+        out.write_all(b"{\"ids\":[")?;
     }
-    Ok(())
+    for (i, id) in ids.iter().enumerate() {
+        if i > 0 {
+            out.write_all(sep)?;
+        }
+        write!(out, "{id}")?;
+    }
+    if a.json {
+        out.write_all(b"]}")?;
+    }
+    writeln!(out)?;
+    Ok(out.flush()?)
 }

@@ -20,9 +20,10 @@ use kvm_core::format::Role;
 use kvm_core::state::{bswa_begin, state_slots};
 use kvm_core::Model;
 use kvm_runtime::file::Pages;
-use kvm_runtime::pool::{default_threads, Pool};
+use kvm_runtime::pool::Pool;
 use serde_json::{json, Value};
 
+use crate::flags::ranged;
 use probe::{add_bandwidth, bandwidth};
 use report::{print_report, print_table, Format};
 use runs::{long_run, reset_peak_rss, speed, status_bytes};
@@ -31,25 +32,27 @@ use runs::{long_run, reset_peak_rss, speed, status_bytes};
 pub struct Args {
     #[command(flatten)]
     session: crate::SessionArgs,
-    /// Prompt tokens fed by chunked prefill, timed (`prefill_tok_s`); a comma list sweeps.
-    #[arg(long, value_delimiter = ',', default_value = "512")]
+    /// Prompt tokens fed by chunked prefill, timed (`prefill_tok_s`), each in [1, 2^24]; a
+    /// comma list sweeps.
+    #[arg(long, value_delimiter = ',', default_value = "512", value_parser = ranged(1..=MAX_PROMPT))]
     prompt_len: Vec<usize>,
     /// Tokens decoded one at a time, timed (`decode_tok_s`; with --checkpoints: the length
-    /// of the long run); a comma list sweeps.
-    #[arg(long, value_delimiter = ',', default_value = "128")]
+    /// of the long run), each in [1, 2^32 - 1]; a comma list sweeps.
+    #[arg(long, value_delimiter = ',', default_value = "128", value_parser = ranged(1..=MAX_POSITION))]
     gen: Vec<usize>,
     /// Tokens in the session when the timed decode starts: 0 (the default) decodes from an
     /// empty context, as llama-bench's tg test does; equal to --prompt-len, it continues
     /// after the timed prompt; any other value is prefilled, untimed, in a fresh session
-    /// (llama-bench's `-d`); a comma list sweeps.
-    #[arg(long, value_delimiter = ',', default_value = "0")]
+    /// (llama-bench's `-d`); each in [0, 2^24]; a comma list sweeps.
+    #[arg(long, value_delimiter = ',', default_value = "0", value_parser = ranged(0..=MAX_PROMPT))]
     context: Vec<usize>,
-    /// Worker threads (default: all cores); a comma list sweeps.
-    #[arg(long, value_delimiter = ',')]
+    /// Worker threads, each in [1, 256] (default: all cores, at most 256); a comma list
+    /// sweeps.
+    #[arg(long, value_delimiter = ',', value_parser = crate::flags::threads())]
     threads: Vec<usize>,
-    /// Repeat the prefill + decode measurement this many times (fresh session each) and
-    /// report the medians.
-    #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    /// Repeat the prefill + decode measurement this many times (fresh session each), in
+    /// [1, 1000], and report the medians.
+    #[arg(long, default_value_t = 1, value_parser = ranged(1..=MAX_RUNS))]
     runs: usize,
     /// md: a table like llama-bench's (the default when stdout is a terminal); csv: the
     /// same table; json: one JSON object per combination, a line each (the default
@@ -60,13 +63,13 @@ pub struct Args {
     #[arg(long, conflicts_with = "output")]
     json: bool,
     /// Long-run mode: context positions (comma-separated, at most --gen) at which to
-    /// report per-token latency and resident memory.
-    #[arg(long, value_delimiter = ',')]
+    /// report per-token latency and resident memory, each in [1, 2^32 - 1].
+    #[arg(long, value_delimiter = ',', value_parser = ranged(1..=MAX_POSITION))]
     checkpoints: Vec<usize>,
     /// Long run: decode steps timed before each checkpoint, rounded up to whole chunks;
     /// the latency reported is the median over the window's chunks of the mean step time
-    /// (default: 4 chunks, at least 1024 steps).
-    #[arg(long)]
+    /// (default: 4 chunks, at least 1024 steps), in [1, 2^24].
+    #[arg(long, value_parser = ranged(1..=MAX_PROMPT))]
     window: Option<usize>,
     /// Long run: reach each checkpoint's window by chunked prefill instead of decoding
     /// every token (much faster for big models; the state evolves the same way).
@@ -74,16 +77,36 @@ pub struct Args {
     fast_forward: bool,
     /// Long run: at every checkpoint also snapshot the session, decode this many random
     /// tokens, restore and decode them again, and fail unless the logits are the same bits
-    /// (then go on from the snapshot, so the run itself is unchanged); 0 skips it.
-    #[arg(long, default_value_t = 0)]
+    /// (then go on from the snapshot, so the run itself is unchanged); in [0, 1024], 0
+    /// skips it.
+    #[arg(long, default_value_t = 0, value_parser = ranged(0..=MAX_ROUND_TRIP))]
     round_trip: usize,
-    /// MiB read to measure memory bandwidth (0 skips it); keep it well above the L3.
-    #[arg(long, default_value_t = 1024)]
+    /// MiB read to measure memory bandwidth, in [0, 16384] (0 skips it); keep it well
+    /// above the L3. The probe holds this buffer, after the timed runs, on top of the run's
+    /// memory.
+    #[arg(long, default_value_t = 256, value_parser = ranged(0..=MAX_BW_MIB))]
     bw_mib: usize,
     /// Seed of the prompt's token stream.
     #[arg(long, default_value_t = 0)]
     seed: u64,
 }
+
+/// The most prompt or context tokens (and window steps): the run holds their ids, 4
+/// bytes each.
+const MAX_PROMPT: usize = 1 << 24;
+
+/// The most positions a session reaches (the core counts them in 32 bits).
+const MAX_POSITION: usize = u32::MAX as usize;
+
+/// The most round-trip tokens: both passes keep every token's logits to compare them.
+const MAX_ROUND_TRIP: usize = 1024;
+
+/// The most repeats of a measurement.
+const MAX_RUNS: usize = 1000;
+
+/// The largest bandwidth probe, in MiB: past a few times the L3 a larger buffer measures
+/// the same rate.
+const MAX_BW_MIB: usize = 16 << 10;
 
 /// One combination of a sweep.
 pub(super) struct Point {
@@ -98,7 +121,7 @@ pub fn run(a: &Args) -> Result<()> {
     let file = a.session.model.open()?;
     let model = a.session.model(&file)?;
     let asked = a.session.state_slots.map(|_| a.session.state_len(&model)).transpose()?;
-    let threads = if a.threads.is_empty() { vec![default_threads()] } else { a.threads.clone() };
+    let threads = if a.threads.is_empty() { vec![crate::flags::threads_or_all(None)] } else { a.threads.clone() };
     if !a.checkpoints.is_empty() && threads.len() * a.prompt_len.len() * a.gen.len() * a.context.len() > 1 {
         bail!("--checkpoints makes one long run: give one --threads, --gen and --context");
     }
@@ -169,7 +192,7 @@ pub fn run(a: &Args) -> Result<()> {
                         eprint!("\rbench: memory bandwidth, {} threads\x1b[K", p.threads);
                         std::io::stderr().flush().ok();
                     }
-                    let bw = bandwidth(a.bw_mib, p.threads);
+                    let bw = bandwidth(a.bw_mib, p.threads)?;
                     measured.push((p.threads, bw));
                     bw
                 }

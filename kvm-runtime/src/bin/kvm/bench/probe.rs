@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use anyhow::{anyhow, Result};
 use serde_json::{json, Value};
 
 use super::median;
@@ -63,14 +64,20 @@ fn read_bandwidth(buf: &[u64], threads: usize, passes: usize) -> f64 {
     median(&mut rates)
 }
 
-/// Read bandwidth from DRAM in GB/s, with one thread and with `threads`.
-pub(super) fn bandwidth(mib: usize, threads: usize) -> (f64, f64) {
+/// Read bandwidth from DRAM in GB/s, with one thread and with `threads`, from a buffer of
+/// `mib` MiB.
+///
+/// # Errors
+/// When the buffer cannot be allocated.
+pub(super) fn bandwidth(mib: usize, threads: usize) -> Result<(f64, f64)> {
     let words = mib << 17;
+    let mut buf: Vec<u64> = Vec::new();
+    buf.try_reserve_exact(words).map_err(|_| anyhow!("--bw-mib {mib}: no memory for the probe's buffer"))?;
     // Distinct values, so every page is really backed (not the shared zero page).
-    let buf: Vec<u64> = (0..words as u64).collect();
+    buf.extend(0..words as u64);
     let one = read_bandwidth(&buf, 1, 5);
     let many = if threads > 1 { read_bandwidth(&buf, threads, 5) } else { one };
-    (one, many)
+    Ok((one, many))
 }
 
 /// Adds a run's bandwidth (`(one thread, its threads)`, from [`bandwidth`]) to its

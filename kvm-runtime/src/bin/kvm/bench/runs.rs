@@ -93,9 +93,6 @@ fn token_stream(seed: u64, n: usize, vocab_len: u32) -> Vec<u32> {
 /// Prefill `p.prompt_len` tokens, then decode `p.gen` after `--context` tokens, `--runs`
 /// times.
 pub(super) fn speed(a: &Args, p: &Point, model: &Model<'_>, pool: &Pool, report: &mut Value) -> Result<()> {
-    if p.prompt_len == 0 || p.gen == 0 {
-        bail!("--prompt-len and --gen must be at least 1");
-    }
     let vocab_len = model.config().vocab_len;
     let prompt = token_stream(a.seed, p.prompt_len.max(p.context), vocab_len);
     let (prompt, context) = (&prompt[..p.prompt_len], &prompt[..p.context]);

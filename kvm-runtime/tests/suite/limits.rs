@@ -1,0 +1,147 @@
+//! The `kvm` command line's limits: every numeric flag is checked against its stated range
+//! before any work starts (the error echoing the value as typed), and generating,
+//! tokenizing and benchmarking hold memory that does not grow with the run.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use kvm_test_support::repo;
+
+fn tiny() -> PathBuf {
+    repo().join("models/tiny-kjv-q8_0.kvm")
+}
+
+fn kvm(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kvm")).args(args).output().unwrap()
+}
+
+/// Peak resident memory of `kvm args` in KiB (which must succeed).
+fn peak_rss_kib(args: &[&str]) -> u64 {
+    crate::cli::peak_rss(args) >> 10
+}
+
+/// Asserts that `kvm args` fails before doing anything, with one error naming `flag`, the
+/// value as typed and `range`.
+fn refused(args: &[&str], flag: &str, value: &str, range: &str) {
+    let out = kvm(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} succeeded");
+    assert!(out.stdout.is_empty(), "{args:?} printed {}", String::from_utf8_lossy(&out.stdout));
+    assert!(err.contains(flag) && err.contains(&format!("'{value}'")) && err.contains(range), "{args:?}: {err}");
+    assert!(!err.contains("panicked") && !err.contains("internal error"), "{args:?}: {err}");
+}
+
+#[test]
+fn numeric_flags_out_of_range_are_refused_as_typed() {
+    let m = tiny();
+    let m = m.to_str().unwrap();
+    let gen = |extra: &[&'static str]| -> Vec<&str> {
+        let mut v = vec!["generate", "--model", m, "--prompt", "In", "-n", "4"];
+        v.extend_from_slice(extra);
+        v
+    };
+    for (flag, value, range) in [
+        ("--temperature", "1e39", "[0, 100]"),
+        ("--temperature", "-1", "[0, 100]"),
+        ("--temperature", "NaN", "[0, 100]"),
+        ("--top-p", "0", "(0, 1]"),
+        ("--min-p", "1.5", "[0, 1]"),
+        ("--repeat-penalty", "inf", "(0, 100]"),
+        ("--repeat-window", "257", "[0, 256]"),
+        ("--threads", "1000", "[1, 256]"),
+        ("--threads", "0", "[1, 256]"),
+        ("--max-time", "1e20", "(0, 1000000000]"),
+        ("--max-time", "1e300", "(0, 1000000000]"),
+        ("--max-time", "0", "(0, 1000000000]"),
+    ] {
+        refused(&gen(&[flag, value]), flag, value, range);
+    }
+    refused(&gen(&["--json", "--logprobs", "1001"]), "--logprobs", "1001", "[0, 1000]");
+    for cmd in ["chat", "perplexity", "logits", "bench"] {
+        let mut args = vec![cmd, "--model", m, "--threads", "1000"];
+        match cmd {
+            "perplexity" => args.extend(["--text", "x.txt"]),
+            "logits" => args.extend(["--tokens", "1", "--out", "x.npy"]),
+            _ => {}
+        }
+        refused(&args, "--threads", "1000", "[1, 256]");
+    }
+    refused(&["bench", "--model", m, "--threads", "1,0"], "--threads", "0", "[1, 256]");
+    for (flag, value, range) in [
+        ("--bw-mib", "16385", "[0, 16384]"),
+        ("--prompt-len", "100000000000", "[1, 16777216]"),
+        ("--prompt-len", "0", "[1, 16777216]"),
+        ("--gen", "4294967296", "[1, 4294967295]"),
+        ("--context", "16777217", "[0, 16777216]"),
+        ("--round-trip", "1025", "[0, 1024]"),
+        ("--runs", "1001", "[1, 1000]"),
+        ("--window", "0", "[1, 16777216]"),
+        ("--checkpoints", "0", "[1, 4294967295]"),
+    ] {
+        refused(&["bench", "--model", m, flag, value], flag, value, range);
+    }
+    // Values at the ends of the ranges run.
+    let out = kvm(&gen(&["--temperature", "100", "--threads", "1", "--max-time", "1e9", "--repeat-window", "256"]));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn json_and_raw_together_are_refused() {
+    let m = tiny();
+    let out = kvm(&["generate", "--model", m.to_str().unwrap(), "--prompt", "In", "-n", "2", "--json", "--raw"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && out.stdout.is_empty(), "{err}");
+    assert!(err.contains("--json") && err.contains("--raw"), "{err}");
+}
+
+#[test]
+fn any_token_budget_runs_in_constant_memory() {
+    let m = tiny();
+    let m = m.to_str().unwrap();
+    // Budgets no memory could hold a token of each: they end by the time limit.
+    for n in ["100000000000", "4611686018427387904", &u64::MAX.to_string()] {
+        let out = kvm(&["generate", "--model", m, "--prompt", "In", "-n", n, "--max-time", "0.3", "--threads", "1"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "-n {n}: {err}");
+        assert!(err.contains("ended by time"), "-n {n}: {err}");
+    }
+    // 79,000 tokens more hold no more memory (within noise): a byte each (the text) and
+    // four (the ids) would be 386 KiB more.
+    let run = |n: &str| {
+        peak_rss_kib(&["generate", "--model", m, "--prompt", "In", "-n", n, "--ignore-eos", "--threads", "1"])
+    };
+    let (short, long) = (run("1000"), run("80000"));
+    assert!(long <= short + 160, "peak RSS {short} KiB for 1,000 tokens, {long} KiB for 80,000");
+}
+
+#[test]
+fn tokenizing_holds_the_text_and_its_ids_only() {
+    let text: PathBuf = std::env::temp_dir().join(format!("kvm-limits-{}-text.txt", std::process::id()));
+    // 4 MB of varied lines.
+    let line = "And God said, Let there be light: and there was light. 0123456789\n";
+    std::fs::write(&text, line.repeat(4_000_000 / line.len())).unwrap();
+    let len = std::fs::metadata(&text).unwrap().len() / 1024;
+    let m = tiny();
+    let m = m.to_str().unwrap();
+    let base = peak_rss_kib(&["tokenize", "--model", m, "x"]);
+    for json in [false, true] {
+        let mut args = vec!["tokenize", "--model", m, "--prompt-file", text.to_str().unwrap()];
+        if json {
+            args.push("--json");
+        }
+        let kib = peak_rss_kib(&args);
+        // The text, and its ids at 4 bytes each (byte-level: one a byte), with room for
+        // noise: each id as a `String` or a JSON value would take 40 bytes or more.
+        assert!(kib <= base + 12 * len, "{args:?}: peak RSS {kib} KiB for {len} KiB of text ({base} KiB for none)");
+    }
+    std::fs::remove_file(&text).ok();
+}
+
+#[test]
+fn the_bandwidth_probe_holds_a_bounded_buffer() {
+    let m = tiny();
+    let args = ["bench", "--model", m.to_str().unwrap(), "--prompt-len", "8", "--gen", "8", "--threads", "1", "--json"];
+    let kib = peak_rss_kib(&args);
+    // The default probe reads 256 MiB.
+    assert!(kib < 300 << 10, "peak RSS {kib} KiB");
+}
