@@ -51,6 +51,13 @@ with seed 7000 + i, its tokens with the weights' seed + 2000 (the shared cases' 
 `kvm_swa_saturate1024_{no_append_gate_,no_merge_gate_,}wd`, 7011 `kvm_wd`; 350M's 7012
 `kvm_no_append_gate_wd`, 7013 `kvm_no_merge_gate_wd`, 7014 `kvm_sqrt16_no_append_gate_wd`,
 7015 `kvm_sqrt16_wd`, 7016-7017 `kvm_swa_saturate1024_{no_append_gate_,}wd`, 7018 `kvm_wd`.
+`--full-size TOKENIZER_JSON` with `--yaml`, `--seed` and `--out` writes only a checkpoint
+at the paper's own widths (random weights as above, bf16, `save_pretrained`, no logits)
+with that `tokenizer.json`, for end-to-end runs of the full-size models:
+
+    /tmp/tv/bin/python scripts/paper_golden.py --ref /tmp/kvmref --yaml configs/prolong/120M/kvm_sqrt16_wd.yaml \\
+        --seed 1 --out /tmp/sqrt16-120m --full-size tests/data/tokenizers/gpt2/tokenizer.json
+
 `--drift` also prints how far the reference's own decode is from its full forward over
 the same tokens (a check on near-ties; nothing stored).
 """
@@ -85,13 +92,20 @@ def seeds(names):
     return {name: 7000 + i for i, name in enumerate(sorted(names))}
 
 
+def full_config(ref, path):
+    """The `model:` section of `path` merged over base.yaml's, as the paper trains it."""
+    import yaml
+
+    base = yaml.safe_load(open(os.path.join(ref, "configs", "prolong", "base.yaml")))["model"]
+    return dict(base, **yaml.safe_load(open(path))["model"])
+
+
 def small_config(ref, path):
     """The `model:` section of `path` merged over base.yaml's, widths shrunk."""
     import yaml
 
-    base = yaml.safe_load(open(os.path.join(ref, "configs", "prolong", "base.yaml")))["model"]
     own = yaml.safe_load(open(path))["model"]
-    cfg = dict(base, **own)
+    cfg = full_config(ref, path)
     head = cfg["hidden_size"] // cfg["num_attention_heads"]
     small_head = SMALL["hidden_size"] // SMALL["num_attention_heads"]
     for key in ("rope_partial_dim", "alt_rope_partial_dim"):
@@ -160,6 +174,27 @@ def make(out, cfg, seed, drift):
     print(f"{out}: seed {seed}{own}", flush=True)
 
 
+def checkpoint(out, cfg, seed, tokenizer):
+    """Writes only the checkpoint of `cfg` at full size (no logits): random weights as
+    `randomize` draws them, saved in bf16 by `save_pretrained`, plus `tokenizer` as its
+    `tokenizer.json`; into `out`.partial, then renamed over `out`."""
+    import torch
+    from model.rwkv7_backbone import RWKV7BackboneForCausalLM, MixerConfig
+
+    tmp = out.rstrip("/") + ".partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    m = RWKV7BackboneForCausalLM(MixerConfig(**cfg)).float().eval()
+    randomize(m, seed)
+    m.to(torch.bfloat16).save_pretrained(tmp)
+    for extra in glob.glob(os.path.join(tmp, "*.py")):
+        os.remove(extra)
+    shutil.copy(tokenizer, os.path.join(tmp, "tokenizer.json"))
+    shutil.rmtree(out, ignore_errors=True)
+    os.rename(tmp, out)
+    n = sum(p.numel() for p in m.parameters())
+    print(f"{out}: {n / 1e6:.1f}M parameters, seed {seed}", flush=True)
+
+
 def prefill_decode(m, ids):
     """The prompt's logits ([P, V]) in one call, then each next token's ([T - P, V]) cached."""
     import torch
@@ -198,6 +233,8 @@ def main():
                     "how far its decode is from it (a check on near-ties; nothing stored)")
     ap.add_argument("--threads", type=int, default=1, help="torch's threads (the cases here: 1)")
     ap.add_argument("--compare", help="with --yaml: a case directory to compare the new one with")
+    ap.add_argument("--full-size", metavar="TOKENIZER_JSON", help="with --yaml: write only the checkpoint, "
+                    "at the paper's own widths (no logits), with this tokenizer.json (GPT-2's)")
     a = ap.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, a.ref)
@@ -208,6 +245,9 @@ def main():
     if a.yaml:
         if a.seed is None or not a.out:
             ap.error("--yaml needs --seed and --out")
+        if a.full_size:
+            checkpoint(a.out, full_config(a.ref, os.path.join(a.ref, a.yaml)), a.seed, a.full_size)
+            return
         make(a.out, small_config(a.ref, os.path.join(a.ref, a.yaml)), a.seed, a.drift)
         if a.compare:
             compare(a.out, a.compare)
