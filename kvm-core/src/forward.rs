@@ -10,9 +10,7 @@ use crate::format::Role;
 use crate::kernels;
 use crate::math::{all_finite, axpy, elu, layer_norm, layer_norm_inplace, rope_apply, Rope};
 use crate::model::Model;
-use crate::state::{
-    Acts, Counters, HeadReader, HeadState, LayerState, Layout, Phase, Plan, Scratch, Segment, SEGMENT_LEN,
-};
+use crate::state::{Acts, Counters, HeadReader, HeadState, LayerState, Layout, Phase, Scratch, Segment, SEGMENT_LEN};
 use crate::tensor::{Matrix, Vector};
 
 /// An observation point of the forward pass, for tests and debugging.
@@ -317,7 +315,7 @@ fn attention(
         // jobs they cost a one-core step 0.4-0.6% more instructions (scripts/mcu-bench.sh).
         if run == 1 {
             for h in 0..h_n {
-                update(&mut HeadState::new(st, h, cfg, st_len, ln_sk), &segment.plans()[0], kvm(i0, h));
+                HeadState::new(st, h, cfg, st_len, ln_sk).update(&segment.plans()[0], kvm(i0, h));
             }
         }
         let heads = st.heads(h_n);
@@ -345,7 +343,7 @@ fn attention(
                     let mut hs = HeadState::new(&mut own, 0, cfg, st_len, ln_sk);
                     for (i, plan) in (i..).zip(plans) {
                         debug_assert!(plan.fold_begin.is_none() || i == i0, "a fold inside a run");
-                        update(&mut hs, plan, kvm(i, h));
+                        hs.update(plan, kvm(i, h));
                     }
                 }
                 let reader = HeadReader::new(&own, 0, cfg, st_len);
@@ -382,15 +380,6 @@ fn attention(
     exec.matmul(&model.matrix(Role::Wo, l), x.v, x.a, x.act);
     exec.upcoming(&[model.matrix(Role::WUp, l), model.matrix(Role::WDown, l)]);
     after
-}
-
-/// A token's state updates of one head (`plan` the token's): its initial append, if any,
-/// then its window push of key `k`, value `v` and merge gate `m`.
-fn update(hs: &mut HeadState<'_, '_>, plan: &Plan, (k, v, m): (&[f32], &[f32], f32)) {
-    if let Some(slot) = plan.initial {
-        hs.initial_append(slot, k, v, m, plan.gate_initial);
-    }
-    hs.push_window(plan.t, k, v, m);
 }
 
 /// `x.a <- MLP(x.a)` for layer `l`: `c_proj(relu(c_fc m)^2)`, `m` token-shifted towards
