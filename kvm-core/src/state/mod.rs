@@ -1,7 +1,8 @@
 //! A session's decode state and its updates (spec §3), in the caller's arena, in the order
 //! a step uses them: `arena` (the layout and the views carved from it) -> `plan` (what
 //! this token does to the state) -> `update` (every write: initial appends, window
-//! pushes, folds, merges) -> `attend` (every read: attention over the slots and the window).
+//! pushes, folds, merges) -> `attend` (every read: attention over the slots and the
+//! window) -> `schedule` (step 7 of a layer over a batch: runs, segments, the heads' jobs).
 //!
 //! Nothing here knows the model file: weights come in as [`crate::tensor`] views and
 //! splittable work goes through [`crate::exec::Exec`].
@@ -9,11 +10,11 @@
 pub(crate) mod arena;
 pub(crate) mod attend;
 pub(crate) mod plan;
+pub(crate) mod schedule;
 pub(crate) mod update;
 
 pub(crate) use arena::{Acts, LayerState, Scratch};
 pub use arena::{Layout, ARENA_ALIGN};
-pub(crate) use attend::HeadReader;
+pub(crate) use plan::Counters;
 pub use plan::{bswa_begin, state_slots, Phase};
-pub(crate) use plan::{Counters, Segment, SEGMENT_LEN};
-pub(crate) use update::HeadState;
+pub(crate) use schedule::LayerStep;
