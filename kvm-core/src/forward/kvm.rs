@@ -22,7 +22,8 @@ pub(super) fn attention(pass: &Pass<'_, '_>, l: usize, st: &mut LayerState<'_>, 
     // token writes in step 7, fetched while the products run.
     let first = step.begin(st, x.n);
     // 1. q = c_q a, k = c_k a: [n, n_heads * d_qk]; v = c_v a: [n, n_heads * d_v]; the
-    //    value residual's v_gate1 a and the merge gate's key_weighting a: [n, n_heads]
+    //    value residual's v_gate1 a: [n, d_vgate]; the merge gate's key_weighting a:
+    //    [n, n_heads]
     attn::project(pass, l, x, merge_gate);
     // 2. value residual: v += (v_first - v) * sigmoid(v_gate0 + v_gate2(v_gate1 a))
     if cfg.has(flags::VALUE_RESIDUAL) {

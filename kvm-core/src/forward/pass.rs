@@ -49,6 +49,8 @@ pub(crate) struct Work<'w, 's> {
 }
 
 impl<'w, 's> Work<'w, 's> {
+    /// The layers' state `layers` (slot reads in `reads`), the step's scratch `s` and the
+    /// batch's activations `x`.
     #[inline]
     pub(crate) fn new(
         layers: &'w mut [f32],
