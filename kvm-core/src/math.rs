@@ -172,6 +172,17 @@ pub fn rope_apply(x: &mut [f32], cos: &[f32], sin: &[f32]) {
     }
 }
 
+/// `cur += mix * (prev - cur)`, then `prev <- cur` as it was (pre-shift): a token shift
+/// towards the previous token's row. With `first`, the previous token is the token itself.
+pub fn token_shift(cur: &mut [f32], prev: &mut [f32], mix: Vector<'_>, first: bool) {
+    for ((c, p), mix) in cur.iter_mut().zip(prev.iter_mut()).zip(mix.iter()) {
+        let x = *c;
+        let before = if first { x } else { *p };
+        *c = x + mix * (before - x);
+        *p = x;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,7 @@ use crate::cache::Rows;
 use crate::config::Config;
 use crate::error::{Error, Origin, Result};
 use crate::exec::{Exec, Serial};
-use crate::forward::{forward, Logits, Tap};
+use crate::forward::{forward, Logits, Pass, Tap, Work};
 use crate::math::{all_finite, Rope};
 use crate::model::Model;
 use crate::state::arena::{ring_index, COUNTERS};
@@ -215,19 +215,9 @@ impl<'m, 'a> Session<'m, 'a> {
             Logits::Last => Logits::Last,
             Logits::All(out) => Logits::All(out),
         };
-        let (next, origin) = forward(
-            (&self.model, &self.rope),
-            &lay,
-            (arena.layers, arena.reads),
-            &mut s,
-            &mut acts,
-            at,
-            tokens,
-            phase,
-            asked,
-            exec,
-            tap,
-        );
+        let pass = Pass::new(&self.model, &self.rope, &lay, at, phase, exec);
+        let work = Work::new(arena.layers, arena.reads, &mut s, &mut acts);
+        let (next, origin) = forward(&pass, work, tokens, asked, tap);
         let c: &mut [u32] = bytemuck::cast_slice_mut(arena.counters);
         c[counter::POS] = next.pos as u32;
         c[counter::SLOTS] = next.slots as u32;

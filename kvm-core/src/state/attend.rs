@@ -1,23 +1,11 @@
-//! The window ring and attention reads: a token's key and value enter the ring, and a
-//! head's query attends over the state slots and the window tokens of its [`Plan`].
+//! A head's attention reads (spec §2 "Attn" step 7): its query attends over the state
+//! slots and the window tokens of its [`Plan`]. The writes are [`crate::state::update`]'s.
 
 use crate::config::Config;
 use crate::kernels;
 use crate::math;
 use crate::state::arena::{slot_index, LayerState};
-use crate::state::means::HeadState;
 use crate::state::plan::Plan;
-
-impl HeadState<'_, '_> {
-    /// Stores the new token's key, value and merge gate in the window ring.
-    pub fn push_window(&mut self, t: usize, k: &[f32], v: &[f32], m: f32) {
-        let (dk, dv) = (self.dk(), self.dv());
-        let ri = self.ring(t);
-        self.st.wk.set(ri, dk, |c| k[c]);
-        self.st.wv.set(ri, dv, |c| v[c]);
-        self.st.wm[ri] = m;
-    }
-}
 
 /// A head's read-only view of one layer's state: what attention needs, shareable across
 /// threads so heads can attend in parallel.

@@ -20,6 +20,12 @@ impl Counters {
     pub(crate) fn new(pos: usize, slots: usize, coverage: usize) -> Counters {
         Counters { pos, slots, coverage }
     }
+
+    /// The counters after `n` more tokens in a session of at most `state_len` slots: the
+    /// counters alone decide each token's [`Plan`].
+    pub(crate) fn after(self, cfg: &Config, state_len: usize, n: usize) -> Counters {
+        (0..n).fold(self, |at, _| Plan::new(cfg, state_len, at, Phase::Decode).next())
+    }
 }
 
 /// How a token enters the session: prompt tokens gate the initial state when the model

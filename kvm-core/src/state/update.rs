@@ -1,5 +1,6 @@
-//! The compressed means state (spec §3): initial appends, folds of a chunk leaving the
-//! window (novelty, appends, winner-take-all merges), and what reads of a slot see.
+//! A head's state updates (spec §3), every write to a layer's state: initial appends,
+//! window pushes, folds of a chunk leaving the window (novelty, appends, winner-take-all
+//! merges), and what reads of a slot see. The reads are [`crate::state::attend`]'s.
 
 use crate::cache::Rows;
 use crate::config::{flags, Config};
@@ -8,11 +9,12 @@ use crate::kernels;
 use crate::math::{layer_norm_inplace, ln_stats, norm};
 use crate::quant::round_bf16;
 use crate::state::arena::{ring_index, slot_index, FoldScratch, LayerState};
+use crate::state::plan::Plan;
 use crate::tensor::Vector;
 
-/// A head's view of one layer's state.
+/// A head's view of one layer's state, for its updates.
 pub(crate) struct HeadState<'l, 's> {
-    pub(super) st: &'l mut LayerState<'s>,
+    st: &'l mut LayerState<'s>,
     h: usize,
     cfg: &'l Config,
     /// Slots the arena holds.
@@ -37,11 +39,11 @@ impl<'l, 's> HeadState<'l, 's> {
 
 impl HeadState<'_, '_> {
     #[inline]
-    pub(super) fn dk(&self) -> usize {
+    fn dk(&self) -> usize {
         self.cfg.d_qk as usize
     }
     #[inline]
-    pub(super) fn dv(&self) -> usize {
+    fn dv(&self) -> usize {
         self.cfg.d_v as usize
     }
     #[inline]
@@ -49,8 +51,18 @@ impl HeadState<'_, '_> {
         slot_index(self.h, self.state_len, s)
     }
     #[inline]
-    pub(super) fn ring(&self, j: usize) -> usize {
+    fn ring(&self, j: usize) -> usize {
         ring_index(self.cfg, self.h, j)
+    }
+
+    /// A token's updates (`plan` the token's): its initial append, if any, then its window
+    /// push of key `k`, value `v` and merge gate `m`.
+    #[inline]
+    pub(crate) fn update(&mut self, plan: &Plan, (k, v, m): (&[f32], &[f32], f32)) {
+        if let Some(slot) = plan.initial {
+            self.initial_append(slot, k, v, m, plan.gate_initial);
+        }
+        self.push_window(plan.t, k, v, m);
     }
 
     /// Recomputes what reads of slots `[from, to)` see.
@@ -97,6 +109,15 @@ impl HeadState<'_, '_> {
         let gate = if gated { m } else { 1.0 };
         store_slot(sk, sv, &mut st.r[i], (gate, gate), vlens, false);
         self.refresh(s, s + 1);
+    }
+
+    /// Stores the new token's key, value and merge gate in the window ring.
+    pub fn push_window(&mut self, t: usize, k: &[f32], v: &[f32], m: f32) {
+        let (dk, dv) = (self.dk(), self.dv());
+        let ri = self.ring(t);
+        self.st.wk.set(ri, dk, |c| k[c]);
+        self.st.wv.set(ri, dv, |c| v[c]);
+        self.st.wm[ri] = m;
     }
 
     /// Folds window chunk `[b, b + chunk_len)` into the state: the `slots_after -
