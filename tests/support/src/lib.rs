@@ -118,14 +118,23 @@ pub fn model_with_matrix(vocab_len: u32, (which, at): (kvm_core::format::Role, u
         let salt = (role as usize * 131 + layer as usize * 7919) as u64;
         Ok((0..n as u64).map(|i| ((i * 2_654_435_761 + salt) % 1000) as f32 / 1000.0 * 0.2 - 0.1).collect())
     };
+    write_f32(&cfg, (TokenizerKind::Bytes, &[]), &mut source)
+}
+
+/// The bytes of a model file of `cfg` with `tokenizer`, every tensor f32 from `source`.
+fn write_f32(
+    cfg: &kvm_core::config::Config,
+    tokenizer: (kvm_core::format::TokenizerKind, &[u8]),
+    source: &mut dyn FnMut(kvm_core::format::Role, u16, u32, u32) -> anyhow::Result<Vec<f32>>,
+) -> Vec<u8> {
     let mut out = std::io::Cursor::new(Vec::new());
     kvm_write::writer::write_model_to(
         &mut out,
-        &cfg,
-        (TokenizerKind::Bytes, &[]),
+        cfg,
+        tokenizer,
         (kvm_core::cache::CacheDtype::F32, kvm_core::cache::SlotReads::Stored),
         &|_, _, _| DType::F32,
-        &mut source,
+        source,
         &mut |_| {},
     )
     .unwrap();
@@ -157,18 +166,7 @@ pub fn padded_gpt2_model() -> Vec<u8> {
             .map(|i| if role == Role::LmHead && i / cols as u64 >= text as u64 { 1.0 } else { small(i) })
             .collect())
     };
-    let mut out = std::io::Cursor::new(Vec::new());
-    kvm_write::writer::write_model_to(
-        &mut out,
-        &cfg,
-        (TokenizerKind::Bpe, &section),
-        (kvm_core::cache::CacheDtype::F32, kvm_core::cache::SlotReads::Stored),
-        &|_, _, _| DType::F32,
-        &mut source,
-        &mut |_| {},
-    )
-    .unwrap();
-    out.into_inner()
+    write_f32(&cfg, (TokenizerKind::Bpe, &section), &mut source)
 }
 
 /// A copy of checkpoint `dir` in a fresh temporary directory named after `what`, with
