@@ -4,9 +4,11 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 use kvm_test_support::repo;
+
+use crate::kvm_in;
 use serde_json::Value;
 
 fn bundled() -> String {
@@ -15,23 +17,6 @@ fn bundled() -> String {
 
 fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("kvm-llama-{}-{name}", std::process::id()))
-}
-
-/// Runs `kvm ARGS` with `stdin` as its input.
-fn kvm_in(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kvm"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    let stdin = stdin.to_vec();
-    let writer = std::thread::spawn(move || input.write_all(&stdin));
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap().unwrap();
-    out
 }
 
 /// Runs `kvm ARGS`, which must succeed: its stdout.

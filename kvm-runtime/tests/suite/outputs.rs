@@ -3,10 +3,12 @@
 //! size and restored only if every byte is the one saved.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kvm_test_support::repo;
+
+use crate::kvm_in;
 
 /// A fresh, empty directory for test `what`.
 fn fresh_dir(what: &str) -> PathBuf {
@@ -26,29 +28,6 @@ fn names(dir: &Path) -> Vec<String> {
         std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     v.sort();
     v
-}
-
-/// Runs `kvm ARGS` with `stdin`, killed if it takes longer than a minute (a read of a
-/// FIFO or a device that never ends).
-fn kvm_in(args: &[&str], stdin: &[u8]) -> Output {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kvm"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    let started = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if started.elapsed() > Duration::from_secs(60) {
-            child.kill().ok();
-            panic!("{args:?} did not end");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().unwrap()
 }
 
 /// Runs `args`, which must fail with one line on stderr containing each of `needles`.
