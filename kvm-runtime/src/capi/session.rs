@@ -36,10 +36,10 @@ use kvm_core::sampler::{scratch_len, Candidate, Pcg32, Sampler, SamplerConfig};
 use kvm_core::state::{Layout, Phase, ARENA_ALIGN};
 use kvm_core::{Error, Model, Session};
 
-use super::kvm_status::{self, *};
+use super::types::kvm_status::{self, *};
 
 /// Most recent tokens kept for the repetition penalty (`repeat_window` may not exceed it).
-pub(crate) const HISTORY_LEN: usize = super::KVM_MAX_REPEAT_WINDOW as usize;
+pub(crate) const HISTORY_LEN: usize = super::types::KVM_MAX_REPEAT_WINDOW as usize;
 
 /// `"KVMSESS1"`: an initialised cell.
 const LIVE: u64 = u64::from_le_bytes(*b"KVMSESS1");

@@ -1,12 +1,15 @@
 //! Text <-> token ids for the C API, into caller buffers, with the model's own tokenizer
-//! (`kvm_core::tokenizer`): byte-level or GPT-2 byte-level BPE.
+//! (`kvm_core::tokenizer`): byte-level or GPT-2 byte-level BPE. The helpers, then the
+//! exported `kvm_tokenize()` and `kvm_detokenize()`.
 
+use core::ffi::c_char;
 use core::mem::MaybeUninit;
 
 use kvm_core::format::TokenizerKind;
 use kvm_core::{Error, Model};
 
-use super::kvm_status;
+use super::check::{catch, counted, input, model_of, output, status};
+use super::types::{kvm_model, kvm_status};
 
 /// Encodes `text` into `out`; returns how many ids it wrote.
 ///
@@ -85,4 +88,54 @@ pub(crate) fn decode(
         at += p.len();
     }
     Ok(needed)
+}
+
+/// Encodes `text_len` bytes of UTF-8 `text` into token ids. On success `*n_ids` is the
+/// count written to `ids` (capacity `ids_cap`). If `ids_cap` is too small, returns
+/// `KVM_ERR_BUFFER_TOO_SMALL` with the count needed in `*n_ids` (`ids` may be null when
+/// `ids_cap` is 0, to ask for the size).
+///
+/// # Safety
+/// `model` is null or a `kvm_model`; `text` is valid for reads of `text_len` bytes (null
+/// if 0); `ids` for writes of `ids_cap` ids; `n_ids` null or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn kvm_tokenize(
+    model: *const kvm_model,
+    text: *const c_char,
+    text_len: usize,
+    ids: *mut u32,
+    ids_cap: usize,
+    n_ids: *mut usize,
+) -> kvm_status {
+    status(catch(|| {
+        // SAFETY: per the contract.
+        let (m, text, out) = unsafe { (model_of(model)?, input(text.cast::<u8>(), text_len)?, output(ids, ids_cap)?) };
+        // SAFETY: per the contract.
+        unsafe { counted(n_ids, || encode(&m, text, out)) }
+    }))
+}
+
+/// Decodes `n_ids` token ids into text (raw bytes, not NUL-terminated). On success
+/// `*text_len` is the byte count written to `text` (capacity `text_cap`). If `text_cap`
+/// is too small, returns `KVM_ERR_BUFFER_TOO_SMALL` with the bytes needed in `*text_len`
+/// (`text` may be null when `text_cap` is 0).
+///
+/// # Safety
+/// `model` is null or a `kvm_model`; `ids` is valid for reads of `n_ids` ids (null if
+/// 0); `text` for writes of `text_cap` bytes; `text_len` null or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn kvm_detokenize(
+    model: *const kvm_model,
+    ids: *const u32,
+    n_ids: usize,
+    text: *mut c_char,
+    text_cap: usize,
+    text_len: *mut usize,
+) -> kvm_status {
+    status(catch(|| {
+        // SAFETY: per the contract.
+        let (m, ids, out) = unsafe { (model_of(model)?, input(ids, n_ids)?, output(text.cast::<u8>(), text_cap)?) };
+        // SAFETY: per the contract.
+        unsafe { counted(text_len, || decode(&m, ids, out)) }
+    }))
 }
