@@ -22,6 +22,7 @@ use core::marker::PhantomData;
 
 use half::f16;
 
+use crate::kernels::attend::{Attend, Exp, Isa};
 use crate::kernels::gemm::{self, Gemm, BLOCK};
 use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32, I8};
 use crate::quant::{f32p_row, BlockF32P, DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
@@ -1128,70 +1129,91 @@ unsafe fn blocks_row<B: Blocks32>(row: &[u8], out: &mut [f32]) {
     }
 }
 
-/// [`scalar::weighted_sum`] with 4 columns per vector, loaded 8 at a time (f16 rows widen
-/// exactly with `fcvtl`), up to 8 vectors of columns held in registers across all the
-/// rows; multiplies and adds stay separate (no `fmla`), so the result is the scalar one bit
-/// for bit.
-///
-/// # Safety
-/// NEON is present.
-#[target_feature(enable = "neon")]
-pub(crate) unsafe fn weighted_sum<T: StoredType<Float: Widen8>>(p: &[f32], rows: &[T], out: &mut [f32]) {
-    let d = out.len();
-    if d == 0 {
-        return;
+impl Isa for Neon {
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn enable<R>(f: impl FnOnce() -> R) -> R {
+        f()
     }
-    let n = p.len().min(rows.len() / d);
-    let mut c = 0;
-    while c + 32 <= d {
-        // SAFETY: NEON is present; columns [c, c + 32) exist in `out` and every row.
-        unsafe { sum_columns::<T, 4>(&p[..n], rows, d, c, out) };
-        c += 32;
-    }
-    while c + 8 <= d {
-        // SAFETY: as above, for 8 columns.
-        unsafe { sum_columns::<T, 1>(&p[..n], rows, d, c, out) };
-        c += 8;
-    }
-    scalar::weighted_sum_columns(&p[..n], rows, c, out);
 }
 
-/// Columns `[c, c + 8 V)` of [`weighted_sum`] (`rows`: `[p.len(), d]`), as `V` pairs of
-/// vectors.
-///
-/// # Safety
-/// NEON is present; `c + 8 V <= d == out.len()` and `rows.len() >= p.len() * d`.
-#[inline]
-#[target_feature(enable = "neon")]
-unsafe fn sum_columns<T: StoredType<Float: Widen8>, const V: usize>(
-    p: &[f32],
-    rows: &[T],
-    d: usize,
-    c: usize,
-    out: &mut [f32],
-) {
-    let o = out[c..c + 8 * V].as_mut_ptr();
-    let mut acc = [[vdupq_n_f32(0.0); 2]; V];
-    for (k, a) in acc.iter_mut().enumerate() {
-        // SAFETY: `o` holds 8 V floats.
-        *a = unsafe { [vld1q_f32(o.add(8 * k)), vld1q_f32(o.add(8 * k + 4))] };
+/// Attention's tiles (both NEON tiers): a dot's 16 canonical lanes as four vectors;
+/// weighted sums of 4 columns per vector, loaded 8 at a time (f16 rows widen exactly with
+/// `fcvtl`), up to 8 vectors held across all the rows; multiplies and adds stay separate
+/// (no `fmla`), so the bits are the scalar ones.
+impl<T: StoredType<Float: Widen8>> Attend<T> for Neon {
+    const SUM_COLUMNS: usize = 8;
+
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn dot_rows<const R: usize>(rows: &[T], x: &[f32]) -> [f32; R] {
+        let d = x.len();
+        let body = d - d % scalar::DOT_LANES;
+        let mut acc = [[vdupq_n_f32(0.0); 4]; R];
+        let mut c = 0;
+        while c < body {
+            // SAFETY: columns `c..c + 16` exist in `x` and in every row.
+            let v: [float32x4_t; 4] = core::array::from_fn(|k| unsafe { vld1q_f32(x.as_ptr().add(c + 4 * k)) });
+            for (r, a) in acc.iter_mut().enumerate() {
+                let p = rows[r * d + c..r * d + c + 16].as_ptr();
+                // SAFETY: `p` holds 16 elements.
+                let [lo, hi] = unsafe { [T::Float::load8(p.cast()), T::Float::load8(p.add(8).cast())] };
+                for (k, w) in [lo[0], lo[1], hi[0], hi[1]].into_iter().enumerate() {
+                    a[k] = vaddq_f32(a[k], vmulq_f32(w, v[k]));
+                }
+            }
+            c += 16;
+        }
+        let mut out = [0f32; R];
+        for (r, (o, a)) in out.iter_mut().zip(acc).enumerate() {
+            // Lanes l + 8, then l + 4, l + 2, l + 1, as scalar::fold_lanes.
+            let q = vaddq_f32(vaddq_f32(a[0], a[2]), vaddq_f32(a[1], a[3]));
+            let h = vadd_f32(vget_low_f32(q), vget_high_f32(q));
+            let s = vget_lane_f32::<0>(h) + vget_lane_f32::<1>(h);
+            *o = scalar::dot_tail(s, &rows[r * d + body..(r + 1) * d], &x[body..]);
+        }
+        out
     }
-    for (j, &pj) in p.iter().enumerate() {
-        let pj = vdupq_n_f32(pj);
-        let r = rows[j * d + c..j * d + c + 8 * V].as_ptr();
+
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn sum_columns<const V: usize>(p: &[f32], rows: &[T], d: usize, c: usize, out: &mut [f32]) {
+        let o = out[c..c + 8 * V].as_mut_ptr();
+        let mut acc = [[vdupq_n_f32(0.0); 2]; V];
         for (k, a) in acc.iter_mut().enumerate() {
-            // SAFETY: `r` holds 8 V elements.
-            let w = unsafe { T::Float::load8(r.add(8 * k).cast()) };
-            a[0] = vaddq_f32(a[0], vmulq_f32(pj, w[0]));
-            a[1] = vaddq_f32(a[1], vmulq_f32(pj, w[1]));
+            // SAFETY: `o` holds 8 V floats.
+            *a = unsafe { [vld1q_f32(o.add(8 * k)), vld1q_f32(o.add(8 * k + 4))] };
+        }
+        for (j, &pj) in p.iter().enumerate() {
+            let pj = vdupq_n_f32(pj);
+            let r = rows[j * d + c..j * d + c + 8 * V].as_ptr();
+            for (k, a) in acc.iter_mut().enumerate() {
+                // SAFETY: `r` holds 8 V elements.
+                let w = unsafe { T::Float::load8(r.add(8 * k).cast()) };
+                a[0] = vaddq_f32(a[0], vmulq_f32(pj, w[0]));
+                a[1] = vaddq_f32(a[1], vmulq_f32(pj, w[1]));
+            }
+        }
+        for (k, a) in acc.iter().enumerate() {
+            // SAFETY: as the loads.
+            unsafe {
+                vst1q_f32(o.add(8 * k), a[0]);
+                vst1q_f32(o.add(8 * k + 4), a[1]);
+            }
         }
     }
-    for (k, a) in acc.iter().enumerate() {
-        // SAFETY: as the loads.
-        unsafe {
-            vst1q_f32(o.add(8 * k), a[0]);
-            vst1q_f32(o.add(8 * k + 4), a[1]);
-        }
+}
+
+/// [`scalar::exp_sub`] 4 lanes at a time, operation for operation (bit-identical).
+impl Exp for Neon {
+    const LANES: usize = 4;
+
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn exp_sub_lanes(x: &mut [f32], max: f32) {
+        let m = vdupq_n_f32(max);
+        // SAFETY: `x` holds 4 floats.
+        unsafe { vst1q_f32(x.as_mut_ptr(), exp4(vsubq_f32(vld1q_f32(x.as_ptr()), m))) };
     }
 }
 
@@ -1261,21 +1283,6 @@ pub(crate) unsafe fn find(x: &[f32], v: f32) -> Option<usize> {
     scalar::find(chunks.remainder(), v).map(|j| x.len() / 4 * 4 + j)
 }
 
-/// [`scalar::exp_sub`] 4 lanes at a time, operation for operation (bit-identical).
-///
-/// # Safety
-/// NEON is present.
-#[target_feature(enable = "neon")]
-pub(crate) unsafe fn exp_sub(x: &mut [f32], max: f32) {
-    let m = vdupq_n_f32(max);
-    let mut chunks = x.chunks_exact_mut(4);
-    for c in &mut chunks {
-        // SAFETY: `c` holds 4 floats.
-        unsafe { vst1q_f32(c.as_mut_ptr(), exp4(vsubq_f32(vld1q_f32(c.as_ptr()), m))) };
-    }
-    scalar::exp_sub(chunks.into_remainder(), max);
-}
-
 /// [`scalar::exp_approx`] of 4 lanes.
 #[inline]
 #[target_feature(enable = "neon")]
@@ -1293,61 +1300,4 @@ fn exp4(x: float32x4_t) -> float32x4_t {
     let y = vaddq_f32(vaddq_f32(vmulq_f32(vmulq_f32(p, r), r), r), vdupq_n_f32(1.0));
     let two_n = vshlq_n_s32::<23>(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)));
     vmulq_f32(y, vreinterpretq_f32_s32(two_n))
-}
-
-/// [`scalar::dots`] in its canonical order: the 16 lanes as four vectors, four rows at a
-/// time (independent chains to hide the adds' latency); f16 rows widen exactly first.
-///
-/// # Safety
-/// NEON is present.
-#[target_feature(enable = "neon")]
-pub(crate) unsafe fn dots<T: StoredType<Float: Widen8>>(rows: &[T], x: &[f32], out: &mut [f32]) {
-    let d = x.len();
-    if d == 0 {
-        out.fill(0.0);
-        return;
-    }
-    let n = (rows.len() / d).min(out.len());
-    let mut i = 0;
-    while i + 4 <= n {
-        // Safe to call: this function enables the features `dot_rows` needs.
-        out[i..i + 4].copy_from_slice(&dot_rows::<T, 4>(&rows[i * d..(i + 4) * d], x));
-        i += 4;
-    }
-    while i < n {
-        out[i] = dot_rows::<T, 1>(&rows[i * d..(i + 1) * d], x)[0];
-        i += 1;
-    }
-}
-
-/// `R` rows of [`dots`] (`rows`: `[R, x.len()]`).
-#[inline]
-#[target_feature(enable = "neon")]
-fn dot_rows<T: StoredType<Float: Widen8>, const R: usize>(rows: &[T], x: &[f32]) -> [f32; R] {
-    let d = x.len();
-    let body = d - d % scalar::DOT_LANES;
-    let mut acc = [[vdupq_n_f32(0.0); 4]; R];
-    let mut c = 0;
-    while c < body {
-        // SAFETY: columns `c..c + 16` exist in `x` and in every row.
-        let v: [float32x4_t; 4] = core::array::from_fn(|k| unsafe { vld1q_f32(x.as_ptr().add(c + 4 * k)) });
-        for (r, a) in acc.iter_mut().enumerate() {
-            let p = rows[r * d + c..r * d + c + 16].as_ptr();
-            // SAFETY: `p` holds 16 elements.
-            let [lo, hi] = unsafe { [T::Float::load8(p.cast()), T::Float::load8(p.add(8).cast())] };
-            for (k, w) in [lo[0], lo[1], hi[0], hi[1]].into_iter().enumerate() {
-                a[k] = vaddq_f32(a[k], vmulq_f32(w, v[k]));
-            }
-        }
-        c += 16;
-    }
-    let mut out = [0f32; R];
-    for (r, (o, a)) in out.iter_mut().zip(acc).enumerate() {
-        // Lanes l + 8, then l + 4, l + 2, l + 1, as scalar::fold_lanes.
-        let q = vaddq_f32(vaddq_f32(a[0], a[2]), vaddq_f32(a[1], a[3]));
-        let h = vadd_f32(vget_low_f32(q), vget_high_f32(q));
-        let s = vget_lane_f32::<0>(h) + vget_lane_f32::<1>(h);
-        *o = scalar::dot_tail(s, &rows[r * d + body..(r + 1) * d], &x[body..]);
-    }
-    out
 }

@@ -15,6 +15,7 @@ use core::marker::PhantomData;
 use half::f16;
 
 use super::prefetch_ahead;
+use crate::kernels::attend::{Attend, AttendMany, Exp, Isa};
 use crate::kernels::gemm::{self, Gemm, BLOCK};
 use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32, I8};
 use crate::quant::{f32p_row, BlockF32P, DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
@@ -1155,150 +1156,168 @@ unsafe fn blocks_row<B: Blocks32>(row: &[u8], out: &mut [f32]) {
     }
 }
 
-/// [`scalar::weighted_sum`] with 8 columns per vector, up to 8 vectors of columns held in
-/// registers across all the rows; f16 rows widen exactly (`vcvtph2ps`) and multiplies and
-/// adds stay separate, so the result is the scalar one bit for bit.
-///
-/// # Safety
-/// AVX2, FMA and F16C are present.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn weighted_sum<T: StoredType<Float: Widen8>>(p: &[f32], rows: &[T], out: &mut [f32]) {
-    // SAFETY: the caller's promise.
-    unsafe { weighted_sum_from(p, rows, 0, out) }
+impl Isa for Avx2 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn enable<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
 }
 
-/// Columns `[c, out.len())` of [`weighted_sum`].
-///
-/// # Safety
-/// AVX2, FMA and F16C are present.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn weighted_sum_from<T: StoredType<Float: Widen8>>(p: &[f32], rows: &[T], mut c: usize, out: &mut [f32]) {
-    let d = out.len();
-    if d == 0 {
-        return;
-    }
-    let n = p.len().min(rows.len() / d);
-    while c + 64 <= d {
-        // SAFETY: AVX2 is present; columns [c, c + 64) exist in `out` and every row.
-        unsafe { sum_columns::<T, 8>(&p[..n], rows, d, c, out) };
-        c += 64;
-    }
-    while c + 8 <= d {
-        // SAFETY: as above, for 8 columns.
-        unsafe { sum_columns::<T, 1>(&p[..n], rows, d, c, out) };
-        c += 8;
-    }
-    scalar::weighted_sum_columns(&p[..n], rows, c, out);
-}
+/// Attention's tiles: a dot's 16 canonical lanes as two vectors; weighted sums of 8
+/// columns per vector, up to 8 vectors held across all the rows; f16 rows widen exactly
+/// (`vcvtph2ps`) and multiplies and adds stay separate, so the bits are the scalar ones.
+impl<T: StoredType<Float: Widen8>> Attend<T> for Avx2 {
+    const SUM_COLUMNS: usize = 8;
 
-/// [`scalar::weighted_sum`] of several queries over the same rows: `outs[i] += sum_j
-/// ps[i * stride + j] * rows[j]` (`rows`: `[n, d]`, `outs`: `[m, d]`), four queries at a
-/// time over 16 columns (8 accumulators of the 16 registers), so each row is loaded and
-/// widened once per four queries; every query adds in the scalar order, so the bits are
-/// `m` calls of [`weighted_sum`].
-///
-/// # Safety
-/// AVX2, FMA and F16C are present; `d > 0`; `ps` holds `(m - 1) * stride + n` scores.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn weighted_sum_many<T: StoredType<Float: Widen8>>(
-    ps: &[f32],
-    stride: usize,
-    rows: &[T],
-    d: usize,
-    outs: &mut [f32],
-) {
-    let (m, n) = (outs.len() / d, rows.len() / d);
-    let mut i = 0;
-    while i + 4 <= m {
-        let p: [&[f32]; 4] = core::array::from_fn(|q| &ps[(i + q) * stride..(i + q) * stride + n]);
+    #[inline(always)]
+    fn prefetch_rows(rows: &[T]) {
+        prefetch_ahead(rows.as_ptr().cast(), size_of_val(rows));
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot_rows<const R: usize>(rows: &[T], x: &[f32]) -> [f32; R] {
+        let d = x.len();
+        let body = d - d % scalar::DOT_LANES;
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
         let mut c = 0;
-        while c + 16 <= d {
-            // Safe to call: this function enables the features `sum_many` needs.
-            sum_many::<T, 4>(p, rows, d, c, &mut outs[i * d..(i + 4) * d]);
+        while c < body {
+            // SAFETY: columns `c..c + 16` exist in `x` and in every row.
+            let v = unsafe { [_mm256_loadu_ps(x.as_ptr().add(c)), _mm256_loadu_ps(x.as_ptr().add(c + 8))] };
+            for (r, a) in acc.iter_mut().enumerate() {
+                let p = rows[r * d + c..r * d + c + 16].as_ptr();
+                // SAFETY: `p` holds 16 elements.
+                let w = unsafe { [T::Float::load8(p.cast()), T::Float::load8(p.add(8).cast())] };
+                a[0] = _mm256_add_ps(a[0], _mm256_mul_ps(w[0], v[0]));
+                a[1] = _mm256_add_ps(a[1], _mm256_mul_ps(w[1], v[1]));
+            }
             c += 16;
         }
-        for q in 0..4 {
-            // SAFETY: the features are enabled here.
-            unsafe { weighted_sum_from(p[q], rows, c, &mut outs[(i + q) * d..(i + q + 1) * d]) };
+        let mut out = [0f32; R];
+        for (r, (o, a)) in out.iter_mut().zip(acc).enumerate() {
+            *o = scalar::dot_tail(fold8(_mm256_add_ps(a[0], a[1])), &rows[r * d + body..(r + 1) * d], &x[body..]);
         }
-        i += 4;
+        out
     }
-    for i in i..m {
-        // SAFETY: as above.
-        unsafe { weighted_sum(&ps[i * stride..i * stride + n], rows, &mut outs[i * d..(i + 1) * d]) };
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn sum_columns<const V: usize>(p: &[f32], rows: &[T], d: usize, c: usize, out: &mut [f32]) {
+        let o = out[c..c + 8 * V].as_mut_ptr();
+        let mut acc = [_mm256_setzero_ps(); V];
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: `o` holds 8 V floats.
+            *a = unsafe { _mm256_loadu_ps(o.add(8 * k)) };
+        }
+        for (j, &pj) in p.iter().enumerate() {
+            let pj = _mm256_set1_ps(pj);
+            let r = rows[j * d + c..j * d + c + 8 * V].as_ptr();
+            super::prefetch_ahead(r.cast(), 8 * V * size_of::<T>());
+            for (k, a) in acc.iter_mut().enumerate() {
+                // SAFETY: `r` holds 8 V elements.
+                *a = _mm256_add_ps(*a, _mm256_mul_ps(pj, unsafe { T::Float::load8(r.add(8 * k).cast()) }));
+            }
+        }
+        for (k, a) in acc.iter().enumerate() {
+            // SAFETY: as the loads.
+            unsafe { _mm256_storeu_ps(o.add(8 * k), *a) };
+        }
     }
 }
 
-/// Columns `[c, c + 8 V)` of [`weighted_sum_many`] for `Q` queries (`p[q]`: `[n]`,
-/// `outs`: `[Q, d]`).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn sum_many<T: StoredType<Float: Widen8>, const Q: usize>(
-    p: [&[f32]; Q],
-    rows: &[T],
-    d: usize,
-    c: usize,
-    outs: &mut [f32],
-) {
-    const V: usize = 2;
-    let n = p.first().map_or(0, |p| p.len());
-    assert!(c + 8 * V <= d && outs.len() >= Q * d && rows.len() >= n * d && p.iter().all(|p| p.len() == n));
-    let (o, r, p) = (outs.as_mut_ptr(), rows.as_ptr(), p.map(<[f32]>::as_ptr));
-    // Every access: columns `[c, c + 16)` exist in each query's output and in
-    // each of the `n` rows, and each query has `n` scores (asserted above).
-    // SAFETY: see above.
-    let mut acc: [[__m256; V]; Q] =
-        core::array::from_fn(|q| core::array::from_fn(|k| unsafe { _mm256_loadu_ps(o.add(q * d + c + 8 * k)) }));
-    for j in 0..n {
-        // SAFETY: see above.
-        let v: [__m256; V] = core::array::from_fn(|k| unsafe { T::Float::load8(r.add(j * d + c + 8 * k).cast()) });
-        for (acc, p) in acc.iter_mut().zip(&p) {
-            // SAFETY: see above.
-            let pj = _mm256_set1_ps(unsafe { *p.add(j) });
-            for (a, &v) in acc.iter_mut().zip(&v) {
-                *a = _mm256_add_ps(*a, _mm256_mul_ps(pj, v));
+/// Multi-query tiles of 2 rows x 2 queries (a dot's 16 lanes take two registers, so that
+/// is what 16 registers hold), and sums of four queries over 16 columns (8 accumulators).
+impl<T: StoredType<Float: Widen8>> AttendMany<T> for Avx2 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dots_tile<const R: usize, const Q: usize>(
+        rows: &[T],
+        xs: &[f32],
+        d: usize,
+        n: usize,
+        (i0, j0): (usize, usize),
+        out: &mut [f32],
+    ) {
+        let body = d - d % scalar::DOT_LANES;
+        let (rows, xs) = (&rows[j0 * d..(j0 + R) * d], &xs[i0 * d..(i0 + Q) * d]);
+        // Raw pointers in the loop, as in the AVX-512 tile (slices checked per load spill).
+        let (rp, xp) = (rows.as_ptr(), xs.as_ptr());
+        let mut acc = [[[_mm256_setzero_ps(); 2]; Q]; R];
+        let mut c = 0;
+        while c < body {
+            // SAFETY: columns `c..c + 16` exist in every query and row (`c + 16 <= body <= d`).
+            let x: [[__m256; 2]; Q] = core::array::from_fn(|q| unsafe {
+                let p = xp.add(q * d + c);
+                [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))]
+            });
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: as above.
+                let p = unsafe { rp.add(r * d + c) };
+                // SAFETY: `p` holds 16 elements.
+                let w = unsafe { [T::Float::load8(p.cast()), T::Float::load8(p.add(8).cast())] };
+                for (a, x) in acc.iter_mut().zip(&x) {
+                    a[0] = _mm256_add_ps(a[0], _mm256_mul_ps(w[0], x[0]));
+                    a[1] = _mm256_add_ps(a[1], _mm256_mul_ps(w[1], x[1]));
+                }
+            }
+            c += 16;
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (q, a) in acc.iter().enumerate() {
+                let (row, x) = (&rows[r * d + body..(r + 1) * d], &xs[q * d + body..(q + 1) * d]);
+                out[(i0 + q) * n + j0 + r] = scalar::dot_tail(fold8(_mm256_add_ps(a[0], a[1])), row, x);
             }
         }
     }
-    for (q, acc) in acc.iter().enumerate() {
-        for (k, &a) in acc.iter().enumerate() {
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn sum_many<const Q: usize, const V: usize>(
+        p: [&[f32]; Q],
+        rows: &[T],
+        d: usize,
+        c: usize,
+        outs: &mut [f32],
+    ) {
+        let n = p.first().map_or(0, |p| p.len());
+        assert!(c + 8 * V <= d && outs.len() >= Q * d && rows.len() >= n * d && p.iter().all(|p| p.len() == n));
+        let (o, r, p) = (outs.as_mut_ptr(), rows.as_ptr(), p.map(<[f32]>::as_ptr));
+        // Every access: columns `[c, c + 8 V)` exist in each query's output and in
+        // each of the `n` rows, and each query has `n` scores (asserted above).
+        // SAFETY: see above.
+        let mut acc: [[__m256; V]; Q] =
+            core::array::from_fn(|q| core::array::from_fn(|k| unsafe { _mm256_loadu_ps(o.add(q * d + c + 8 * k)) }));
+        for j in 0..n {
             // SAFETY: see above.
-            unsafe { _mm256_storeu_ps(o.add(q * d + c + 8 * k), a) };
+            let v: [__m256; V] = core::array::from_fn(|k| unsafe { T::Float::load8(r.add(j * d + c + 8 * k).cast()) });
+            for (acc, p) in acc.iter_mut().zip(&p) {
+                // SAFETY: see above.
+                let pj = _mm256_set1_ps(unsafe { *p.add(j) });
+                for (a, &v) in acc.iter_mut().zip(&v) {
+                    *a = _mm256_add_ps(*a, _mm256_mul_ps(pj, v));
+                }
+            }
+        }
+        for (q, acc) in acc.iter().enumerate() {
+            for (k, &a) in acc.iter().enumerate() {
+                // SAFETY: see above.
+                unsafe { _mm256_storeu_ps(o.add(q * d + c + 8 * k), a) };
+            }
         }
     }
 }
 
-/// Columns `[c, c + 8 V)` of [`weighted_sum`] (`rows`: `[p.len(), d]`).
-///
-/// # Safety
-/// AVX2 is present; `c + 8 V <= d == out.len()` and `rows.len() >= p.len() * d`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn sum_columns<T: StoredType<Float: Widen8>, const V: usize>(
-    p: &[f32],
-    rows: &[T],
-    d: usize,
-    c: usize,
-    out: &mut [f32],
-) {
-    let o = out[c..c + 8 * V].as_mut_ptr();
-    let mut acc = [_mm256_setzero_ps(); V];
-    for (k, a) in acc.iter_mut().enumerate() {
-        // SAFETY: `o` holds 8 V floats.
-        *a = unsafe { _mm256_loadu_ps(o.add(8 * k)) };
-    }
-    for (j, &pj) in p.iter().enumerate() {
-        let pj = _mm256_set1_ps(pj);
-        let r = rows[j * d + c..j * d + c + 8 * V].as_ptr();
-        super::prefetch_ahead(r.cast(), 8 * V * size_of::<T>());
-        for (k, a) in acc.iter_mut().enumerate() {
-            // SAFETY: `r` holds 8 V elements.
-            *a = _mm256_add_ps(*a, _mm256_mul_ps(pj, unsafe { T::Float::load8(r.add(8 * k).cast()) }));
-        }
-    }
-    for (k, a) in acc.iter().enumerate() {
-        // SAFETY: as the loads.
-        unsafe { _mm256_storeu_ps(o.add(8 * k), *a) };
+/// [`scalar::exp_sub`] 8 lanes at a time, operation for operation (bit-identical).
+impl Exp for Avx2 {
+    const LANES: usize = 8;
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn exp_sub_lanes(x: &mut [f32], max: f32) {
+        let m = _mm256_set1_ps(max);
+        // SAFETY: `x` holds 8 floats.
+        unsafe { _mm256_storeu_ps(x.as_mut_ptr(), exp8(_mm256_sub_ps(_mm256_loadu_ps(x.as_ptr()), m))) };
     }
 }
 
@@ -1362,21 +1381,6 @@ pub(crate) unsafe fn find(x: &[f32], v: f32) -> Option<usize> {
     scalar::find(chunks.remainder(), v).map(|j| x.len() / 8 * 8 + j)
 }
 
-/// [`scalar::exp_sub`] 8 lanes at a time, operation for operation (bit-identical).
-///
-/// # Safety
-/// AVX2, FMA and F16C are present.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn exp_sub(x: &mut [f32], max: f32) {
-    let m = _mm256_set1_ps(max);
-    let mut chunks = x.chunks_exact_mut(8);
-    for c in &mut chunks {
-        // SAFETY: `c` holds 8 floats.
-        unsafe { _mm256_storeu_ps(c.as_mut_ptr(), exp8(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), m))) };
-    }
-    scalar::exp_sub(chunks.into_remainder(), max);
-}
-
 /// [`scalar::exp_approx`] of 8 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -1398,137 +1402,6 @@ fn exp8(x: __m256) -> __m256 {
     let y = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), r), _mm256_set1_ps(1.0));
     let two_n = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)));
     _mm256_mul_ps(y, _mm256_castsi256_ps(two_n))
-}
-
-/// [`scalar::dots`] in its canonical order: the 16 lanes as two vectors, four rows at a
-/// time (independent chains to hide the adds' latency); f16 rows widen exactly first.
-///
-/// # Safety
-/// AVX2, FMA and F16C are present.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dots<T: StoredType<Float: Widen8>>(rows: &[T], x: &[f32], out: &mut [f32]) {
-    let d = x.len();
-    if d == 0 {
-        out.fill(0.0);
-        return;
-    }
-    let n = (rows.len() / d).min(out.len());
-    let mut i = 0;
-    while i + 4 <= n {
-        let block = &rows[i * d..(i + 4) * d];
-        super::prefetch_ahead(block.as_ptr().cast(), size_of_val(block));
-        // Safe to call: this function enables the features `dot_rows` needs.
-        out[i..i + 4].copy_from_slice(&dot_rows::<T, 4>(block, x));
-        i += 4;
-    }
-    while i < n {
-        out[i] = dot_rows::<T, 1>(&rows[i * d..(i + 1) * d], x)[0];
-        i += 1;
-    }
-}
-
-/// [`dots`] of every query of `xs` (`[m, d]`) against every row (`[n, d]`) into `out`
-/// (`[m, n]`), in tiles of 2 rows x 2 queries (a dot's 16 canonical lanes take two
-/// registers, so that is what 16 registers hold): each row is read once per 2 queries.
-/// Every dot keeps the canonical order, so the bits are [`dots`]'.
-///
-/// # Safety
-/// AVX2, FMA and F16C are present; `d > 0`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dots_many<T: StoredType<Float: Widen8>>(rows: &[T], xs: &[f32], d: usize, out: &mut [f32]) {
-    let n = rows.len() / d;
-    if n == 0 {
-        return;
-    }
-    let m = (xs.len() / d).min(out.len() / n);
-    let mut i = 0;
-    while i + 2 <= m {
-        let mut j = 0;
-        while j + 2 <= n {
-            // Safe to call: this function enables the features `dots_tile` needs.
-            dots_tile::<T, 2, 2>(rows, xs, d, n, (i, j), out);
-            j += 2;
-        }
-        if j < n {
-            dots_tile::<T, 1, 2>(rows, xs, d, n, (i, j), out);
-        }
-        i += 2;
-    }
-    for i in i..m {
-        // SAFETY: the features are enabled here.
-        unsafe { dots::<T>(rows, &xs[i * d..(i + 1) * d], &mut out[i * n..(i + 1) * n]) };
-    }
-}
-
-/// Rows `j0..j0 + R` against queries `i0..i0 + Q` of [`dots_many`], each dot as
-/// [`dot_rows`] computes it.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn dots_tile<T: StoredType<Float: Widen8>, const R: usize, const Q: usize>(
-    rows: &[T],
-    xs: &[f32],
-    d: usize,
-    n: usize,
-    (i0, j0): (usize, usize),
-    out: &mut [f32],
-) {
-    let body = d - d % scalar::DOT_LANES;
-    let (rows, xs) = (&rows[j0 * d..(j0 + R) * d], &xs[i0 * d..(i0 + Q) * d]);
-    // Raw pointers in the loop, as in the AVX-512 tile (slices checked per load spill).
-    let (rp, xp) = (rows.as_ptr(), xs.as_ptr());
-    let mut acc = [[[_mm256_setzero_ps(); 2]; Q]; R];
-    let mut c = 0;
-    while c < body {
-        // SAFETY: columns `c..c + 16` exist in every query and row (`c + 16 <= body <= d`).
-        let x: [[__m256; 2]; Q] = core::array::from_fn(|q| unsafe {
-            let p = xp.add(q * d + c);
-            [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))]
-        });
-        for (r, acc) in acc.iter_mut().enumerate() {
-            // SAFETY: as above.
-            let p = unsafe { rp.add(r * d + c) };
-            // SAFETY: `p` holds 16 elements.
-            let w = unsafe { [T::Float::load8(p.cast()), T::Float::load8(p.add(8).cast())] };
-            for (a, x) in acc.iter_mut().zip(&x) {
-                a[0] = _mm256_add_ps(a[0], _mm256_mul_ps(w[0], x[0]));
-                a[1] = _mm256_add_ps(a[1], _mm256_mul_ps(w[1], x[1]));
-            }
-        }
-        c += 16;
-    }
-    for (r, acc) in acc.iter().enumerate() {
-        for (q, a) in acc.iter().enumerate() {
-            let (row, x) = (&rows[r * d + body..(r + 1) * d], &xs[q * d + body..(q + 1) * d]);
-            out[(i0 + q) * n + j0 + r] = scalar::dot_tail(fold8(_mm256_add_ps(a[0], a[1])), row, x);
-        }
-    }
-}
-
-/// `R` rows of [`dots`] (`rows`: `[R, x.len()]`).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn dot_rows<T: StoredType<Float: Widen8>, const R: usize>(rows: &[T], x: &[f32]) -> [f32; R] {
-    let d = x.len();
-    let body = d - d % scalar::DOT_LANES;
-    let mut acc = [[_mm256_setzero_ps(); 2]; R];
-    let mut c = 0;
-    while c < body {
-        // SAFETY: columns `c..c + 16` exist in `x` and in every row.
-        let v = unsafe { [_mm256_loadu_ps(x.as_ptr().add(c)), _mm256_loadu_ps(x.as_ptr().add(c + 8))] };
-        for (r, a) in acc.iter_mut().enumerate() {
-            let p = rows[r * d + c..r * d + c + 16].as_ptr();
-            // SAFETY: `p` holds 16 elements.
-            let w = unsafe { [T::Float::load8(p.cast()), T::Float::load8(p.add(8).cast())] };
-            a[0] = _mm256_add_ps(a[0], _mm256_mul_ps(w[0], v[0]));
-            a[1] = _mm256_add_ps(a[1], _mm256_mul_ps(w[1], v[1]));
-        }
-        c += 16;
-    }
-    let mut out = [0f32; R];
-    for (r, (o, a)) in out.iter_mut().zip(acc).enumerate() {
-        *o = scalar::dot_tail(fold8(_mm256_add_ps(a[0], a[1])), &rows[r * d + body..(r + 1) * d], &x[body..]);
-    }
-    out
 }
 
 /// Lanes `l + 4`, `+ 2`, `+ 1` of an 8-lane vector folded as [`scalar::fold_lanes`] does.

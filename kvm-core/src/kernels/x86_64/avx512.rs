@@ -14,6 +14,7 @@ use core::marker::PhantomData;
 
 use super::avx2::{self, quant_tile, Blocks32, GroupSums, Q4, Q8};
 use super::{prefetch, prefetch_ahead, prefetch_packed, tile_ahead};
+use crate::kernels::attend::{self, Attend, AttendMany, Exp, Isa};
 use crate::kernels::gemm::{self, Gemm, BLOCK};
 use crate::kernels::{scalar, FloatType, GroupKernel, Kernel, Kernels, StoredType, BF16, F16, F32, I8};
 use crate::quant::{f32p_row, BlockF32P, DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
@@ -811,150 +812,187 @@ unsafe fn x16<B: X16Blocks, const S: usize, const T: usize>(
     }
 }
 
-/// [`scalar::weighted_sum`] with 16 columns per vector, up to 8 vectors of columns held in
-/// registers across all the rows (one pass for a 128-wide head); f16 rows widen exactly
-/// (`vcvtph2ps`, 16 from 32 bytes) and multiplies and adds stay separate, so the result is
-/// the scalar one bit for bit.
-///
-/// # Safety
-/// The tier's features are present.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn weighted_sum<T: StoredType<Float: Widen16>>(p: &[f32], rows: &[T], out: &mut [f32]) {
-    // SAFETY: the caller's promise.
-    unsafe { weighted_sum_from(p, rows, 0, out) }
-}
-
-/// Columns `[c, out.len())` of [`weighted_sum`].
-///
-/// # Safety
-/// The tier's features are present.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn weighted_sum_from<T: StoredType<Float: Widen16>>(p: &[f32], rows: &[T], mut c: usize, out: &mut [f32]) {
-    let d = out.len();
-    if d == 0 {
-        return;
-    }
-    let n = p.len().min(rows.len() / d);
-    while c + 128 <= d {
-        // SAFETY: AVX-512 is present; columns [c, c + 128) exist in `out` and every row.
-        unsafe { sum_columns::<T, 8>(&p[..n], rows, d, c, out) };
-        c += 128;
-    }
-    while c + 16 <= d {
-        // SAFETY: as above, for 16 columns.
-        unsafe { sum_columns::<T, 1>(&p[..n], rows, d, c, out) };
-        c += 16;
-    }
-    scalar::weighted_sum_columns(&p[..n], rows, c, out);
-}
-
-/// Columns `[c, c + 16 V)` of [`weighted_sum`] (`rows`: `[p.len(), d]`).
-///
-/// # Safety
-/// AVX-512 F is present; `c + 16 V <= d == out.len()` and `rows.len() >= p.len() * d`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn sum_columns<T: StoredType<Float: Widen16>, const V: usize>(
-    p: &[f32],
-    rows: &[T],
-    d: usize,
-    c: usize,
-    out: &mut [f32],
-) {
-    let o = out[c..c + 16 * V].as_mut_ptr();
-    let mut acc = [_mm512_setzero_ps(); V];
-    for (k, a) in acc.iter_mut().enumerate() {
-        // SAFETY: `o` holds 16 V floats.
-        *a = unsafe { _mm512_loadu_ps(o.add(16 * k)) };
-    }
-    for (j, &pj) in p.iter().enumerate() {
-        let pj = _mm512_set1_ps(pj);
-        let r = rows[j * d + c..j * d + c + 16 * V].as_ptr();
-        super::prefetch_ahead(r.cast(), 16 * V * size_of::<T>());
-        for (k, a) in acc.iter_mut().enumerate() {
-            // SAFETY: `r` holds 16 V elements.
-            *a = _mm512_add_ps(*a, _mm512_mul_ps(pj, unsafe { T::Float::load16(r.add(16 * k).cast()) }));
-        }
-    }
-    for (k, a) in acc.iter().enumerate() {
-        // SAFETY: as the loads.
-        unsafe { _mm512_storeu_ps(o.add(16 * k), *a) };
+impl Isa for Avx512 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn enable<R>(f: impl FnOnce() -> R) -> R {
+        f()
     }
 }
 
-/// [`scalar::weighted_sum`] of several queries over the same rows: `outs[i] += sum_j
-/// ps[i * stride + j] * rows[j]` (`rows`: `[n, d]`, `outs`: `[m, d]`), four queries at a
-/// time over 64 columns, so each row is loaded and widened once per four queries; every
-/// query adds in the scalar order, so the bits are `m` calls of [`weighted_sum`].
-///
-/// # Safety
-/// The tier's features are present; `d > 0`; `ps` holds `(m - 1) * stride + n` scores.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn weighted_sum_many<T: StoredType<Float: Widen16>>(
-    ps: &[f32],
-    stride: usize,
-    rows: &[T],
-    d: usize,
-    outs: &mut [f32],
-) {
-    let (m, n) = (outs.len() / d, rows.len() / d);
-    let mut i = 0;
-    while i + 4 <= m {
-        let p: [&[f32]; 4] = core::array::from_fn(|q| &ps[(i + q) * stride..(i + q) * stride + n]);
+/// Attention's tiles: a dot's 16 canonical lanes as one vector; weighted sums of 16
+/// columns per vector, up to 8 vectors held across all the rows (one pass for a 128-wide
+/// head); f16 rows widen exactly (`vcvtph2ps`, 16 from 32 bytes) and multiplies and adds
+/// stay separate, so the bits are the scalar ones.
+impl<T: StoredType<Float: Widen16>> Attend<T> for Avx512 {
+    const SUM_COLUMNS: usize = 16;
+
+    #[inline(always)]
+    fn prefetch_rows(rows: &[T]) {
+        prefetch_ahead(rows.as_ptr().cast(), size_of_val(rows));
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn dot_rows<const R: usize>(rows: &[T], x: &[f32]) -> [f32; R] {
+        let d = x.len();
+        let body = d - d % scalar::DOT_LANES;
+        let mut acc = [_mm512_setzero_ps(); R];
         let mut c = 0;
-        while c + 64 <= d {
-            // Safe to call: this function enables the features `sum_many` needs.
-            sum_many::<T, 4>(p, rows, d, c, &mut outs[i * d..(i + 4) * d]);
-            c += 64;
+        while c < body {
+            // SAFETY: columns `c..c + 16` exist in `x` and in every row.
+            let v = unsafe { _mm512_loadu_ps(x.as_ptr().add(c)) };
+            for (r, a) in acc.iter_mut().enumerate() {
+                // SAFETY: as above.
+                let w = unsafe { T::Float::load16(rows[r * d + c..r * d + c + 16].as_ptr().cast()) };
+                *a = _mm512_add_ps(*a, _mm512_mul_ps(w, v));
+            }
+            c += 16;
         }
-        for q in 0..4 {
-            // SAFETY: the features are enabled here.
-            unsafe { weighted_sum_from(p[q], rows, c, &mut outs[(i + q) * d..(i + q + 1) * d]) };
+        let mut out = [0f32; R];
+        for (r, (o, a)) in out.iter_mut().zip(acc).enumerate() {
+            *o = scalar::dot_tail(fold_lanes(a), &rows[r * d + body..(r + 1) * d], &x[body..]);
         }
-        i += 4;
+        out
     }
-    for i in i..m {
-        // SAFETY: as above.
-        unsafe { weighted_sum(&ps[i * stride..i * stride + n], rows, &mut outs[i * d..(i + 1) * d]) };
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn sum_columns<const V: usize>(p: &[f32], rows: &[T], d: usize, c: usize, out: &mut [f32]) {
+        let o = out[c..c + 16 * V].as_mut_ptr();
+        let mut acc = [_mm512_setzero_ps(); V];
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: `o` holds 16 V floats.
+            *a = unsafe { _mm512_loadu_ps(o.add(16 * k)) };
+        }
+        for (j, &pj) in p.iter().enumerate() {
+            let pj = _mm512_set1_ps(pj);
+            let r = rows[j * d + c..j * d + c + 16 * V].as_ptr();
+            super::prefetch_ahead(r.cast(), 16 * V * size_of::<T>());
+            for (k, a) in acc.iter_mut().enumerate() {
+                // SAFETY: `r` holds 16 V elements.
+                *a = _mm512_add_ps(*a, _mm512_mul_ps(pj, unsafe { T::Float::load16(r.add(16 * k).cast()) }));
+            }
+        }
+        for (k, a) in acc.iter().enumerate() {
+            // SAFETY: as the loads.
+            unsafe { _mm512_storeu_ps(o.add(16 * k), *a) };
+        }
     }
 }
 
-/// Columns `[c, c + 16 V)` of [`weighted_sum_many`] for `Q` queries (`p[q]`: `[n]`,
-/// `outs`: `[Q, d]`).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn sum_many<T: StoredType<Float: Widen16>, const Q: usize>(
-    p: [&[f32]; Q],
-    rows: &[T],
-    d: usize,
-    c: usize,
-    outs: &mut [f32],
-) {
-    const V: usize = 4;
-    let n = p.first().map_or(0, |p| p.len());
-    assert!(c + 16 * V <= d && outs.len() >= Q * d && rows.len() >= n * d && p.iter().all(|p| p.len() == n));
-    let (o, r, p) = (outs.as_mut_ptr(), rows.as_ptr(), p.map(<[f32]>::as_ptr));
-    // Every access: columns `[c, c + 64)` exist in each query's output and in
-    // each of the `n` rows, and each query has `n` scores (asserted above).
-    // SAFETY: see above.
-    let mut acc: [[__m512; V]; Q] =
-        core::array::from_fn(|q| core::array::from_fn(|k| unsafe { _mm512_loadu_ps(o.add(q * d + c + 16 * k)) }));
-    for j in 0..n {
-        // SAFETY: see above.
-        let v: [__m512; V] = core::array::from_fn(|k| unsafe { T::Float::load16(r.add(j * d + c + 16 * k).cast()) });
-        for (acc, p) in acc.iter_mut().zip(&p) {
-            // SAFETY: see above.
-            let pj = _mm512_set1_ps(unsafe { *p.add(j) });
-            for (a, &v) in acc.iter_mut().zip(&v) {
-                *a = _mm512_add_ps(*a, _mm512_mul_ps(pj, v));
+/// Multi-query tiles of 4 rows x 4 queries (each row read once per 4 queries, each query
+/// once per 4 rows), and sums of four queries over 64 columns.
+impl<T: StoredType<Float: Widen16>> AttendMany<T> for Avx512 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn dots_tile<const R: usize, const Q: usize>(
+        rows: &[T],
+        xs: &[f32],
+        d: usize,
+        n: usize,
+        (i0, j0): (usize, usize),
+        out: &mut [f32],
+    ) {
+        let body = d - d % scalar::DOT_LANES;
+        let (rows, xs) = (&rows[j0 * d..(j0 + R) * d], &xs[i0 * d..(i0 + Q) * d]);
+        // Raw pointers in the loop: slices checked per load cost LLVM the registers (it spilled
+        // accumulators and copied the rest every round).
+        let (rp, xp) = (rows.as_ptr(), xs.as_ptr());
+        let mut acc = [[_mm512_setzero_ps(); Q]; R];
+        let mut c = 0;
+        while c < body {
+            // SAFETY: columns `c..c + 16` exist in every query and row (`c + 16 <= body <= d`).
+            let x: [__m512; Q] = core::array::from_fn(|q| unsafe { _mm512_loadu_ps(xp.add(q * d + c)) });
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: as above.
+                let w = unsafe { T::Float::load16(rp.add(r * d + c).cast()) };
+                for (a, &x) in acc.iter_mut().zip(&x) {
+                    *a = _mm512_add_ps(*a, _mm512_mul_ps(w, x));
+                }
+            }
+            c += 16;
+        }
+        if R == 4 && Q == 4 && body == d {
+            // The sixteen folds at once: lane 4 q + r holds row r's dot with query q.
+            let sums = fold16(core::array::from_fn(|k| acc[k / 4][k % 4]));
+            for q in 0..4 {
+                let o = &mut out[(i0 + q) * n + j0..(i0 + q) * n + j0 + 4];
+                let lanes = match q {
+                    0 => _mm512_extractf32x4_ps::<0>(sums),
+                    1 => _mm512_extractf32x4_ps::<1>(sums),
+                    2 => _mm512_extractf32x4_ps::<2>(sums),
+                    _ => _mm512_extractf32x4_ps::<3>(sums),
+                };
+                // SAFETY: `o` holds 4 floats.
+                unsafe { _mm_storeu_ps(o.as_mut_ptr(), lanes) };
+            }
+            return;
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (q, &a) in acc.iter().enumerate() {
+                let (row, x) = (&rows[r * d + body..(r + 1) * d], &xs[q * d + body..(q + 1) * d]);
+                out[(i0 + q) * n + j0 + r] = scalar::dot_tail(fold_lanes(a), row, x);
             }
         }
     }
-    for (q, acc) in acc.iter().enumerate() {
-        for (k, &a) in acc.iter().enumerate() {
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn sum_many<const Q: usize, const V: usize>(
+        p: [&[f32]; Q],
+        rows: &[T],
+        d: usize,
+        c: usize,
+        outs: &mut [f32],
+    ) {
+        let n = p.first().map_or(0, |p| p.len());
+        assert!(c + 16 * V <= d && outs.len() >= Q * d && rows.len() >= n * d && p.iter().all(|p| p.len() == n));
+        let (o, r, p) = (outs.as_mut_ptr(), rows.as_ptr(), p.map(<[f32]>::as_ptr));
+        // Every access: columns `[c, c + 16 V)` exist in each query's output and in
+        // each of the `n` rows, and each query has `n` scores (asserted above).
+        // SAFETY: see above.
+        let mut acc: [[__m512; V]; Q] =
+            core::array::from_fn(|q| core::array::from_fn(|k| unsafe { _mm512_loadu_ps(o.add(q * d + c + 16 * k)) }));
+        for j in 0..n {
             // SAFETY: see above.
-            unsafe { _mm512_storeu_ps(o.add(q * d + c + 16 * k), a) };
+            let v: [__m512; V] =
+                core::array::from_fn(|k| unsafe { T::Float::load16(r.add(j * d + c + 16 * k).cast()) });
+            for (acc, p) in acc.iter_mut().zip(&p) {
+                // SAFETY: see above.
+                let pj = _mm512_set1_ps(unsafe { *p.add(j) });
+                for (a, &v) in acc.iter_mut().zip(&v) {
+                    *a = _mm512_add_ps(*a, _mm512_mul_ps(pj, v));
+                }
+            }
         }
+        for (q, acc) in acc.iter().enumerate() {
+            for (k, &a) in acc.iter().enumerate() {
+                // SAFETY: see above.
+                unsafe { _mm512_storeu_ps(o.add(q * d + c + 16 * k), a) };
+            }
+        }
+    }
+}
+
+/// [`scalar::exp_sub`] 16 lanes at a time, operation for operation (bit-identical), the
+/// values left over 8 at a time as the AVX2 tier takes them.
+impl Exp for Avx512 {
+    const LANES: usize = 16;
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn exp_sub_lanes(x: &mut [f32], max: f32) {
+        let m = _mm512_set1_ps(max);
+        // SAFETY: `x` holds 16 floats.
+        unsafe { _mm512_storeu_ps(x.as_mut_ptr(), exp16(_mm512_sub_ps(_mm512_loadu_ps(x.as_ptr()), m))) };
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn exp_sub_tail(x: &mut [f32], max: f32) {
+        // SAFETY: this tier includes the AVX2 one.
+        unsafe { attend::exp_sub_in::<avx2::Avx2>(x, max) }
     }
 }
 
@@ -997,22 +1035,6 @@ pub(crate) unsafe fn find(x: &[f32], v: f32) -> Option<usize> {
     unsafe { avx2::find(chunks.remainder(), v) }.map(|j| x.len() / 16 * 16 + j)
 }
 
-/// [`scalar::exp_sub`] 16 lanes at a time, operation for operation (bit-identical).
-///
-/// # Safety
-/// The tier's features are present.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn exp_sub(x: &mut [f32], max: f32) {
-    let m = _mm512_set1_ps(max);
-    let mut chunks = x.chunks_exact_mut(16);
-    for c in &mut chunks {
-        // SAFETY: `c` holds 16 floats.
-        unsafe { _mm512_storeu_ps(c.as_mut_ptr(), exp16(_mm512_sub_ps(_mm512_loadu_ps(c.as_ptr()), m))) };
-    }
-    // SAFETY: this tier includes the AVX2 one.
-    unsafe { avx2::exp_sub(chunks.into_remainder(), max) };
-}
-
 /// [`scalar::exp_approx`] of 16 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -1035,122 +1057,6 @@ fn exp16(x: __m512) -> __m512 {
     let y = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p, r), r), r), _mm512_set1_ps(1.0));
     let two_n = _mm512_slli_epi32::<23>(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)));
     _mm512_mul_ps(y, _mm512_castsi512_ps(two_n))
-}
-
-/// [`scalar::dots`] in its canonical order: the 16 lanes as one vector, four rows at a time
-/// (independent chains to hide the adds' latency); f16 rows widen exactly first.
-///
-/// # Safety
-/// The tier's features are present.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn dots<T: StoredType<Float: Widen16>>(rows: &[T], x: &[f32], out: &mut [f32]) {
-    let d = x.len();
-    if d == 0 {
-        out.fill(0.0);
-        return;
-    }
-    let n = (rows.len() / d).min(out.len());
-    let mut i = 0;
-    while i + 4 <= n {
-        let block = &rows[i * d..(i + 4) * d];
-        super::prefetch_ahead(block.as_ptr().cast(), size_of_val(block));
-        // Safe to call: this function enables the features `dot_rows` needs.
-        out[i..i + 4].copy_from_slice(&dot_rows::<T, 4>(block, x));
-        i += 4;
-    }
-    while i < n {
-        out[i] = dot_rows::<T, 1>(&rows[i * d..(i + 1) * d], x)[0];
-        i += 1;
-    }
-}
-
-/// [`dots`] of every query of `xs` (`[m, d]`) against every row (`[n, d]`) into `out`
-/// (`[m, n]`): tiles of 4 rows x 4 queries, so each row is read once per 4 queries (and each
-/// query once per 4 rows); every dot keeps the canonical order, so the bits are
-/// [`dots`]' (queries left over go through it).
-///
-/// # Safety
-/// The tier's features are present; `d > 0`.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn dots_many<T: StoredType<Float: Widen16>>(rows: &[T], xs: &[f32], d: usize, out: &mut [f32]) {
-    let n = rows.len() / d;
-    if n == 0 {
-        return;
-    }
-    let m = (xs.len() / d).min(out.len() / n);
-    let mut i = 0;
-    while i + 4 <= m {
-        let mut j = 0;
-        while j + 4 <= n {
-            // Safe to call: this function enables the features `dots_tile` needs.
-            dots_tile::<T, 4, 4>(rows, xs, d, n, (i, j), out);
-            j += 4;
-        }
-        while j < n {
-            dots_tile::<T, 1, 4>(rows, xs, d, n, (i, j), out);
-            j += 1;
-        }
-        i += 4;
-    }
-    for i in i..m {
-        // SAFETY: the features are enabled here.
-        unsafe { dots::<T>(rows, &xs[i * d..(i + 1) * d], &mut out[i * n..(i + 1) * n]) };
-    }
-}
-
-/// Rows `j0..j0 + R` against queries `i0..i0 + Q` of [`dots_many`], each dot in
-/// [`scalar::dots`]' canonical order (as [`dot_rows`]).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn dots_tile<T: StoredType<Float: Widen16>, const R: usize, const Q: usize>(
-    rows: &[T],
-    xs: &[f32],
-    d: usize,
-    n: usize,
-    (i0, j0): (usize, usize),
-    out: &mut [f32],
-) {
-    let body = d - d % scalar::DOT_LANES;
-    let (rows, xs) = (&rows[j0 * d..(j0 + R) * d], &xs[i0 * d..(i0 + Q) * d]);
-    // Raw pointers in the loop: slices checked per load cost LLVM the registers (it spilled
-    // accumulators and copied the rest every round).
-    let (rp, xp) = (rows.as_ptr(), xs.as_ptr());
-    let mut acc = [[_mm512_setzero_ps(); Q]; R];
-    let mut c = 0;
-    while c < body {
-        // SAFETY: columns `c..c + 16` exist in every query and row (`c + 16 <= body <= d`).
-        let x: [__m512; Q] = core::array::from_fn(|q| unsafe { _mm512_loadu_ps(xp.add(q * d + c)) });
-        for (r, acc) in acc.iter_mut().enumerate() {
-            // SAFETY: as above.
-            let w = unsafe { T::Float::load16(rp.add(r * d + c).cast()) };
-            for (a, &x) in acc.iter_mut().zip(&x) {
-                *a = _mm512_add_ps(*a, _mm512_mul_ps(w, x));
-            }
-        }
-        c += 16;
-    }
-    if R == 4 && Q == 4 && body == d {
-        // The sixteen folds at once: lane 4 q + r holds row r's dot with query q.
-        let sums = fold16(core::array::from_fn(|k| acc[k / 4][k % 4]));
-        for q in 0..4 {
-            let o = &mut out[(i0 + q) * n + j0..(i0 + q) * n + j0 + 4];
-            let lanes = match q {
-                0 => _mm512_extractf32x4_ps::<0>(sums),
-                1 => _mm512_extractf32x4_ps::<1>(sums),
-                2 => _mm512_extractf32x4_ps::<2>(sums),
-                _ => _mm512_extractf32x4_ps::<3>(sums),
-            };
-            // SAFETY: `o` holds 4 floats.
-            unsafe { _mm_storeu_ps(o.as_mut_ptr(), lanes) };
-        }
-        return;
-    }
-    for (r, acc) in acc.iter().enumerate() {
-        for (q, &a) in acc.iter().enumerate() {
-            let (row, x) = (&rows[r * d + body..(r + 1) * d], &xs[q * d + body..(q + 1) * d]);
-            out[(i0 + q) * n + j0 + r] = scalar::dot_tail(fold_lanes(a), row, x);
-        }
-    }
 }
 
 /// [`scalar::fold_lanes`] of sixteen vectors at once, transposed: each level adds the
@@ -1185,31 +1091,6 @@ fn fold_lanes(a: __m512) -> f32 {
     let half =
         _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a))));
     avx2::fold8(half)
-}
-
-/// `R` rows of [`dots`] (`rows`: `[R, x.len()]`).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn dot_rows<T: StoredType<Float: Widen16>, const R: usize>(rows: &[T], x: &[f32]) -> [f32; R] {
-    let d = x.len();
-    let body = d - d % scalar::DOT_LANES;
-    let mut acc = [_mm512_setzero_ps(); R];
-    let mut c = 0;
-    while c < body {
-        // SAFETY: columns `c..c + 16` exist in `x` and in every row.
-        let v = unsafe { _mm512_loadu_ps(x.as_ptr().add(c)) };
-        for (r, a) in acc.iter_mut().enumerate() {
-            // SAFETY: as above.
-            let w = unsafe { T::Float::load16(rows[r * d + c..r * d + c + 16].as_ptr().cast()) };
-            *a = _mm512_add_ps(*a, _mm512_mul_ps(w, v));
-        }
-        c += 16;
-    }
-    let mut out = [0f32; R];
-    for (r, (o, a)) in out.iter_mut().zip(acc).enumerate() {
-        *o = scalar::dot_tail(fold_lanes(a), &rows[r * d + body..(r + 1) * d], &x[body..]);
-    }
-    out
 }
 
 #[cfg(test)]
