@@ -1,6 +1,7 @@
-//! The attention drivers: the row, query and column loops of [`dots`], [`dots_many`],
-//! [`weighted_sum`], [`weighted_sum_many`] and [`exp_sub`], shared by every SIMD tier (as
-//! [`super::walk`] is for the matrix products), so a tier supplies only its inner tiles.
+//! The attention drivers: the row, query and column loops of [`super::dots`],
+//! [`super::dots_many`], [`super::weighted_sum`], [`super::weighted_sum_many`] and
+//! [`super::exp_sub`], shared by every SIMD tier (as [`super::walk`] is for the matrix
+//! products), so a tier supplies only its inner tiles.
 //!
 //! Each entry point enters the tier's target features once ([`Isa::enable`]) and runs the
 //! driver inside them: the drivers and the closures around them are `#[inline(always)]`,

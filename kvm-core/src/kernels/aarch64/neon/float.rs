@@ -25,7 +25,7 @@ pub(super) fn f16_to_f32<const HIGH: bool>(h: uint16x8_t) -> float32x4_t {
 }
 
 /// An element type whose 8 consecutive values widen exactly to two f32x4: the float
-/// dtypes of weight rows, and the attention state's rows ([`StoredType`], the q8 cache's
+/// dtypes of weight rows, and the attention state's rows ([`StoredType`](crate::kernels::StoredType), the q8 cache's
 /// [`I8`] included).
 pub(crate) trait Widen8 {
     /// # Safety

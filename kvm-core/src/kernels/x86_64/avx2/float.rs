@@ -7,7 +7,7 @@ use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
 /// An element type whose 8 consecutive values widen exactly to one vector: the float
-/// dtypes of weight rows, and the attention state's rows ([`StoredType`], the q8 cache's
+/// dtypes of weight rows, and the attention state's rows ([`StoredType`](crate::kernels::StoredType), the q8 cache's
 /// [`I8`] included).
 pub(crate) trait Widen8 {
     /// # Safety
