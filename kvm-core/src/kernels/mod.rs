@@ -20,6 +20,8 @@ mod aarch64;
 // emulated instructions.
 #[cfg(any(kvm_arm_dsp, kvm_mve, test))]
 mod arm;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod attend;
 mod gemm;
 mod prefetch;
 pub mod scalar;

@@ -5,9 +5,15 @@
 use super::aarch64;
 #[cfg(any(kvm_arm_dsp, kvm_mve))]
 use super::arm;
+#[cfg(target_arch = "x86_64")]
+use super::attend::AttendMany;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+use super::attend::{self, Attend};
 use super::walk::{prepared, rows, run};
 #[cfg(target_arch = "x86_64")]
 use super::x86_64;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+use super::Stored;
 use super::{scalar, Kernels, Tier};
 #[cfg(target_arch = "x86_64")]
 use super::{streaming, Streaming};
@@ -42,6 +48,26 @@ impl<T: 'static> Attention<T> {
     }
 }
 
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+impl<T: Stored + 'static> Attention<T> {
+    /// A SIMD tier's one-query entries: [`attend`]'s drivers over `A`'s tiles, weighted
+    /// sums `V` vectors of columns wide.
+    const fn of<A: Attend<T>, const V: usize>() -> Self {
+        Attention::single(attend::dots::<A, T>, attend::weighted_sum::<A, T, V>)
+    }
+
+    /// [`Attention::of`] with `A`'s multi-query tiles too: dots in tiles of `R` rows x `Q`
+    /// queries, weighted sums of four queries `MV` vectors of columns wide.
+    #[cfg(target_arch = "x86_64")]
+    const fn many<A: AttendMany<T>, const V: usize, const R: usize, const Q: usize, const MV: usize>() -> Self {
+        Attention {
+            dots_many: Some(attend::dots_many::<A, T, R, Q>),
+            weighted_sum_many: Some(attend::weighted_sum_many::<A, T, V, MV>),
+            ..Attention::of::<A, V>()
+        }
+    }
+}
+
 /// A tier's entry points, picked once per call by [`table`] (tract's kernel table).
 pub(super) struct Table {
     pub(super) decode: Decode,
@@ -70,28 +96,15 @@ const fn decode<K: Kernels, const RF: usize, const RQ: usize>() -> Decode {
     Decode { matvec: run::<K, RF, RQ, 1>, matvec_prepared: prepared::<K, RF, RQ, 1>, rows: rows::<K, RF, RQ> }
 }
 
-/// The [`Attention`] entries of a SIMD tier's module for `T`: its generic `dots`,
-/// `weighted_sum` and (if it has them) `dots_many` and `weighted_sum_many`.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-macro_rules! attention {
-    ($($m:ident)::+, $t:ty, many) => {
-        Attention {
-            dots: $($m::)+dots::<$t>,
-            weighted_sum: $($m::)+weighted_sum::<$t>,
-            dots_many: Some($($m::)+dots_many::<$t>),
-            weighted_sum_many: Some($($m::)+weighted_sum_many::<$t>),
-        }
-    };
-    ($($m:ident)::+, $t:ty) => {
-        Attention::single($($m::)+dots::<$t>, $($m::)+weighted_sum::<$t>)
-    };
-}
-
 /// The table of `tier`; a tier of another architecture gets the scalar one.
 pub(super) fn table(tier: Tier) -> &'static Table {
     // Tile shapes (rows for float, rows for integer weights; tokens for matmul): each
     // activation load serves a tile's rows, which stream from as many runs of the matrix;
     // AVX2's tiles stop where its 16 registers would spill (docs/perf.md, "Kernels").
+    // Attention's (`Attention::of`, `many`): weighted sums 8 vectors of columns wide (one
+    // pass over the rows for a 128-wide head on AVX-512), 4 on NEON (its f16 loads give
+    // pairs); multi-query dots in 2 x 2 tiles on AVX2 (a dot's 16 lanes take two of its 16
+    // registers) and 4 x 4 on AVX-512, four queries' sums over 2 and 4 vectors.
     // The scalar tier; the Cortex-M tiers take its entries but for their integer products.
     const SCALAR_ENTRIES: Table = Table {
         decode: decode::<scalar::Scalar, 1, 1>(),
@@ -125,11 +138,11 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         dequant_row: x86_64::avx2::Avx2::dequant_row,
         max: x86_64::avx2::max,
         find: x86_64::avx2::find,
-        exp_sub: x86_64::avx2::exp_sub,
+        exp_sub: attend::exp_sub::<x86_64::avx2::Avx2>,
         narrow_f16: x86_64::avx2::narrow_f16,
-        f32: attention!(x86_64::avx2, f32, many),
-        f16: attention!(x86_64::avx2, f16, many),
-        i8: attention!(x86_64::avx2, i8, many),
+        f32: Attention::many::<x86_64::avx2::Avx2, 8, 2, 2, 2>(),
+        f16: Attention::many::<x86_64::avx2::Avx2, 8, 2, 2, 2>(),
+        i8: Attention::many::<x86_64::avx2::Avx2, 8, 2, 2, 2>(),
     };
     #[cfg(target_arch = "x86_64")]
     const AVX512_ENTRIES: Table = Table {
@@ -139,11 +152,11 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         dequant_row: x86_64::avx512::Avx512::dequant_row,
         max: x86_64::avx512::max,
         find: x86_64::avx512::find,
-        exp_sub: x86_64::avx512::exp_sub,
+        exp_sub: attend::exp_sub::<x86_64::avx512::Avx512>,
         narrow_f16: x86_64::avx2::narrow_f16,
-        f32: attention!(x86_64::avx512, f32, many),
-        f16: attention!(x86_64::avx512, f16, many),
-        i8: attention!(x86_64::avx512, i8, many),
+        f32: Attention::many::<x86_64::avx512::Avx512, 8, 4, 4, 4>(),
+        f16: Attention::many::<x86_64::avx512::Avx512, 8, 4, 4, 4>(),
+        i8: Attention::many::<x86_64::avx512::Avx512, 8, 4, 4, 4>(),
     };
     #[cfg(target_arch = "aarch64")]
     static NEON: Table = Table {
@@ -153,11 +166,11 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         dequant_row: aarch64::neon::Neon::dequant_row,
         max: aarch64::neon::max,
         find: aarch64::neon::find,
-        exp_sub: aarch64::neon::exp_sub,
+        exp_sub: attend::exp_sub::<aarch64::neon::Neon>,
         narrow_f16: aarch64::neon::narrow_f16,
-        f32: attention!(aarch64::neon, f32),
-        f16: attention!(aarch64::neon, f16),
-        i8: attention!(aarch64::neon, i8),
+        f32: Attention::of::<aarch64::neon::Neon, 4>(),
+        f16: Attention::of::<aarch64::neon::Neon, 4>(),
+        i8: Attention::of::<aarch64::neon::Neon, 4>(),
     };
     #[cfg(target_arch = "aarch64")]
     static NEON_DOT: Table = Table {
@@ -167,11 +180,11 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         dequant_row: aarch64::neon::NeonDot::dequant_row,
         max: aarch64::neon::max,
         find: aarch64::neon::find,
-        exp_sub: aarch64::neon::exp_sub,
+        exp_sub: attend::exp_sub::<aarch64::neon::Neon>,
         narrow_f16: aarch64::neon::narrow_f16,
-        f32: attention!(aarch64::neon, f32),
-        f16: attention!(aarch64::neon, f16),
-        i8: attention!(aarch64::neon, i8),
+        f32: Attention::of::<aarch64::neon::Neon, 4>(),
+        f16: Attention::of::<aarch64::neon::Neon, 4>(),
+        i8: Attention::of::<aarch64::neon::Neon, 4>(),
     };
     // Scalar but for the integer formats, their activation quantizer and attention over
     // f32 rows (see `arm::dsp`, `arm::fpu`).
