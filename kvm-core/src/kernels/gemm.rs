@@ -23,10 +23,12 @@
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use super::{prefetch_lines, Access, Kernels};
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use crate::quant::DType;
+use crate::tensor::Matrix;
 
-/// [`run`] of one tier: `(dtype, w, rb, cols, xs, ys, ld, scratch) -> ran`.
-pub(crate) type RunFn = unsafe fn(DType, &[u8], usize, usize, &[f32], &mut [f32], usize, &mut [u8]) -> bool;
+/// [`run`] of one tier: `(w, xs, ys, ld, scratch) -> ran`.
+pub(crate) type RunFn = unsafe fn(&Matrix<'_>, &[f32], &mut [f32], usize, &mut [u8]) -> bool;
 
 /// Tokens in a block of the transposed batch: the most a tile takes at a time.
 pub(crate) const BLOCK: usize = 64;
@@ -107,27 +109,19 @@ pub(crate) fn transpose_columns(xs: &[f32], cols: usize, c0: usize, xt: &mut [f3
     }
 }
 
-/// `ys[t * ld + r] = w[r] . xs[t]` for the float weights `w` (`[rows, rb]` of `dtype`) and
-/// every token of `xs` (`[n, cols]`) with tier `G`, if the batch is large enough and
-/// `scratch` holds [`scratch_len`] bytes; returns whether it ran.
+/// `ys[t * ld + r] = w[r] . xs[t]` for the float weights `w` and every token of `xs`
+/// (`[n, cols]`) with tier `G`, if the batch is large enough and `scratch` holds
+/// [`scratch_len`] bytes; returns whether it ran.
 ///
 /// # Safety
-/// The CPU supports `G`'s tier; `rb == dtype.row_bytes(cols)`, `dtype` is a float one, and
-/// `ys` holds `n` rows of `ld >= rows` values.
-#[allow(clippy::too_many_arguments)]
+/// The CPU supports `G`'s tier; `w` is whole (`rows * dtype.row_bytes(cols)` bytes) of a
+/// float dtype, and `ys` holds `n` rows of `ld >= rows` values.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-pub(super) unsafe fn run<G: Gemm>(
-    dtype: DType,
-    w: &[u8],
-    rb: usize,
-    cols: usize,
-    xs: &[f32],
-    ys: &mut [f32],
-    ld: usize,
-    scratch: &mut [u8],
-) -> bool {
+pub(super) unsafe fn run<G: Gemm>(w: &Matrix<'_>, xs: &[f32], ys: &mut [f32], ld: usize, scratch: &mut [u8]) -> bool {
+    let (dtype, cols, rows) = (w.dtype, w.cols, w.rows);
+    let Some(rb) = dtype.row_bytes(cols).filter(|&rb| rb > 0 && w.data.len() >= rows * rb) else { return false };
+    let w = &w.data[..rows * rb];
     let n = xs.len() / cols;
-    let rows = w.len() / rb;
     if n < MIN_TOKENS || rows == 0 || ys.len() < n * ld || ld < rows {
         return false;
     }

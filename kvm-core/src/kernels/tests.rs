@@ -236,7 +236,7 @@ fn takes_batches_with_scratch<K: Kernels>(tier: Tier) {
         let mut s = vec![0u8; scratch];
         let gemm = K::GEMM.expect("a batch kernel");
         // SAFETY: `supported` checked the CPU; the shapes are whole.
-        unsafe { gemm(DType::F32, &w, 4 * cols, cols, &xs, &mut ys, rows, &mut s) }
+        unsafe { gemm(&Matrix { dtype: DType::F32, rows, cols, data: &w }, &xs, &mut ys, rows, &mut s) }
     };
     let n = gemm::MIN_TOKENS;
     assert!(ran(n, gemm::scratch_len(cols, n)), "{tier}");

@@ -23,7 +23,8 @@ pub(super) unsafe fn run<K: Kernels, const RF: usize, const RQ: usize, const T: 
     // SAFETY: (both arms) the caller guarantees the tier.
     unsafe {
         if !w.dtype.quantizes_act() {
-            if !K::GEMM.is_some_and(|gemm| gemm(w.dtype, data, rb, cols, xs, ys, ld, act)) {
+            let whole = Matrix { dtype: w.dtype, rows: data.len() / rb, cols, data };
+            if !K::GEMM.is_some_and(|gemm| gemm(&whole, xs, ys, ld, act)) {
                 walk::<K, RF, RQ, T>(w.dtype, data, rb, cols, Input::Floats(xs), ys, ld);
             }
         } else {
@@ -271,36 +272,49 @@ unsafe fn tiles<K: Kernel, const R: usize, const T: usize>(
     ys: &mut [f32],
     ld: usize,
 ) {
-    let n = (a.len() / stride).min(ys.len() / ld.max(1));
+    let batch = Batch { a, stride, n: (a.len() / stride).min(ys.len() / ld.max(1)) };
     let rows = w.len() / rb;
     let q = rows / R;
     let row = |r: usize| &w[r * rb..(r + 1) * rb];
     for i in 0..q {
         let rs: [usize; R] = core::array::from_fn(|s| s * q + i);
         // SAFETY: forwarded; each row is `rb` bytes.
-        unsafe { token_tiles::<K, R, T>(core::array::from_fn(|s| row(rs[s])), rs, cols, a, stride, n, ys, ld) };
+        unsafe { token_tiles::<K, R, T>(core::array::from_fn(|s| row(rs[s])), rs, cols, batch, ys, ld) };
     }
     for r in R * q..rows {
         // SAFETY: as above.
-        unsafe { token_tiles::<K, 1, T>([row(r)], [r], cols, a, stride, n, ys, ld) };
+        unsafe { token_tiles::<K, 1, T>([row(r)], [r], cols, batch, ys, ld) };
     }
 }
+
+/// The activations of a tile walk: `n` tokens, token `t`'s at `a[t * stride..][..stride]`.
+struct Batch<'a, A> {
+    a: &'a [A],
+    stride: usize,
+    n: usize,
+}
+
+impl<A> Clone for Batch<'_, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A> Copy for Batch<'_, A> {}
 
 /// The token loop of [`tiles`] for the `R` rows `rs`.
 ///
 /// # Safety
 /// As [`tiles`].
-#[allow(clippy::too_many_arguments)]
 unsafe fn token_tiles<K: Kernel, const R: usize, const T: usize>(
     wr: [&[u8]; R],
     rs: [usize; R],
     cols: usize,
-    a: &[K::Act],
-    stride: usize,
-    n: usize,
+    batch: Batch<'_, K::Act>,
     ys: &mut [f32],
     ld: usize,
 ) {
+    let Batch { a, stride, n } = batch;
     let act = |t: usize| &a[t * stride..(t + 1) * stride];
     let mut t0 = 0;
     while t0 + T <= n {
