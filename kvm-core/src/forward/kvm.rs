@@ -15,12 +15,12 @@ pub(super) fn attention(pass: &Pass<'_, '_>, l: usize, st: &mut LayerState<'_>, 
     let ln_sk = (model.vector(Role::LnSkW, l), model.vector(Role::LnSkB, l));
     let temps =
         cfg.has(flags::HEAD_TEMPS).then(|| (model.vector(Role::FrontTemp, l), model.vector(Role::StateTemp, l)));
-    let step = LayerStep::new(cfg, pass.lay, pass.phase, ln_sk, temps);
+    let step = LayerStep::new(cfg, pass.lay, pass.at, pass.phase, ln_sk, temps);
     let merge_gate = cfg.has(flags::MERGE_GATE_KEYS) || cfg.has(flags::MERGE_GATE_VALUES);
 
     // The slot reads (when the arena does not keep them) and the state rows the first
     // token writes in step 7, fetched while the products run.
-    let first = step.begin(st, pass.at, x.n);
+    let first = step.begin(st, x.n);
     // 1. q = c_q a, k = c_k a: [n, n_heads * d_qk]; v = c_v a: [n, n_heads * d_v]; the
     //    value residual's v_gate1 a and the merge gate's key_weighting a: [n, n_heads]
     attn::project(pass, l, x, merge_gate);
@@ -44,7 +44,7 @@ pub(super) fn attention(pass: &Pass<'_, '_>, l: usize, st: &mut LayerState<'_>, 
     }
     // 7. per token and head: the state updates, then o_h = attention of q_h over the
     //    head's state slots and window, [n, n_heads * d_v] into v's rows
-    step.run(st, &first, x, s, pass.exec);
+    step.run(st, first, x, s, pass.exec);
     // Attn = c_proj(concat o_h)
     attn::output(pass, l, x);
 }

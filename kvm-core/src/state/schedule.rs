@@ -25,6 +25,8 @@ pub(crate) struct LayerStep<'w> {
     /// Slots the arena holds.
     state_len: usize,
     reads: SlotReads,
+    /// The counters before the batch.
+    at: Counters,
     phase: Phase,
     /// `LN_s_k`'s weight and bias, `[d_qk]` each.
     ln_sk: (Vector<'w>, Vector<'w>),
@@ -41,17 +43,19 @@ struct Run<'r> {
 }
 
 impl<'w> LayerStep<'w> {
-    /// The step of a layer of `cfg` whose state `lay` lays out, for tokens entering as
-    /// `phase`, with the layer's `ln_sk` and (when the model has them) head temperatures.
+    /// The step of a layer of `cfg` whose state `lay` lays out, for a batch from counters
+    /// `at` entering as `phase`, with the layer's `ln_sk` and (when the model has them)
+    /// head temperatures.
     #[inline]
     pub(crate) fn new(
         cfg: &'w Config,
         lay: &Layout,
+        at: Counters,
         phase: Phase,
         ln_sk: (Vector<'w>, Vector<'w>),
         temps: Option<(Vector<'w>, Vector<'w>)>,
     ) -> Self {
-        LayerStep { cfg, state_len: lay.state_len, reads: lay.reads, phase, ln_sk, temps }
+        LayerStep { cfg, state_len: lay.state_len, reads: lay.reads, at, phase, ln_sk, temps }
     }
 
     /// Head `h` of layer state `st`, for its updates.
@@ -69,9 +73,9 @@ impl<'w> LayerStep<'w> {
     /// What comes before the layer's products: its slot reads, when the arena does not keep
     /// them (what stored ones would hold, from the same sums), and a prefetch of the state
     /// rows the first token writes, fetched while the products run. Returns the first
-    /// segment of the `n` tokens from `at`.
-    pub(crate) fn begin(&self, st: &mut LayerState<'_>, at: Counters, n: usize) -> Segment {
-        let h_n = self.cfg.n_heads as usize;
+    /// segment of the batch's `n` tokens.
+    pub(crate) fn begin(&self, st: &mut LayerState<'_>, n: usize) -> Segment {
+        let (h_n, at) = (self.cfg.n_heads as usize, self.at);
         if self.reads == SlotReads::Recomputed {
             for h in 0..h_n {
                 self.head(st, h).refresh(0, at.slots);
@@ -91,14 +95,13 @@ impl<'w> LayerStep<'w> {
     pub(crate) fn run(
         &self,
         st: &mut LayerState<'_>,
-        first: &Segment,
+        mut first: Segment,
         x: &mut Acts<'_>,
         s: &mut Scratch<'_>,
         exec: &dyn Exec,
     ) {
         let (h_n, chunk) = (self.cfg.n_heads as usize, self.cfg.chunk_len as usize);
-        let (mut i0, mut first) = (0, first);
-        let mut next;
+        let (mut i0, mut at) = (0, self.at);
         loop {
             let plan = first.plans()[0];
             if let Some(b) = plan.fold_begin {
@@ -106,22 +109,22 @@ impl<'w> LayerStep<'w> {
                     self.head(st, h).fold(b, plan.slots_before, plan.slots_after, &mut s.fold, exec);
                 }
             }
-            let run = Run { first, i0, len: (x.n - i0).min(chunk - plan.t % chunk) };
+            let run = Run { first: &first, i0, len: (x.n - i0).min(chunk - plan.t % chunk) };
             self.attend_run(st, &run, x, s, exec);
             i0 += run.len;
             if i0 == x.n {
                 return;
             }
-            next = Segment::new(self.cfg, self.state_len, self.segments(&run, |_, _| {}), self.phase, x.n - i0);
-            first = &next;
+            at = at.after(self.cfg, self.state_len, run.len);
+            first = Segment::new(self.cfg, self.state_len, at, self.phase, x.n - i0);
         }
     }
 
     /// Calls `f(i, segment)` for every segment of `run` in order, `i` the batch index of
-    /// the segment's first token; returns the counters after the run. (The plans depend
-    /// on the counters alone: every head works them out alike.)
+    /// the segment's first token. (The plans depend on the counters alone: every head
+    /// works them out alike.)
     #[inline]
-    fn segments(&self, run: &Run<'_>, mut f: impl FnMut(usize, &Segment)) -> Counters {
+    fn segments(&self, run: &Run<'_>, mut f: impl FnMut(usize, &Segment)) {
         let end = run.i0 + run.len;
         let (mut i, mut segment) = (run.i0, run.first);
         let mut next;
@@ -129,7 +132,7 @@ impl<'w> LayerStep<'w> {
             f(i, segment);
             i += segment.plans().len();
             if i == end {
-                return segment.next();
+                return;
             }
             next = Segment::new(self.cfg, self.state_len, segment.next(), self.phase, end - i);
             segment = &next;
