@@ -29,10 +29,11 @@ const _: () = {
 pub struct Model<'a> {
     blob: &'a [u8],
     header: Header,
-    /// Position of each per-layer role within a layer's run of table entries.
-    layer_slot: [u8; LAYER_ROLES],
-    /// Table entries per layer.
-    per_layer: usize,
+    /// Position of each per-layer role within a layer's run of table entries, for a KVM
+    /// layer (`[0]`) and an alternate layer (`[1]`, spec §5).
+    layer_slot: [[u8; LAYER_ROLES]; 2],
+    /// Table entries per layer of each kind.
+    per_layer: [usize; 2],
     tokenizer: Tokenizer<'a>,
     arena_len: usize,
 }
@@ -65,6 +66,9 @@ impl<'a> Model<'a> {
         let header = Header::parse(blob)?;
         let cfg = &header.config;
         cfg.validate()?;
+        if cfg.is_hybrid() {
+            return Err(Error::Unsupported(crate::error::Unsupported::HybridLayers));
+        }
         let table_end = header.table_offset.checked_add(header.table_len).ok_or(Error::OutOfBounds)?;
         if header.table_offset < HEADER_LEN as u64 || header.tokenizer_offset < table_end {
             return Err(Error::OutOfBounds);
@@ -79,12 +83,15 @@ impl<'a> Model<'a> {
         // The header's arena_len is what the writer's kvm computed; this build's own layout
         // decides (the two agree within a release), so only the capacity is checked here.
         let layout = Layout::new(cfg, header.state_capacity as usize, header.cache, header.reads)?;
-        let mut layer_slot = [u8::MAX; LAYER_ROLES];
-        let mut per_layer = 0;
-        for (i, role) in Role::ALL[N_GLOBAL_ROLES..].iter().enumerate() {
-            if role.shape(cfg).is_some() {
-                layer_slot[i] = per_layer as u8;
-                per_layer += 1;
+        let mut layer_slot = [[u8::MAX; LAYER_ROLES]; 2];
+        let mut per_layer = [0; 2];
+        // A layer of each kind: 1 is a KVM layer, 0 an alternate one in a hybrid.
+        for (kind, l) in [(0, 1), (1, 0)] {
+            for (i, role) in Role::ALL[N_GLOBAL_ROLES..].iter().enumerate() {
+                if role.shape(cfg, l).is_some() {
+                    layer_slot[kind][i] = per_layer[kind] as u8;
+                    per_layer[kind] += 1;
+                }
             }
         }
         Ok(Model { blob, header, layer_slot, per_layer, tokenizer, arena_len: layout.arena_len() })
@@ -198,7 +205,10 @@ impl<'a> Model<'a> {
         let index = if role.is_layer() {
             // Layer role tags run 16, 17, ... in `Role::ALL` order (asserted below).
             let pos = role as usize - FIRST_LAYER_TAG;
-            N_GLOBAL_ROLES + layer * self.per_layer + self.layer_slot[pos] as usize
+            let cfg = &self.header.config;
+            let alts = cfg.alt_before(layer);
+            let before = (layer - alts) * self.per_layer[0] + alts * self.per_layer[1];
+            N_GLOBAL_ROLES + before + self.layer_slot[cfg.is_alt(layer) as usize][pos] as usize
         } else {
             role as usize
         };

@@ -50,9 +50,17 @@ pub fn parse(json: &Value, d_vgate: u32) -> Result<Config> {
     if flag("use_block_lambdas", false)? {
         bail!("config field `use_block_lambdas` is set: block lambdas are not supported");
     }
+    // Hybrid stacks (spec §5): every `alt_layer_every`-th layer a sliding-window layer.
     let alt = num("alt_layer_every", Some(-1.0))?;
-    if alt > 0.0 {
-        bail!("config field `alt_layer_every` is {alt}: hybrid layer stacks are not supported");
+    if alt.fract() != 0.0 || alt == 1.0 || alt > u32::MAX as f64 {
+        bail!("config field `alt_layer_every` is {alt}: expected an integer >= 2 (or <= 0: no alternate layers)");
+    }
+    let hybrid = alt >= 2.0;
+    if hybrid {
+        let alt_mixer = string("alt_token_mixer", "swa")?;
+        if alt_mixer != "swa" {
+            bail!("config field `alt_token_mixer` is {alt_mixer:?}: only \"swa\" is supported");
+        }
     }
     let value_residual = flag("use_value_residual", true)?;
     let vres_mode = string("kvm_value_residual_mode", "rwkv")?;
@@ -63,6 +71,17 @@ pub fn parse(json: &Value, d_vgate: u32) -> Result<Config> {
     let ts_mode = string("kvm_token_shift_mode", "rwkv")?;
     if tokenshift_att && ts_mode != "rwkv" {
         bail!("config field `kvm_token_shift_mode` is {ts_mode:?}: only \"rwkv\" is supported");
+    }
+
+    if hybrid {
+        let mode = string("swa_value_residual_mode", "rwkv")?;
+        if value_residual && mode != "rwkv" {
+            bail!("config field `swa_value_residual_mode` is {mode:?}: only \"rwkv\" is supported");
+        }
+        let mode = string("swa_token_shift_mode", "rwkv")?;
+        if tokenshift_att && mode != "rwkv" {
+            bail!("config field `swa_token_shift_mode` is {mode:?}: only \"rwkv\" is supported");
+        }
     }
 
     let d_model = uint("hidden_size", None)?;
@@ -94,6 +113,23 @@ pub fn parse(json: &Value, d_vgate: u32) -> Result<Config> {
     if state_min_len.fract() != 0.0 || state_min_len < -1.0 || state_min_len > i32::MAX as f64 {
         bail!("config field `state_min_len` is {state_min_len}: expected an integer >= -1");
     }
+    let chunk_len = uint("chunk_len", Some(256.0))?;
+    let (alt_layer_every, alt_window, alt_rope_dim, alt_rope_theta) = if hybrid {
+        let w = num("swa_window_size", Some(-1.0))?;
+        if w.fract() != 0.0 || w > u32::MAX as f64 {
+            bail!("config field `swa_window_size` is {w}: expected an integer");
+        }
+        let r = num("alt_rope_partial_dim", Some(64.0))?;
+        if r < 2.0 || r.fract() != 0.0 || r as u32 % 2 != 0 || r as u32 > d_qk {
+            bail!("config field `alt_rope_partial_dim` is {r}: it must be even and in [2, d_qk = {d_qk}]");
+        }
+        // `swa_window_size <= 0` means `chunk_len`.
+        let window = if w <= 0.0 { chunk_len } else { w as u32 };
+        (alt as u32, window, r as u32, num("alt_rope_theta", Some(10000.0))?)
+    } else {
+        (0, 0, 0, 0.0)
+    };
+
     // The reference reads `residual_scale or 1.0`: 0 (like null) means 1.
     let residual_scale = match num("residual_scale", Some(1.0))? {
         0.0 => 1.0,
@@ -111,6 +147,7 @@ pub fn parse(json: &Value, d_vgate: u32) -> Result<Config> {
         (flag("kvm_use_vlens", true)?, flags::VLENS),
         (flag("kvm_apply_merge_gate_to_initial_state", false)?, flags::GATE_INITIAL_STATE),
         (flag("kvm_apply_merge_gate_to_appends", true)?, flags::GATE_APPENDS),
+        (hybrid && flag("alt_share_v0", false)?, flags::ALT_SHARE_V0),
     ] {
         if on {
             f |= bit;
@@ -127,7 +164,7 @@ pub fn parse(json: &Value, d_vgate: u32) -> Result<Config> {
         d_vgate: if value_residual { d_vgate } else { 0 },
         rope_dim: rope_dim as u32,
         rope_theta: num("rope_theta", Some(10000.0))?,
-        chunk_len: uint("chunk_len", Some(256.0))?,
+        chunk_len,
         window_chunks: uint("n_bswa_chunks", Some(2.0))?,
         max_state_chunks: uint("n_max_d_chunks", Some(1.0))?,
         budget,
@@ -137,6 +174,10 @@ pub fn parse(json: &Value, d_vgate: u32) -> Result<Config> {
         logit_softcap: num("logit_softcap", Some(0.0))? as f32,
         residual_scale: residual_scale as f32,
         flags: f,
+        alt_layer_every,
+        alt_window,
+        alt_rope_dim,
+        alt_rope_theta,
     };
     cfg.validate().map_err(|e| match e {
         Error::BadConfig(field) => {
@@ -176,6 +217,10 @@ fn json_key(field: ConfigField) -> &'static str {
         ConfigField::LogitSoftcap => "logit_softcap",
         ConfigField::ResidualScale => "residual_scale",
         ConfigField::StateCapacity => "n_max_d_chunks",
+        ConfigField::AltLayerEvery => "alt_layer_every",
+        ConfigField::AltWindow => "swa_window_size",
+        ConfigField::AltRopePartialDim => "alt_rope_partial_dim",
+        ConfigField::AltRopeTheta => "alt_rope_theta",
         _ => "(a field of the model's config)",
     }
 }

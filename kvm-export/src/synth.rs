@@ -110,6 +110,10 @@ fn paper(n_layers: u32, d_model: u32, n_heads: u32) -> Config {
         logit_softcap: 0.0,
         residual_scale: 1.0,
         flags: flags::ALL,
+        alt_layer_every: 0,
+        alt_window: 0,
+        alt_rope_dim: 0,
+        alt_rope_theta: 0.0,
     }
 }
 

@@ -37,6 +37,10 @@ fn base() -> Config {
         logit_softcap: 0.0,
         residual_scale: 1.0,
         flags: flags::ALL & !flags::GATE_INITIAL_STATE,
+        alt_layer_every: 0,
+        alt_window: 0,
+        alt_rope_dim: 0,
+        alt_rope_theta: 0.0,
     }
 }
 

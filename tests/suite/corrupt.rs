@@ -259,7 +259,9 @@ fn export_refuses_unsupported_checkpoints() {
     for (field, value, needle) in [
         ("use_skip_connections", serde_json::json!(1), "use_skip_connections"),
         ("use_block_lambdas", serde_json::json!(1), "use_block_lambdas"),
-        ("alt_layer_every", serde_json::json!(2), "alt_layer_every"),
+        ("alt_layer_every", serde_json::json!(1), "alt_layer_every"),
+        // A hybrid whose alternate layers' RoPE (the default, 64 dims) is wider than d_qk.
+        ("alt_layer_every", serde_json::json!(2), "alt_rope_partial_dim"),
         ("token_mixer", serde_json::json!("swa"), "token_mixer"),
         ("kvm_value_residual_mode", serde_json::json!("linear"), "kvm_value_residual_mode"),
         ("rope_partial_dim", serde_json::json!(15), "rope_partial_dim"),

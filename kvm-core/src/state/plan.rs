@@ -202,6 +202,10 @@ mod tests {
             logit_softcap: 0.0,
             residual_scale: 1.0,
             flags: flags::VLENS,
+            alt_layer_every: 0,
+            alt_window: 0,
+            alt_rope_dim: 0,
+            alt_rope_theta: 0.0,
         };
         cfg.validate().unwrap();
         // The first chunk enters whole; the first fold comes with token 13 (its chunk
