@@ -138,8 +138,6 @@ pub enum Unsupported {
     SkipConnections,
     /// `use_block_lambdas`.
     BlockLambdas,
-    /// `alt_layer_every > 1` hybrid stacks.
-    HybridLayers,
     /// `kvm_value_residual_mode` other than `rwkv`.
     ValueResidualMode,
     /// No-vlens means state whose folds can merge a token count other than the slot

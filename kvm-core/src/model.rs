@@ -66,9 +66,6 @@ impl<'a> Model<'a> {
         let header = Header::parse(blob)?;
         let cfg = &header.config;
         cfg.validate()?;
-        if cfg.is_hybrid() {
-            return Err(Error::Unsupported(crate::error::Unsupported::HybridLayers));
-        }
         let table_end = header.table_offset.checked_add(header.table_len).ok_or(Error::OutOfBounds)?;
         if header.table_offset < HEADER_LEN as u64 || header.tokenizer_offset < table_end {
             return Err(Error::OutOfBounds);
@@ -200,15 +197,19 @@ impl<'a> Model<'a> {
         table.chunks_exact(ENTRY_LEN).filter_map(|e| TensorEntry::parse(e).ok())
     }
 
-    /// The entry of `(role, layer)`; the role must exist under this config.
+    /// The entry of `(role, layer)`; an empty one if the layer has no such tensor.
     fn entry(&self, role: Role, layer: usize) -> TensorEntry {
         let index = if role.is_layer() {
             // Layer role tags run 16, 17, ... in `Role::ALL` order (asserted below).
             let pos = role as usize - FIRST_LAYER_TAG;
             let cfg = &self.header.config;
+            let slot = self.layer_slot[cfg.is_alt(layer) as usize][pos];
+            if slot == u8::MAX || layer >= cfg.n_layers as usize {
+                return EMPTY;
+            }
             let alts = cfg.alt_before(layer);
             let before = (layer - alts) * self.per_layer[0] + alts * self.per_layer[1];
-            N_GLOBAL_ROLES + before + self.layer_slot[cfg.is_alt(layer) as usize][pos] as usize
+            N_GLOBAL_ROLES + before + slot as usize
         } else {
             role as usize
         };
