@@ -126,8 +126,8 @@ pub const SQRT16: StateBudget = StateBudget::PowerLaw { factor: 16.0, exponent: 
 /// The paper's saturating state: `1024 * ctx / (1024 + ctx)` slots, at least one
 /// (`state_budget_mode: kvm_saturation`, `state_saturation_n: 1024`, `state_min_len: 1` in
 /// configs/prolong/{120M,350M}/kvm_swa_saturate1024_wd.yaml). That model alternates KVM
-/// layers with sliding-window ones (`alt_layer_every: 2`), which kvm does not run: here
-/// every layer is a KVM layer with this budget.
+/// layers with sliding-window ones (`alt_layer_every: 2`, which converted checkpoints
+/// keep); `synth` makes every layer a KVM layer with this budget.
 pub const SATURATE1024: StateBudget = StateBudget::Saturation { n: 1024.0 };
 
 /// The context a growable state has room for unless asked otherwise: the longest the
