@@ -9,8 +9,8 @@ use crate::kernels;
 use crate::math;
 use crate::state::{Acts, LayerState, Scratch};
 
-/// `x.a <- Attn(x.a)` for alternate layer `l`, every token of the batch in order (so a
-/// batch gives the bits of single steps).
+/// `x.a <- Attn(x.a)` for alternate layer `l`, every head's tokens of the batch in order
+/// (so a batch gives the bits of single steps).
 pub(super) fn attention(pass: &Pass<'_, '_>, l: usize, st: &mut LayerState<'_>, x: &mut Acts<'_>, s: &mut Scratch<'_>) {
     let cfg = pass.model.config();
     // 1. q = c_q a, k = c_k a: [n, n_heads * d_qk]; v = c_v a: [n, n_heads * d_v]; the
@@ -26,25 +26,30 @@ pub(super) fn attention(pass: &Pass<'_, '_>, l: usize, st: &mut LayerState<'_>, 
     }
     // 4.-5. per-head LN_q / LN_k, then RoPE of alt_rope_dim dims (alt_rope_theta)
     attn::norm_rope(pass, l, x);
-    // Per token and head: k, v into the ring, then o_h = softmax(q k_j / sqrt(d_qk)) v_j
-    // over the ring's tokens [max(0, t - Wa + 1), t], into v's rows: [n, n_heads * d_v]
+    // Per head, each token in order: its k, v into the head's ring, then o_h = softmax(q
+    // k_j / sqrt(d_qk)) v_j over the ring's tokens [max(0, t - Wa + 1), t]: [n_heads, n,
+    // d_v] into x.att, the heads' jobs in parallel, each with its own scores ([Wa])
     let (nh, dk, dv, wa) = (cfg.n_heads as usize, cfg.d_qk as usize, cfg.d_v as usize, cfg.alt_window as usize);
+    let (qd, vd, n, pos) = (cfg.q_dim(), cfg.v_dim(), x.n, pass.at.pos);
     let scale = 1.0 / libm::sqrtf(dk as f32);
-    for i in 0..x.n {
-        let t = pass.at.pos + i;
-        let begin = (t + 1).saturating_sub(wa);
-        for h in 0..nh {
-            // Head h of token i in the [n, n_heads * d] rows.
-            let (kr, vr) = ((i * nh + h) * dk..(i * nh + h + 1) * dk, (i * nh + h) * dv..(i * nh + h + 1) * dv);
-            let ri = h * wa + t % wa;
-            st.wk.set(ri, dk, |c| x.k[kr.start + c]);
-            st.wv.set(ri, dv, |c| x.v[vr.start + c]);
-            let scores = &mut s.scores[..t + 1 - begin];
-            let spans = ring_spans(wa, h, begin, t + 1);
+    let (q, k, v) = (&*x.q, &*x.k, &*x.v);
+    let heads = st.heads(nh);
+    pass.exec.heads(&mut x.att[..nh * n * dv], n * dv, &mut s.scores[..nh * wa], wa, &|h, out, scores| {
+        // SAFETY: `Exec::heads` runs this once for each head `h < nh`. Head h's ring is
+        // the ring of a one-head layer: position j at j % Wa.
+        let mut own = unsafe { heads.head(h) };
+        for (i, out) in out.chunks_exact_mut(dv).enumerate() {
+            let t = pos + i;
+            let begin = (t + 1).saturating_sub(wa);
+            own.wk.set(t % wa, dk, |c| k[i * qd + h * dk + c]);
+            own.wv.set(t % wa, dv, |c| v[i * vd + h * dv + c]);
+            let scores = &mut scores[..t + 1 - begin];
+            let spans = ring_spans(wa, begin, t + 1);
             let mut at = 0;
             for span in spans.clone() {
-                st.wk.as_rows().rows(span.start, span.end, dk).dots(&x.q[kr.clone()], &mut scores[at..at + span.len()]);
-                at += span.len();
+                let (keys, n) = (own.wk.as_rows().rows(span.start, span.end, dk), span.len());
+                keys.dots(&q[i * qd + h * dk..i * qd + (h + 1) * dk], &mut scores[at..at + n]);
+                at += n;
             }
             for z in scores.iter_mut() {
                 *z *= scale;
@@ -55,25 +60,29 @@ pub(super) fn attention(pass: &Pass<'_, '_>, l: usize, st: &mut LayerState<'_>, 
             for z in scores.iter_mut() {
                 *z /= sum;
             }
-            let out = &mut x.v[vr];
             out.fill(0.0);
             let mut at = 0;
             for span in spans {
                 let n = span.len();
-                st.wv.as_rows().rows(span.start, span.end, dv).weighted_sum(&scores[at..at + n], out);
+                own.wv.as_rows().rows(span.start, span.end, dv).weighted_sum(&scores[at..at + n], out);
                 at += n;
             }
+        }
+    });
+    // concat o_h: [n, n_heads * d_v] into v's rows, which the pushes consumed
+    for (h, o) in x.att[..nh * n * dv].chunks_exact(n * dv).enumerate() {
+        for (i, o) in o.chunks_exact(dv).enumerate() {
+            x.v[i * vd + h * dv..i * vd + (h + 1) * dv].copy_from_slice(o);
         }
     }
     // Attn = c_proj(concat o_h)
     attn::output(pass, l, x);
 }
 
-/// Head `h`'s ring entries of positions `[begin, end)` (at most `wa` of them) as at most
-/// two runs of ring indices, oldest first (the ring may wrap).
-fn ring_spans(wa: usize, h: usize, begin: usize, end: usize) -> [core::ops::Range<usize>; 2] {
+/// A ring of `wa` entries' positions `[begin, end)` (at most `wa` of them) as at most two
+/// runs of ring indices, oldest first (the ring may wrap).
+fn ring_spans(wa: usize, begin: usize, end: usize) -> [core::ops::Range<usize>; 2] {
     let (first, len) = (begin % wa, end - begin);
     let head = len.min(wa - first);
-    let base = h * wa;
-    [base + first..base + first + head, base..base + len - head]
+    [first..first + head, 0..len - head]
 }

@@ -141,13 +141,13 @@ impl Layout {
         };
         let step_sizes = [
             cfg.vocab_len as usize, // logits of the last token (first: see `Session::logits`)
-            mul(h, s.checked_add(w).ok_or(too_big)?)?.max(wa), // attention scores, per head (an alternate layer's: one head's)
-            mul(c, dk)?,                                       // prepared overflow keys
-            c,                                                 // novelty scores
-            c,                                                 // appended flags (u32)
-            mul(s, dk)?,                                       // merged key deltas
-            mul(s, dv)?,                                       // merged value deltas
-            slot_rows,                                         // one layer's nk and nv (words)
+            mul(h, s.checked_add(w).ok_or(too_big)?.max(wa))?, // attention scores, per head
+            mul(c, dk)?,            // prepared overflow keys
+            c,                      // novelty scores
+            c,                      // appended flags (u32)
+            mul(s, dk)?,            // merged key deltas
+            mul(s, dv)?,            // merged value deltas
+            slot_rows,              // one layer's nk and nv (words)
         ];
         let row_widths = [
             d,                                             // x: residual stream
@@ -466,7 +466,7 @@ impl LayerHeads<'_> {
 pub(crate) struct Scratch<'s> {
     /// `[vocab_len]`
     pub logits: &'s mut [f32],
-    /// `[state_len + window_len]`
+    /// `[n_heads, max(state_len + window_len, alt_window)]`
     pub scores: &'s mut [f32],
     pub fold: FoldScratch<'s>,
 }
