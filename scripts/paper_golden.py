@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """Writes one golden case per KVM configuration of the paper, with the paper's reference code
 (run from its repository, not copied): `tests/data/paper/<case>` (layout in
-`tests/data/paper/README.md`), hybrid stacks (`alt_layer_every` >= 2) under
-`tests/data/paper-hybrid/<case>` instead.
+`tests/data/paper/README.md`), hybrid stacks (`alt_layer_every` >= 2) among them.
 
 Each case is built from one of the reference's own files, every `kvm*.yaml` and
 `ablation_kvm*.yaml` of `configs/prolong/{120M,350M}` (its `model:` section merged over
@@ -224,7 +223,7 @@ def compare(a, b):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ref", required=True, help="checkout of recursal/KVM-paper")
-    ap.add_argument("--data", default="tests/data", help="where paper/ and paper-hybrid/ go")
+    ap.add_argument("--data", default="tests/data", help="where paper/ goes")
     ap.add_argument("--only", nargs="*", help="case names (default: every one)")
     ap.add_argument("--yaml", help="one configuration file (relative to --ref) instead of every one")
     ap.add_argument("--seed", type=int, help="with --yaml: the weights' seed")
@@ -260,8 +259,7 @@ def main():
         if a.only and name not in a.only:
             continue
         cfg = small_config(a.ref, files[name])
-        kind = "paper-hybrid" if cfg.get("alt_layer_every", -1) >= 2 else "paper"
-        make(os.path.join(a.data, kind, name), cfg, seed, a.drift)
+        make(os.path.join(a.data, "paper", name), cfg, seed, a.drift)
 
 
 if __name__ == "__main__":

@@ -76,6 +76,8 @@ fn prefill_and_decode_allocate_nothing() {
         ("fixed_basic", DType::F16, CacheDtype::F32),
         ("growable_power_law", DType::F32, CacheDtype::F16),
         ("growable_power_law", DType::Q8_0, CacheDtype::Q8),
+        ("hybrid_swa_saturation", DType::F32, CacheDtype::F32),
+        ("hybrid_swa_saturation", DType::Q8_0, CacheDtype::F16),
     ] {
         let blob = convert_to_bytes(&golden_dir(case), dtype);
         let model = Model::from_bytes(&blob).unwrap().with_cache(cache).unwrap();

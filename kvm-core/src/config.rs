@@ -26,8 +26,11 @@ pub mod flags {
     pub const VLENS: u32 = 1 << 6;
     pub const GATE_INITIAL_STATE: u32 = 1 << 7;
     pub const GATE_APPENDS: u32 = 1 << 8;
+    /// `alt_share_v0`: KVM layers take the alternate layers' `v_first` (spec §5); no
+    /// effect without alternate layers.
+    pub const ALT_SHARE_V0: u32 = 1 << 9;
     /// Every defined bit.
-    pub const ALL: u32 = (1 << 9) - 1;
+    pub const ALL: u32 = (1 << 10) - 1;
 }
 
 /// A validated-on-demand KVM configuration. Sizes use the house vocabulary.
@@ -64,6 +67,18 @@ pub struct Config {
     pub residual_scale: f32,
     /// See [`flags`].
     pub flags: u32,
+    /// `alt_layer_every`: layer `i` is an alternate (sliding-window) layer iff this is at
+    /// least 2 and `i % alt_layer_every == 0` (spec §5); 0 = none.
+    pub alt_layer_every: u32,
+    /// `swa_window_size` resolved (`<= 0` in the checkpoint means `chunk_len`): the tokens
+    /// an alternate layer attends over, the current one included (`Wa`); 0 without
+    /// alternate layers.
+    pub alt_window: u32,
+    /// `alt_rope_partial_dim`: dims `[0, alt_rope_dim)` of an alternate layer's q/k heads
+    /// are rotated; 0 without alternate layers.
+    pub alt_rope_dim: u32,
+    /// `alt_rope_theta`; 0 without alternate layers.
+    pub alt_rope_theta: f64,
 }
 
 /// The most chunks of state a model file may hold (`max_state_chunks`).
@@ -103,6 +118,38 @@ impl Config {
                 c.max(min.min(self.max_state_len()))
             }
             _ => self.max_state_len(),
+        }
+    }
+
+    /// Whether the model has alternate (sliding-window) layers.
+    #[inline]
+    pub const fn is_hybrid(&self) -> bool {
+        self.alt_layer_every >= 2
+    }
+
+    /// Whether layer `l` is an alternate (sliding-window) layer (spec §5).
+    #[inline]
+    pub const fn is_alt(&self, l: usize) -> bool {
+        self.is_hybrid() && l.is_multiple_of(self.alt_layer_every as usize)
+    }
+
+    /// Alternate layers among layers `[0, l)`.
+    #[inline]
+    pub const fn alt_before(&self, l: usize) -> usize {
+        if self.is_hybrid() {
+            l.div_ceil(self.alt_layer_every as usize)
+        } else {
+            0
+        }
+    }
+
+    /// The first KVM layer, whose `c_v` gives KVM layers' `v_first` (spec §5).
+    #[inline]
+    pub const fn first_kvm_layer(&self) -> usize {
+        if self.is_hybrid() {
+            1
+        } else {
+            0
         }
     }
 
@@ -154,6 +201,18 @@ impl Config {
         check(self.logit_softcap.is_finite(), F::LogitSoftcap)?;
         check(self.residual_scale.is_finite(), F::ResidualScale)?;
         check(self.flags & !flags::ALL == 0, F::Flags)?;
+        if self.is_hybrid() {
+            // Layer 1 is the first KVM layer (its `c_v` gives theirs `v_first`).
+            check(self.alt_layer_every <= 1 << 10 && self.n_layers >= 2, F::AltLayerEvery)?;
+            check(self.alt_window >= 1 && self.alt_window <= 1 << 20, F::AltWindow)?;
+            let r = self.alt_rope_dim;
+            check(r >= 2 && r.is_multiple_of(2) && r <= self.d_qk, F::AltRopePartialDim)?;
+            check(self.alt_rope_theta.is_finite() && self.alt_rope_theta > 0.0, F::AltRopeTheta)?;
+        } else {
+            // Absent (zero) unless the model is a hybrid, so a file has one encoding.
+            let none = self.alt_layer_every == 0 && self.alt_window == 0 && self.alt_rope_dim == 0;
+            check(none && self.alt_rope_theta == 0.0, F::AltLayerEvery)?;
+        }
         // A merge needs a non-sink slot to land in, at least once the state is full.
         check((self.sink_len as usize) < self.natural_state_len(), F::SinkLen)?;
         if !self.has(flags::VLENS) {

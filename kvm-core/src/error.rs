@@ -119,6 +119,12 @@ pub enum ConfigField {
     /// The header's slot reads choice.
     SlotReads,
     Flags,
+    /// `alt_layer_every` (1, or more than the layers allow).
+    AltLayerEvery,
+    /// `swa_window_size`, resolved.
+    AltWindow,
+    AltRopePartialDim,
+    AltRopeTheta,
 }
 
 /// A config that needs code the reference has but this runtime does not (spec §1).
@@ -132,8 +138,6 @@ pub enum Unsupported {
     SkipConnections,
     /// `use_block_lambdas`.
     BlockLambdas,
-    /// `alt_layer_every > 1` hybrid stacks.
-    HybridLayers,
     /// `kvm_value_residual_mode` other than `rwkv`.
     ValueResidualMode,
     /// No-vlens means state whose folds can merge a token count other than the slot

@@ -25,9 +25,9 @@ pub const MAGIC: [u8; 4] = *b"KVMF";
 /// The major version this build reads; a file with another major is refused.
 pub const VERSION_MAJOR: u16 = 1;
 /// The minor version this build writes (1 added the cache dtype, 2 the q4_0x16 dtype and
-/// the q8 cache, 3 the q8_0x16 dtype, 5 the slot reads); newer minors are read (they only add fields in
-/// reserved space, or tags).
-pub const VERSION_MINOR: u16 = 5;
+/// the q8 cache, 3 the q8_0x16 dtype, 5 the slot reads, 6 the hybrid stack's alternate
+/// layers); newer minors are read (they only add fields in reserved space, or tags).
+pub const VERSION_MINOR: u16 = 6;
 /// Written as a little-endian u32; reads back differently on a byte-swapped file.
 pub const BYTE_ORDER_MARK: u32 = 0x0A0B_0C0D;
 /// Size of the fixed header.
@@ -187,9 +187,19 @@ impl Role {
         )
     }
 
-    /// The `[rows, cols]` this role has under `cfg`, or `None` if `cfg` has no such tensor.
-    pub fn shape(self, cfg: &Config) -> Option<(u32, u32)> {
+    /// Whether only a KVM layer has the role: an alternate layer (spec §5) has the same
+    /// tensors but these.
+    pub const fn is_kvm_only(self) -> bool {
+        matches!(self, Role::MergeGate | Role::LnSkW | Role::LnSkB | Role::FrontTemp | Role::StateTemp)
+    }
+
+    /// The `[rows, cols]` this role has in layer `layer` (ignored for a global role) under
+    /// `cfg`, or `None` if that layer has no such tensor.
+    pub fn shape(self, cfg: &Config, layer: usize) -> Option<(u32, u32)> {
         use crate::config::flags as f;
+        if self.is_layer() && self.is_kvm_only() && cfg.is_alt(layer) {
+            return None;
+        }
         let d = cfg.d_model;
         let q = cfg.n_heads * cfg.d_qk;
         let v = cfg.n_heads * cfg.d_v;
@@ -271,6 +281,11 @@ mod at {
     pub const CONFIG: usize = 96;
     /// After the config's last field (`SATURATION_N`, an f64 at `CONFIG + 104`).
     pub const SLOT_READS: usize = 208;
+    /// The hybrid stack's fields (minor 6; zero, no alternate layers, before).
+    pub const ALT_EVERY: usize = 212;
+    pub const ALT_WINDOW: usize = 216;
+    pub const ALT_ROPE_DIM: usize = 220;
+    pub const ALT_ROPE_THETA: usize = 224;
 }
 
 /// Byte offsets of the config fields, relative to `at::CONFIG`.
@@ -358,6 +373,10 @@ impl Header {
             logit_softcap: r.f32(c + cfg_at::SOFTCAP)?,
             residual_scale: r.f32(c + cfg_at::RESIDUAL_SCALE)?,
             flags: r.u32(c + cfg_at::FLAGS)?,
+            alt_layer_every: r.u32(at::ALT_EVERY)?,
+            alt_window: r.u32(at::ALT_WINDOW)?,
+            alt_rope_dim: r.u32(at::ALT_ROPE_DIM)?,
+            alt_rope_theta: r.f64(at::ALT_ROPE_THETA)?,
         };
         let tokenizer_kind = match r.u32(at::TOK_KIND)? {
             0 => TokenizerKind::Bytes,
@@ -453,8 +472,12 @@ impl Header {
         w.put(at::TOK_CRC, &self.tokenizer_crc.to_le_bytes());
         w.put(at::CACHE, &(self.cache as u32).to_le_bytes());
         w.put(at::SLOT_READS, &(self.reads as u32).to_le_bytes());
-        let c = at::CONFIG;
         let k = &self.config;
+        w.put(at::ALT_EVERY, &k.alt_layer_every.to_le_bytes());
+        w.put(at::ALT_WINDOW, &k.alt_window.to_le_bytes());
+        w.put(at::ALT_ROPE_DIM, &k.alt_rope_dim.to_le_bytes());
+        w.put(at::ALT_ROPE_THETA, &k.alt_rope_theta.to_le_bytes());
+        let c = at::CONFIG;
         for (off, v) in [
             (cfg_at::VOCAB, k.vocab_len),
             (cfg_at::LAYERS, k.n_layers),
@@ -570,7 +593,7 @@ impl TensorEntry {
 pub fn canonical_tensors(cfg: &Config) -> impl Iterator<Item = (Role, u16)> + '_ {
     let globals = Role::ALL[..N_GLOBAL_ROLES].iter().map(|&r| (r, 0u16));
     let layers = (0..cfg.n_layers as u16).flat_map(move |l| {
-        Role::ALL[N_GLOBAL_ROLES..].iter().filter(move |r| r.shape(cfg).is_some()).map(move |&r| (r, l))
+        Role::ALL[N_GLOBAL_ROLES..].iter().filter(move |r| r.shape(cfg, l as usize).is_some()).map(move |&r| (r, l))
     });
     globals.chain(layers)
 }
@@ -608,7 +631,7 @@ pub fn validate_sections(blob: &[u8], h: &Header, check_data: bool) -> Result<()
         if e.role != role || e.layer != layer {
             return Err(bad);
         }
-        let (rows, cols) = role.shape(cfg).ok_or(bad)?;
+        let (rows, cols) = role.shape(cfg, layer as usize).ok_or(bad)?;
         if (e.rows, e.cols) != (rows, cols) {
             return Err(bad);
         }

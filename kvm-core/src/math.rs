@@ -99,29 +99,27 @@ pub fn axpy(y: &mut [f32], s: f32, x: &[f32]) {
     }
 }
 
-/// The RoPE exponents `e_j = f32(j / (R/2 - 1))` and frequencies
-/// `f_j = f32((1/theta) ^ e_j)` (spec §2.5): the reference's f32 `linspace` and power,
-/// reproduced bit for bit because a one-ulp slip flips bf16 table entries.
+/// The RoPE exponents `e_j` of the reference's f32 `linspace(0, 1, R/2)` and frequencies
+/// `f_j = f32((1/theta) ^ e_j)` (spec §2.5), reproduced bit for bit because a one-ulp
+/// slip flips bf16 table entries. `linspace` steps by `s = f32(1 / (R/2 - 1))` from both
+/// ends: `e_j = s * j` in the first half, `1 - s * (R/2 - 1 - j)` in the second (which
+/// differs from `f32(j / (R/2 - 1))` from 8 pairs on, e.g. j = 3 of 8).
 #[inline]
 pub fn rope_freq(j: usize, half: usize, theta: f64) -> f32 {
     let e = if half <= 1 {
         0.0
-    } else if half <= EXACT_F32_INT {
-        // j and half - 1 are exact f32s, so the f32 division is the quotient rounded once;
-        // the f64 quotient never lands on an f32 rounding midpoint it was not already on
-        // (j / k is at least 2^-49 relative from any 25-bit value it is not), so rounding
-        // it again to f32 gives the same bits. Division in f64 is a library call on
-        // single-precision FPUs.
-        j as f32 / (half - 1) as f32
     } else {
-        (j as f64 / (half - 1) as f64) as f32
+        // Pair counts are at most d_qk / 2 <= 2^13, exact f32s.
+        let step = 1.0 / (half - 1) as f32;
+        if j < half / 2 {
+            step * j as f32
+        } else {
+            1.0 - step * (half - 1 - j) as f32
+        }
     };
     let base = (1.0 / theta) as f32;
     libm::pow(base as f64, e as f64) as f32
 }
-
-/// Integers up to this are exact in f32 (24-bit significand).
-const EXACT_F32_INT: usize = 1 << 24;
 
 /// Rotated pairs whose frequencies [`Rope`] keeps: those of up to 32 rotated dims
 /// (tiny-kjv rotates 16), 64 bytes in every session.

@@ -32,10 +32,11 @@ const ABSENT: u8 = u8::MAX;
 pub struct Model<'a> {
     blob: &'a [u8],
     header: Header,
-    /// Position of each per-layer role within a layer's run of table entries.
-    layer_slot: [u8; LAYER_ROLES],
-    /// Table entries per layer.
-    per_layer: usize,
+    /// Position of each per-layer role within a layer's run of table entries, for a KVM
+    /// layer (`[0]`) and an alternate layer (`[1]`, spec §5).
+    layer_slot: [[u8; LAYER_ROLES]; 2],
+    /// Table entries per layer of each kind.
+    per_layer: [usize; 2],
     tokenizer: Tokenizer<'a>,
     arena_len: usize,
 }
@@ -82,12 +83,15 @@ impl<'a> Model<'a> {
         // The header's arena_len is what the writer's kvm computed; this build's own layout
         // decides (the two agree within a release), so only the capacity is checked here.
         let layout = Layout::new(cfg, header.state_capacity as usize, header.cache, header.reads)?;
-        let mut layer_slot = [ABSENT; LAYER_ROLES];
-        let mut per_layer = 0;
-        for (i, role) in Role::ALL[N_GLOBAL_ROLES..].iter().enumerate() {
-            if role.shape(cfg).is_some() {
-                layer_slot[i] = per_layer as u8;
-                per_layer += 1;
+        let mut layer_slot = [[ABSENT; LAYER_ROLES]; 2];
+        let mut per_layer = [0; 2];
+        // A layer of each kind: 1 is a KVM layer, 0 an alternate one in a hybrid.
+        for (kind, l) in [(0, 1), (1, 0)] {
+            for (i, role) in Role::ALL[N_GLOBAL_ROLES..].iter().enumerate() {
+                if role.shape(cfg, l).is_some() {
+                    layer_slot[kind][i] = per_layer[kind] as u8;
+                    per_layer[kind] += 1;
+                }
             }
         }
         Ok(Model { blob, header, layer_slot, per_layer, tokenizer, arena_len: layout.arena_len() })
@@ -196,17 +200,22 @@ impl<'a> Model<'a> {
         table.chunks_exact(ENTRY_LEN).filter_map(|e| TensorEntry::parse(e).ok())
     }
 
-    /// The entry of `(role, layer)`: an empty tensor when this config has no such role
-    /// (e.g. `key_weighting` with both merge gates off) or no such layer, never another
-    /// role's entry or bytes from outside the table.
+    /// The entry of `(role, layer)`: an empty tensor when this layer has no such role
+    /// (`key_weighting` with both merge gates off, a KVM-only role on an alternate layer)
+    /// or there is no such layer, never another role's entry or bytes from outside the
+    /// table.
     fn entry(&self, role: Role, layer: usize) -> TensorEntry {
         let index = if role.is_layer() {
             // Layer role tags run 16, 17, ... in `Role::ALL` order (asserted below).
-            let slot = self.layer_slot[role as usize - FIRST_LAYER_TAG];
-            if slot == ABSENT || layer >= self.header.config.n_layers as usize {
+            let pos = role as usize - FIRST_LAYER_TAG;
+            let cfg = &self.header.config;
+            let slot = self.layer_slot[cfg.is_alt(layer) as usize][pos];
+            if slot == ABSENT || layer >= cfg.n_layers as usize {
                 return EMPTY;
             }
-            N_GLOBAL_ROLES + layer * self.per_layer + slot as usize
+            let alts = cfg.alt_before(layer);
+            let before = (layer - alts) * self.per_layer[0] + alts * self.per_layer[1];
+            N_GLOBAL_ROLES + before + slot as usize
         } else {
             role as usize
         };

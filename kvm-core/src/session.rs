@@ -9,7 +9,7 @@ use crate::exec::{Exec, Serial};
 use crate::forward::{forward, Logits, Pass, Tap, Work};
 use crate::math::{all_finite, Rope};
 use crate::model::Model;
-use crate::state::arena::{ring_index, COUNTERS};
+use crate::state::arena::COUNTERS;
 use crate::state::{bswa_begin, coverage_at, Acts, Counters, Layout, Phase, ARENA_ALIGN};
 
 /// Marks a live arena (`"KVMS"`).
@@ -21,6 +21,8 @@ const STAMP: u32 = 0x534D_564B;
 pub struct Session<'m, 'a> {
     model: Model<'m>,
     rope: Rope,
+    /// The alternate layers' (spec §5; no pairs without them).
+    alt_rope: Rope,
     layout: Layout,
     /// `[layout.arena_len() / 4]`, see the module docs.
     arena: &'a mut [f32],
@@ -73,8 +75,10 @@ impl<'m, 'a> Session<'m, 'a> {
         if !(arena.as_ptr() as usize).is_multiple_of(ARENA_ALIGN) {
             return Err(Error::ArenaMisaligned);
         }
-        let rope = Rope::new(model.config().rope_dim as usize / 2, model.config().rope_theta);
-        let mut session = Session { model, rope, layout, arena };
+        let cfg = model.config();
+        let rope = Rope::new(cfg.rope_dim as usize / 2, cfg.rope_theta);
+        let alt_rope = Rope::new(cfg.alt_rope_dim as usize / 2, cfg.alt_rope_theta);
+        let mut session = Session { model, rope, alt_rope, layout, arena };
         session.reset();
         Ok(session)
     }
@@ -215,7 +219,7 @@ impl<'m, 'a> Session<'m, 'a> {
             Logits::Last => Logits::Last,
             Logits::All(out) => Logits::All(out),
         };
-        let pass = Pass::new(&self.model, &self.rope, &lay, at, phase, exec);
+        let pass = Pass::new(&self.model, (&self.rope, &self.alt_rope), &lay, at, phase, exec);
         let work = Work::new(arena.layers, arena.reads, &mut s, &mut acts);
         let (next, origin) = forward(&pass, work, tokens, asked, tap);
         let c: &mut [u32] = bytemuck::cast_slice_mut(arena.counters);
@@ -350,13 +354,15 @@ impl<'m, 'a> Session<'m, 'a> {
         let at = self.counters();
         let parts = self.layout.layer_parts(self.arena, l);
         let (sk, sv, r, wk, wv) = (parts.sk, parts.sv, parts.r, parts.wk, parts.wv);
+        let (alt, wa) = (cfg.is_alt(l), cfg.alt_window as usize);
         Some(LayerView {
             cfg: *cfg,
             state_len: self.layout.state_len,
-            slots: at.slots,
+            ring_len: if alt { wa } else { cfg.window_len() },
+            slots: if alt { 0 } else { at.slots },
             pos: at.pos,
-            coverage: at.coverage,
-            window_begin: bswa_begin(cfg, at.pos),
+            coverage: if alt { 0 } else { at.coverage },
+            window_begin: if alt { at.pos.saturating_sub(wa) } else { bswa_begin(cfg, at.pos) },
             sk,
             sv,
             r,
@@ -383,13 +389,16 @@ fn check_finite(rows: &[f32], vocab: usize, pos: usize, origin: Option<Origin>) 
 pub struct LayerView<'s> {
     cfg: Config,
     state_len: usize,
-    /// Live slots.
+    /// Entries of a head's window ring: `window_len`, or an alternate layer's `Wa`.
+    ring_len: usize,
+    /// Live slots (none in an alternate layer, spec §5).
     pub slots: usize,
     /// Tokens seen.
     pub pos: usize,
     /// The state covers `[0, coverage)`.
     pub coverage: usize,
-    /// The window holds `[window_begin, pos)`.
+    /// The window holds `[window_begin, pos)` (an alternate layer's: its ring's last `Wa`
+    /// tokens).
     pub window_begin: usize,
     sk: &'s [f32],
     sv: &'s [f32],
@@ -416,10 +425,10 @@ impl LayerView<'_> {
     /// Key of window token `j` (absolute position, in `[window_begin, pos)`) of head `h`
     /// into `out` (`[d_qk]`), as stored (f16 caches widen).
     pub fn window_key(&self, h: usize, j: usize, out: &mut [f32]) {
-        self.wk.get(ring_index(&self.cfg, h, j), out);
+        self.wk.get(h * self.ring_len + j % self.ring_len, out);
     }
     /// Value of window token `j` of head `h` into `out` (`[d_v]`).
     pub fn window_value(&self, h: usize, j: usize, out: &mut [f32]) {
-        self.wv.get(ring_index(&self.cfg, h, j), out);
+        self.wv.get(h * self.ring_len + j % self.ring_len, out);
     }
 }

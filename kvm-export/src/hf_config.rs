@@ -64,9 +64,17 @@ pub fn parse(json: &Value, d_vgate: u32, context: usize) -> Result<Config> {
     if flag("use_block_lambdas", false)? {
         bail!("config field `use_block_lambdas` is set: block lambdas are not supported");
     }
+    // Hybrid stacks (spec §5): every `alt_layer_every`-th layer a sliding-window layer.
     let alt = num("alt_layer_every", Some(-1.0))?;
-    if alt > 0.0 {
-        bail!("config field `alt_layer_every` is {alt}: hybrid layer stacks are not supported");
+    if alt.fract() != 0.0 || alt == 1.0 || alt > u32::MAX as f64 {
+        bail!("config field `alt_layer_every` is {alt}: expected an integer >= 2 (or <= 0: no alternate layers)");
+    }
+    let hybrid = alt >= 2.0;
+    if hybrid {
+        let alt_mixer = string("alt_token_mixer", "swa")?;
+        if alt_mixer != "swa" {
+            bail!("config field `alt_token_mixer` is {alt_mixer:?}: only \"swa\" is supported");
+        }
     }
     let value_residual = flag("use_value_residual", true)?;
     let vres_mode = string("kvm_value_residual_mode", "rwkv")?;
@@ -77,6 +85,17 @@ pub fn parse(json: &Value, d_vgate: u32, context: usize) -> Result<Config> {
     let ts_mode = string("kvm_token_shift_mode", "rwkv")?;
     if tokenshift_att && ts_mode != "rwkv" {
         bail!("config field `kvm_token_shift_mode` is {ts_mode:?}: only \"rwkv\" is supported");
+    }
+
+    if hybrid {
+        let mode = string("swa_value_residual_mode", "rwkv")?;
+        if value_residual && mode != "rwkv" {
+            bail!("config field `swa_value_residual_mode` is {mode:?}: only \"rwkv\" is supported");
+        }
+        let mode = string("swa_token_shift_mode", "rwkv")?;
+        if tokenshift_att && mode != "rwkv" {
+            bail!("config field `swa_token_shift_mode` is {mode:?}: only \"rwkv\" is supported");
+        }
     }
 
     let d_model = uint("hidden_size", None)?;
@@ -108,6 +127,23 @@ pub fn parse(json: &Value, d_vgate: u32, context: usize) -> Result<Config> {
     if state_min_len.fract() != 0.0 || state_min_len < -1.0 || state_min_len > i32::MAX as f64 {
         bail!("config field `state_min_len` is {state_min_len}: expected an integer >= -1");
     }
+    let chunk_len = uint("chunk_len", Some(256.0))?;
+    let (alt_layer_every, alt_window, alt_rope_dim, alt_rope_theta) = if hybrid {
+        let w = num("swa_window_size", Some(-1.0))?;
+        if w.fract() != 0.0 || w > u32::MAX as f64 {
+            bail!("config field `swa_window_size` is {w}: expected an integer");
+        }
+        let r = num("alt_rope_partial_dim", Some(64.0))?;
+        if r < 2.0 || r.fract() != 0.0 || r as u32 % 2 != 0 || r as u32 > d_qk {
+            bail!("config field `alt_rope_partial_dim` is {r}: it must be even and in [2, d_qk = {d_qk}]");
+        }
+        // `swa_window_size <= 0` means `chunk_len`.
+        let window = if w <= 0.0 { chunk_len } else { w as u32 };
+        (alt as u32, window, r as u32, num("alt_rope_theta", Some(10000.0))?)
+    } else {
+        (0, 0, 0, 0.0)
+    };
+
     // The reference reads `residual_scale or 1.0`, so 0 would silently mean 1: refused,
     // as the scale that would zero every layer's output it looks like.
     let residual_scale = num("residual_scale", Some(1.0))?;
@@ -130,6 +166,7 @@ pub fn parse(json: &Value, d_vgate: u32, context: usize) -> Result<Config> {
         (flag("kvm_use_vlens", true)?, flags::VLENS),
         (flag("kvm_apply_merge_gate_to_initial_state", false)?, flags::GATE_INITIAL_STATE),
         (flag("kvm_apply_merge_gate_to_appends", true)?, flags::GATE_APPENDS),
+        (hybrid && flag("alt_share_v0", false)?, flags::ALT_SHARE_V0),
     ] {
         if on {
             f |= bit;
@@ -146,7 +183,7 @@ pub fn parse(json: &Value, d_vgate: u32, context: usize) -> Result<Config> {
         d_vgate: if value_residual { d_vgate } else { 0 },
         rope_dim: rope_dim as u32,
         rope_theta: num("rope_theta", Some(10000.0))?,
-        chunk_len: uint("chunk_len", Some(256.0))?,
+        chunk_len,
         window_chunks: uint("n_bswa_chunks", Some(2.0))?,
         max_state_chunks: 0,
         budget,
@@ -156,6 +193,10 @@ pub fn parse(json: &Value, d_vgate: u32, context: usize) -> Result<Config> {
         logit_softcap: logit_softcap as f32,
         residual_scale: residual_scale as f32,
         flags: f,
+        alt_layer_every,
+        alt_window,
+        alt_rope_dim,
+        alt_rope_theta,
     };
     let cfg = room::fit(cfg, uint("n_max_d_chunks", Some(1.0))?, context).map_err(|e| match e.downcast::<Error>() {
         Ok(e) => config_error(obj, e),
@@ -203,6 +244,10 @@ fn json_key(field: ConfigField) -> &'static str {
         ConfigField::LogitSoftcap => "logit_softcap",
         ConfigField::ResidualScale => "residual_scale",
         ConfigField::StateCapacity => "n_max_d_chunks",
+        ConfigField::AltLayerEvery => "alt_layer_every",
+        ConfigField::AltWindow => "swa_window_size",
+        ConfigField::AltRopePartialDim => "alt_rope_partial_dim",
+        ConfigField::AltRopeTheta => "alt_rope_theta",
         _ => "(a field of the model's config)",
     }
 }

@@ -111,6 +111,10 @@ fn paper(n_layers: u32, d_model: u32, n_heads: u32) -> Config {
         logit_softcap: 0.0,
         residual_scale: 1.0,
         flags: flags::ALL,
+        alt_layer_every: 0,
+        alt_window: 0,
+        alt_rope_dim: 0,
+        alt_rope_theta: 0.0,
     }
 }
 
@@ -123,8 +127,8 @@ pub const SQRT16: StateBudget = StateBudget::PowerLaw { factor: 16.0, exponent: 
 /// The paper's saturating state: `1024 * ctx / (1024 + ctx)` slots, at least one
 /// (`state_budget_mode: kvm_saturation`, `state_saturation_n: 1024`, `state_min_len: 1` in
 /// configs/prolong/{120M,350M}/kvm_swa_saturate1024_wd.yaml). That model alternates KVM
-/// layers with sliding-window ones (`alt_layer_every: 2`), which kvm does not run: here
-/// every layer is a KVM layer with this budget.
+/// layers with sliding-window ones (`alt_layer_every: 2`, which converted checkpoints
+/// keep); `synth` makes every layer a KVM layer with this budget.
 pub const SATURATE1024: StateBudget = StateBudget::Saturation { n: 1024.0 };
 
 /// Parses `--state`: `fixed`, `sqrt` ([`SQRT16`]), `saturation` ([`SATURATE1024`]),

@@ -359,3 +359,26 @@ fn what_the_converter_would_misread_is_refused_by_name() {
         std::fs::remove_dir_all(d).ok();
     }
 }
+
+#[test]
+fn hybrid_configs_kvm_cannot_run_are_refused_by_field_and_leave_no_file() {
+    // fixed_basic made a hybrid: the config is refused before any tensor is read.
+    let base = "tests/data/golden/fixed_basic";
+    let out = std::env::temp_dir().join(format!("kvm-export-test-{}-hybrid.kvm", std::process::id()));
+    for (what, field, value) in [
+        ("mixer", "alt_token_mixer", serde_json::json!("rwkv7")),
+        ("every1", "alt_layer_every", serde_json::json!(1)),
+        ("vres", "swa_value_residual_mode", serde_json::json!("linear")),
+        ("shift", "swa_token_shift_mode", serde_json::json!("none")),
+        ("rope", "alt_rope_partial_dim", serde_json::json!(33)),
+    ] {
+        let dir = checkpoint(base, what, |c| {
+            c["alt_layer_every"] = 2.into();
+            c[field] = value.clone();
+        });
+        fails_saying(&["convert", s(&dir), "-o", s(&out), "-q"], &[&format!("`{field}` is {value}")]);
+        assert!(!out.exists(), "{field}: an output was left");
+        assert_eq!(names(&dir), ["config.json", "model.safetensors"], "{field}: a temporary file was left");
+        std::fs::remove_dir_all(dir).ok();
+    }
+}

@@ -182,7 +182,7 @@ pub fn write_model_to<W: Write + Seek>(
     let mut peak = 0u64;
     for &(role, layer) in &tensors {
         let name = hf_name(role, layer);
-        let (rows, cols) = role.shape(cfg).expect("canonical tensors have shapes");
+        let (rows, cols) = role.shape(cfg, layer as usize).expect("canonical tensors have shapes");
         let src = source(role, layer, rows, cols).with_context(|| format!("tensor {name}"))?;
         if src.len() != rows as usize * cols as usize {
             bail!("tensor {name}: {} values for shape [{rows}, {cols}]", src.len());

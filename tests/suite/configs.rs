@@ -37,6 +37,10 @@ fn base() -> Config {
         logit_softcap: 0.0,
         residual_scale: 1.0,
         flags: flags::ALL & !flags::GATE_INITIAL_STATE,
+        alt_layer_every: 0,
+        alt_window: 0,
+        alt_rope_dim: 0,
+        alt_rope_theta: 0.0,
     }
 }
 
@@ -244,5 +248,35 @@ fn no_merge_gate_equals_a_gate_of_one() {
         let got = run(&ungated, None);
         assert!(got.iter().all(|z| z.is_finite()), "{dtype:?}: non-finite logits");
         assert!(same_bits(&got, &want), "{dtype:?}: no merge gate differs from a gate of one");
+    }
+}
+
+#[test]
+fn hybrid_stacks_run_consistently() {
+    // Chunks of 8; every layer `i % every == 0` a sliding-window layer of `window` tokens.
+    let hybrid = |n_layers: u32, every: u32, window: u32| Config {
+        n_layers,
+        alt_layer_every: every,
+        alt_window: window,
+        alt_rope_dim: 32,
+        alt_rope_theta: 10000.0,
+        ..base()
+    };
+    let b = hybrid(4, 2, 12);
+    let cases: Vec<(&str, Config)> = vec![
+        ("every 2, window 12", b),
+        ("every 3, window 5 (shorter than a chunk)", hybrid(4, 3, 5)),
+        ("every 4, window = chunk", hybrid(5, 4, 8)),
+        ("window of two chunks", hybrid(4, 2, 16)),
+        ("window longer than the prompt", hybrid(3, 2, 45)),
+        ("window of one token", hybrid(3, 2, 1)),
+        ("alternate rope of 8 dims, theta 500", Config { alt_rope_dim: 8, alt_rope_theta: 500.0, ..b }),
+        ("no value residual", Config { flags: b.flags & !flags::VALUE_RESIDUAL, d_vgate: 0, ..b }),
+        ("shared v_first", Config { flags: b.flags | flags::ALT_SHARE_V0, ..b }),
+        ("growable KVM layers", Config { budget: StateBudget::Saturation { n: 30.0 }, max_state_chunks: 5, ..b }),
+    ];
+    for (name, cfg) in cases {
+        cfg.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
+        check(name, cfg);
     }
 }

@@ -159,6 +159,39 @@ fn unsupported_and_invalid_configs_are_refused() {
 }
 
 #[test]
+fn hybrid_fields_are_checked_and_each_layer_kind_has_its_own_tensors() {
+    let blob = convert_to_bytes(&golden_dir("hybrid_swa_saturation"), DType::F32);
+    assert!(Model::from_bytes(&blob).is_ok());
+    for (edit, field) in [
+        ((|h: &mut Header| h.config.alt_window = 0) as fn(&mut Header), ConfigField::AltWindow),
+        (|h| h.config.alt_layer_every = 1, ConfigField::AltLayerEvery),
+        (|h| h.config.alt_rope_dim = 3, ConfigField::AltRopePartialDim),
+        (|h| h.config.alt_rope_dim = 34, ConfigField::AltRopePartialDim),
+        (|h| h.config.alt_rope_theta = f64::NAN, ConfigField::AltRopeTheta),
+        (|h| h.config.alt_rope_theta = 0.0, ConfigField::AltRopeTheta),
+    ] {
+        let bad = with_header(&blob, edit);
+        assert_eq!(Model::from_bytes(&bad).unwrap_err(), Error::BadConfig(field));
+    }
+    // A hybrid's alternate layers lack the KVM-only tensors: read as all-KVM, its table
+    // is short of them; and an all-KVM file read as a hybrid has them on its alternate
+    // layers. Both refused by the tensor table's check.
+    let all_kvm = with_header(&blob, |h| {
+        let c = &mut h.config;
+        (c.alt_layer_every, c.alt_window, c.alt_rope_dim, c.alt_rope_theta) = (0, 0, 0, 0.0);
+    });
+    assert!(matches!(Model::from_bytes(&all_kvm).unwrap_err(), Error::BadTensor { .. }));
+    let as_hybrid = with_header(&fixed_basic(), |h| {
+        let c = &mut h.config;
+        (c.alt_layer_every, c.alt_window, c.alt_rope_dim, c.alt_rope_theta) = (2, 8, 16, 1e4);
+    });
+    assert!(matches!(Model::from_bytes(&as_hybrid).unwrap_err(), Error::BadTensor { .. }));
+    // Old files (minor 5 and before) hold zeros there: no alternate layers.
+    let old = with_header(&fixed_basic(), |h| h.minor = 5);
+    assert!(!Model::from_bytes(&old).unwrap().config().is_hybrid());
+}
+
+#[test]
 fn the_cache_dtype_is_read_from_the_header_and_unknown_ones_are_refused() {
     let blob = fixed_basic();
     let f32m = Model::from_bytes(&blob).unwrap();
@@ -282,7 +315,9 @@ fn export_refuses_unsupported_checkpoints() {
     for (field, value, needle) in [
         ("use_skip_connections", serde_json::json!(1), "use_skip_connections"),
         ("use_block_lambdas", serde_json::json!(1), "use_block_lambdas"),
-        ("alt_layer_every", serde_json::json!(2), "alt_layer_every"),
+        ("alt_layer_every", serde_json::json!(1), "alt_layer_every"),
+        // A hybrid whose alternate layers' RoPE (the default, 64 dims) is wider than d_qk.
+        ("alt_layer_every", serde_json::json!(2), "alt_rope_partial_dim"),
         ("token_mixer", serde_json::json!("swa"), "token_mixer"),
         ("kvm_value_residual_mode", serde_json::json!("linear"), "kvm_value_residual_mode"),
         ("rope_partial_dim", serde_json::json!(15), "rope_partial_dim"),
@@ -411,7 +446,11 @@ fn a_snapshot_with_any_byte_changed_is_refused() {
 #[test]
 fn random_configs_with_valid_checksums_never_panic() {
     use kvm_core::config::{flags, StateBudget};
-    let bases = [fixed_basic(), convert_to_bytes(&golden_dir("growable_power_law"), DType::F32)];
+    let bases = [
+        fixed_basic(),
+        convert_to_bytes(&golden_dir("growable_power_law"), DType::F32),
+        convert_to_bytes(&golden_dir("hybrid_swa_saturation"), DType::F32),
+    ];
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move || {
         rng ^= rng << 13;

@@ -196,6 +196,26 @@ fn check_case(name: &str) {
     let (h_n, dk, dv) = (cfg.n_heads as usize, cfg.d_qk as usize, cfg.d_v as usize);
     for l in 0..cfg.n_layers as usize {
         let view = session.layer_view(l).unwrap();
+        if cfg.is_alt(l) {
+            // An alternate layer's ring: its last min(T, Wa) keys and values, oldest first.
+            let (w_k, w_v) = (&g[&format!("state.{l}.swa_k")], &g[&format!("state.{l}.swa_v")]);
+            let n_window = w_k.shape[1];
+            assert_eq!(n_window, view.pos - view.window_begin, "{name}: layer {l} ring length");
+            let (mut key, mut value) = (vec![0f32; dk], vec![0f32; dv]);
+            for h in 0..h_n {
+                for j in 0..n_window {
+                    let at = h * n_window + j;
+                    view.window_key(h, view.window_begin + j, &mut key);
+                    view.window_value(h, view.window_begin + j, &mut value);
+                    let (dkey, dval) = (
+                        max_abs_diff(&key, &w_k.f32[at * dk..(at + 1) * dk]),
+                        max_abs_diff(&value, &w_v.f32[at * dv..(at + 1) * dv]),
+                    );
+                    assert!(dkey <= TOL && dval <= TOL, "{name}: layer {l} head {h} ring {j}: key {dkey} value {dval}");
+                }
+            }
+            continue;
+        }
         let s_k = &g[&format!("state.{l}.s_k")];
         let slots = s_k.shape[1];
         assert_eq!(view.slots, slots, "{name}: layer {l} slot count");
@@ -254,6 +274,9 @@ golden!(
     value_gate_only_growable,
     one_head_chunk16,
     saturation_round_down3,
+    // Hybrid stacks (spec §5), from ../shared/golden.
+    hybrid_swa_saturation,
+    hybrid_swa_share_v0,
 );
 
 #[test]
@@ -266,6 +289,8 @@ fn every_shipped_case_is_tested() {
         "growable_power_law",
         "growable_saturation",
         "growable_ungated_appends",
+        "hybrid_swa_saturation",
+        "hybrid_swa_share_v0",
         "long_fixed_many_folds",
         "odd_widths",
         "one_head_chunk16",

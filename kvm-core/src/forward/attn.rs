@@ -45,9 +45,10 @@ pub(super) fn project(pass: &Pass<'_, '_>, l: usize, x: &mut Acts<'_>, merge_gat
 }
 
 /// Step 2: `v += (v_first - v) * sigmoid(v_gate0 + v_gate2(v_gate1 a))`, `v_first` being
-/// layer 0's plain value projection.
+/// the plain value projection of the first layer of the same kind (spec §5): layer 0's,
+/// or in a hybrid the first KVM layer's for KVM layers, unless `alt_share_v0`.
 pub(super) fn value_residual(pass: &Pass<'_, '_>, l: usize, x: &mut Acts<'_>) {
-    let model = pass.model;
+    let (model, cfg) = (pass.model, pass.model.config());
     if l == 0 {
         x.v_first.copy_from_slice(x.v);
     }
@@ -60,7 +61,9 @@ pub(super) fn value_residual(pass: &Pass<'_, '_>, l: usize, x: &mut Acts<'_>) {
         }
     }
     kernels::exp_sub(x.vg, 0.0);
-    for ((v, &vf), &e) in x.v.iter_mut().zip(x.v_first.iter()).zip(x.vg.iter()) {
+    let own = !cfg.is_hybrid() || cfg.is_alt(l) || cfg.has(flags::ALT_SHARE_V0);
+    let v_first: &[f32] = if own { x.v_first } else { x.v_first_kvm };
+    for ((v, &vf), &e) in x.v.iter_mut().zip(v_first.iter()).zip(x.vg.iter()) {
         *v += (vf - *v) * (1.0 / (1.0 + e));
     }
 }
@@ -80,13 +83,18 @@ pub(super) fn shift(pass: &Pass<'_, '_>, l: usize, st: &mut LayerState<'_>, x: &
 }
 
 /// Steps 4-5: per-head `LN_q` / `LN_k` of `x.q` and `x.k`, then partial RoPE at each
-/// token's position (the tables in `x.cos`, `x.sin`).
+/// token's position (the tables in `x.cos`, `x.sin`; an alternate layer's in `x.alt_cos`,
+/// `x.alt_sin`, spec §5).
 pub(super) fn norm_rope(pass: &Pass<'_, '_>, l: usize, x: &mut Acts<'_>) {
     let (model, cfg) = (pass.model, pass.model.config());
-    let (dk, qd, half) = (cfg.d_qk as usize, cfg.q_dim(), cfg.rope_dim as usize / 2);
+    let (dk, qd) = (cfg.d_qk as usize, cfg.q_dim());
     let (lnq_w, lnq_b) = (model.vector(Role::LnQW, l), model.vector(Role::LnQB, l));
     let (lnk_w, lnk_b) = (model.vector(Role::LnKW, l), model.vector(Role::LnKB, l));
-    let (cos, sin) = (&*x.cos, &*x.sin);
+    let (half, cos, sin) = if cfg.is_alt(l) {
+        (cfg.alt_rope_dim as usize / 2, &*x.alt_cos, &*x.alt_sin)
+    } else {
+        (cfg.rope_dim as usize / 2, &*x.cos, &*x.sin)
+    };
     for (rows, w, b) in [(&mut *x.q, lnq_w, lnq_b), (&mut *x.k, lnk_w, lnk_b)] {
         pass.exec.pieces(rows, ROWS_PER_PIECE * qd, &|p, piece| {
             for (j, row) in piece.chunks_exact_mut(qd).enumerate() {

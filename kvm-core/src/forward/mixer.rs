@@ -1,10 +1,10 @@
 //! A layer's token mixer (spec §2 "Attn"): one shape for every kind of layer, chosen per
-//! layer, each kind in a file of its own ([`super::kvm`]); the steps they share are
-//! [`super::attn`]'s.
+//! layer, each kind in a file of its own ([`super::kvm`], [`super::swa`]); the steps they
+//! share are [`super::attn`]'s.
 
 use crate::config::Config;
-use crate::forward::kvm;
 use crate::forward::pass::Pass;
+use crate::forward::{kvm, swa};
 use crate::state::{Acts, LayerState, Scratch};
 
 /// What mixes a layer's tokens.
@@ -12,14 +12,20 @@ use crate::state::{Acts, LayerState, Scratch};
 pub(super) enum Mixer {
     /// Attention over the layer's compressed means state and its window (spec §3).
     Kvm,
+    /// A hybrid stack's alternate layer: softmax attention over its last `Wa` tokens
+    /// (spec §5).
+    Swa,
 }
 
 impl Mixer {
-    /// Layer `l`'s mixer. Every layer of a model is a KVM layer until hybrid stacks (spec
-    /// §5, issue #38) bring their sliding-window layers here.
+    /// Layer `l`'s mixer: a hybrid stack's alternate layers are sliding-window ones.
     #[inline]
-    pub(super) fn of(_cfg: &Config, _l: usize) -> Mixer {
-        Mixer::Kvm
+    pub(super) fn of(cfg: &Config, l: usize) -> Mixer {
+        if cfg.is_alt(l) {
+            Mixer::Swa
+        } else {
+            Mixer::Kvm
+        }
     }
 
     /// `x.a <- Attn(x.a)` for layer `l`, every token of the batch in order, `st` the
@@ -35,6 +41,7 @@ impl Mixer {
     ) {
         match self {
             Mixer::Kvm => kvm::attention(pass, l, st, x, s),
+            Mixer::Swa => swa::attention(pass, l, st, x, s),
         }
     }
 }

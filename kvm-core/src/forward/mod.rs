@@ -1,5 +1,6 @@
 //! The forward pass (spec §2): embedding, then per layer its mixer's attention (`mixer`:
-//! a KVM layer's, `kvm`, over the state of spec §3 through [`crate::state`]) and the MLP,
+//! a KVM layer's, `kvm`, over the state of spec §3 through [`crate::state`], or a hybrid
+//! stack's alternate layer's, `swa`, spec §5) and the MLP,
 //! then the head. One batch of tokens at a time; every step reads like the
 //! spec, a comment each.
 
@@ -7,6 +8,7 @@ mod attn;
 mod kvm;
 mod mixer;
 mod pass;
+mod swa;
 
 pub(crate) use pass::{Pass, Work};
 
@@ -62,6 +64,16 @@ pub(crate) fn forward(
         layer_norm_inplace(row, ln_w, ln_b);
         tap(Tap::Embed, row);
         pass.rope.tables(at.pos + i, &mut x.cos[i * half..(i + 1) * half], &mut x.sin[i * half..(i + 1) * half]);
+        let ah = cfg.alt_rope_dim as usize / 2;
+        let (cos, sin) = (&mut x.alt_cos[i * ah..(i + 1) * ah], &mut x.alt_sin[i * ah..(i + 1) * ah]);
+        pass.alt_rope.tables(at.pos + i, cos, sin);
+    }
+    // A hybrid's KVM layers' v_first = c_v(LN_attn(x0)) of the first KVM layer (spec §5):
+    // [n, n_heads * d_v]
+    if cfg.is_hybrid() && cfg.has(flags::VALUE_RESIDUAL) && !cfg.has(flags::ALT_SHARE_V0) {
+        let k = cfg.first_kvm_layer();
+        pass.rows_layer_norm(x.x, x.a, d, model.vector(Role::LnAttnW, k), model.vector(Role::LnAttnB, k));
+        exec.matmul(&model.matrix(Role::Wv, k), x.a, x.v_first_kvm, x.act);
     }
 
     // Where a NaN or an infinity first appears, looked for only when logits are asked for

@@ -10,8 +10,9 @@ use crate::tensor::Vector;
 /// What every step of one forward pass reads.
 pub(crate) struct Pass<'p, 'm> {
     pub(super) model: &'p Model<'m>,
-    /// The RoPE tables' frequencies.
+    /// The RoPE tables' frequencies: KVM layers', alternate layers' (spec §5).
     pub(super) rope: &'p Rope,
+    pub(super) alt_rope: &'p Rope,
     /// The session's arena.
     pub(super) lay: &'p Layout,
     /// The counters before the batch.
@@ -27,19 +28,19 @@ impl<'p, 'm> Pass<'p, 'm> {
     #[inline]
     pub(crate) fn new(
         model: &'p Model<'m>,
-        rope: &'p Rope,
+        (rope, alt_rope): (&'p Rope, &'p Rope),
         lay: &'p Layout,
         at: Counters,
         phase: Phase,
         exec: &'p dyn Exec,
     ) -> Self {
-        Pass { model, rope, lay, at, phase, exec }
+        Pass { model, rope, alt_rope, lay, at, phase, exec }
     }
 }
 
 /// The parts of the arena (and of the caller's batch buffer) one forward pass writes.
 pub(crate) struct Work<'w, 's> {
-    /// `[n_layers * layer_len]`, every layer's state ([`Layout::carve_layer`]).
+    /// Every layer's state ([`Layout::carve_layer`]).
     pub(super) layers: &'w mut [f32],
     /// One layer's slot reads when they are recomputed, else empty.
     pub(super) reads: &'w mut [f32],

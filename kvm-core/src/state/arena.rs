@@ -18,6 +18,10 @@
 //! scratch    activations of one step, fold scratch, kernel scratch, logits
 //! ```
 //!
+//! A hybrid stack's alternate layer (spec §5) keeps only its ring and the carries, in the
+//! same order: `wk [n_heads, alt_window, d_qk]`, `wv [n_heads, alt_window, d_v]` (its last
+//! `Wa` keys and values, post LN_k and RoPE), prev_q, prev_k, prev_v, prev_m.
+//!
 //! (*) stored as the layout's [`CacheDtype`] (f32; f16 in half the words; q8: the i8 values,
 //! then one f32 scale per row); the rest is f32. With [`SlotReads::Recomputed`] nk and nv
 //! leave the layers: one layer's pair sits in the scratch (`reads`), recomputed from the
@@ -54,13 +58,21 @@ pub struct Layout {
     pub cache: CacheDtype,
     /// Where the slots' read rows (nk, nv) live.
     pub reads: SlotReads,
-    /// f32s of one layer's state.
+    /// f32s of one KVM layer's state.
     layer_len: usize,
+    /// f32s of one alternate layer's state (0 without alternate layers).
+    alt_len: usize,
+    /// Alternate layers every this many (0: none), as [`Config::alt_layer_every`].
+    alt_every: usize,
     /// f32s of the per-step scratch.
     scratch_len: usize,
     n_layers: usize,
-    /// Elements of each part of a layer's state ([`Layout::LAYER_CACHED`] ones of `cache`).
+    /// Elements of each part of a KVM layer's state ([`Layout::LAYER_CACHED`] ones of
+    /// `cache`).
     layer_sizes: [usize; LAYER_PARTS],
+    /// Elements of each part of an alternate layer's state: the ring (wk, wv) and the
+    /// carries.
+    alt_sizes: [usize; LAYER_PARTS],
     /// Row width of each part (1 for the ones not stored as `cache`).
     part_widths: [usize; LAYER_PARTS],
     step_sizes: [usize; STEP_PARTS],
@@ -75,7 +87,7 @@ pub struct Layout {
 
 const LAYER_PARTS: usize = 12;
 const STEP_PARTS: usize = 8;
-const ROW_PARTS: usize = 13;
+const ROW_PARTS: usize = 16;
 
 impl Layout {
     /// The parts of a layer's state that [`SlotReads::Recomputed`] moves to the scratch:
@@ -116,6 +128,9 @@ impl Layout {
             cfg.v_dim(),
             d,
         ];
+        let wa = if cfg.is_hybrid() { cfg.alt_window as usize } else { 0 };
+        let alt_sizes =
+            [0, 0, 0, 0, 0, mul(mul(h, wa)?, dk)?, mul(mul(h, wa)?, dv)?, 0, cfg.q_dim(), cfg.q_dim(), cfg.v_dim(), d];
         // Row widths of the cached parts (nk, nv, wk, wv).
         let part_widths = [1, 1, 1, dk, dv, dk, dv, 1, 1, 1, 1, 1];
         let slot_rows = match reads {
@@ -126,7 +141,7 @@ impl Layout {
         };
         let step_sizes = [
             cfg.vocab_len as usize, // logits of the last token (first: see `Session::logits`)
-            mul(h, s.checked_add(w).ok_or(too_big)?)?, // attention scores, per head
+            mul(h, s.checked_add(w).ok_or(too_big)?.max(wa))?, // attention scores, per head
             mul(c, dk)?,            // prepared overflow keys
             c,                      // novelty scores
             c,                      // appended flags (u32)
@@ -135,19 +150,22 @@ impl Layout {
             slot_rows,              // one layer's nk and nv (words)
         ];
         let row_widths = [
-            d,                         // x: residual stream
-            d,                         // a: block input / output
-            cfg.q_dim(),               // q
-            cfg.q_dim(),               // k
-            cfg.v_dim(),               // v
-            cfg.v_dim(),               // v_first
-            cfg.d_vgate as usize,      // value-gate LoRA hidden
-            cfg.v_dim(),               // value gate
-            h,                         // merge gates
-            cfg.v_dim(),               // attention output
-            cfg.d_ff as usize,         // MLP hidden
-            cfg.rope_dim as usize / 2, // RoPE cos
-            cfg.rope_dim as usize / 2, // RoPE sin
+            d,                                             // x: residual stream
+            d,                                             // a: block input / output
+            cfg.q_dim(),                                   // q
+            cfg.q_dim(),                                   // k
+            cfg.v_dim(),                                   // v
+            cfg.v_dim(),                                   // v_first
+            cfg.d_vgate as usize,                          // value-gate LoRA hidden
+            cfg.v_dim(),                                   // value gate
+            h,                                             // merge gates
+            cfg.v_dim(),                                   // attention output
+            cfg.d_ff as usize,                             // MLP hidden
+            cfg.rope_dim as usize / 2,                     // RoPE cos
+            cfg.rope_dim as usize / 2,                     // RoPE sin
+            cfg.alt_rope_dim as usize / 2,                 // alternate layers' RoPE cos
+            cfg.alt_rope_dim as usize / 2,                 // alternate layers' RoPE sin
+            if cfg.is_hybrid() { cfg.v_dim() } else { 0 }, // KVM layers' v_first in a hybrid
         ];
         let widest_input = d.max(cfg.d_vgate as usize).max(cfg.v_dim()).max(cfg.d_ff as usize);
         // Per head: a segment's queries (`[SEGMENT_LEN, dk]`), their scores and their dot
@@ -162,9 +180,12 @@ impl Layout {
             cache,
             reads,
             layer_len: 0,
+            alt_len: 0,
+            alt_every: if cfg.is_hybrid() { cfg.alt_layer_every as usize } else { 0 },
             scratch_len: 0,
             n_layers,
             layer_sizes,
+            alt_sizes,
             part_widths,
             step_sizes,
             row_widths,
@@ -173,8 +194,13 @@ impl Layout {
         };
         let layer_words = core::array::from_fn::<_, LAYER_PARTS, _>(|i| lay.layer_part_words(i));
         lay.layer_len = sum(&layer_words).ok_or(too_big)?;
+        let alt_words =
+            core::array::from_fn::<_, LAYER_PARTS, _>(|i| Self::part_words(cache, &part_widths, i, alt_sizes[i]));
+        lay.alt_len = sum(&alt_words).ok_or(too_big)?;
         lay.scratch_len = step_len.checked_add(lay.acts_len(1).ok_or(too_big)?).ok_or(too_big)?;
-        let total = mul(lay.layer_len, n_layers)?.checked_add(lay.scratch_len + COUNTERS).ok_or(too_big)?;
+        let n_alt = cfg.alt_before(n_layers);
+        let layers = mul(lay.layer_len, n_layers - n_alt)?.checked_add(mul(lay.alt_len, n_alt)?).ok_or(too_big)?;
+        let total = layers.checked_add(lay.scratch_len + COUNTERS).ok_or(too_big)?;
         mul(total, 4)?;
         Ok(lay)
     }
@@ -218,10 +244,34 @@ impl Layout {
         }
     }
 
+    /// Alternate layers among layers `[0, l)`.
+    #[inline]
+    fn alt_before(&self, l: usize) -> usize {
+        if self.alt_every >= 2 {
+            l.div_ceil(self.alt_every)
+        } else {
+            0
+        }
+    }
+
+    /// Whether layer `l` is an alternate layer.
+    #[inline]
+    fn is_alt(&self, l: usize) -> bool {
+        self.alt_every >= 2 && l.is_multiple_of(self.alt_every)
+    }
+
+    /// Where layer `l`'s state starts in the layers region, and its f32s.
+    #[inline]
+    fn layer_span(&self, l: usize) -> (usize, usize) {
+        let alts = self.alt_before(l);
+        let at = (l - alts) * self.layer_len + alts * self.alt_len;
+        (at, if self.is_alt(l) { self.alt_len } else { self.layer_len })
+    }
+
     /// f32s of the persistent part (counters + every layer's state).
     #[inline]
     pub(crate) fn state_floats(&self) -> usize {
-        COUNTERS + self.layer_len * self.n_layers
+        COUNTERS + self.layer_span(self.n_layers).0
     }
 
     /// Exact arena bytes.
@@ -230,10 +280,12 @@ impl Layout {
         (self.state_floats() + self.scratch_len) * 4
     }
 
-    /// Layer `l`'s state within the layers region (`[n_layers * layer_len]`), its slot
+    /// Layer `l`'s state within the layers region (every layer's, in order), its slot
     /// reads in `reads` (the scratch's, [`ArenaParts::reads`]) when they are recomputed.
     pub(crate) fn carve_layer<'s>(&self, layers: &'s mut [f32], reads: &'s mut [f32], l: usize) -> LayerState<'s> {
-        LayerState::carve(&mut layers[l * self.layer_len..(l + 1) * self.layer_len], reads, self)
+        let (at, len) = self.layer_span(l);
+        let sizes = if self.is_alt(l) { &self.alt_sizes } else { &self.layer_sizes };
+        LayerState::carve(&mut layers[at..at + len], reads, self, sizes)
     }
 
     /// Cuts the whole arena (`[arena_len / 4]`) for one forward pass.
@@ -249,10 +301,12 @@ impl Layout {
     /// Read-only views of layer `l`'s state sums, radii and window rings in `arena`
     /// (`l < n_layers`).
     pub(crate) fn layer_parts<'s>(&self, arena: &'s [f32], l: usize) -> LayerParts<'s> {
-        let (z, widths, cache) = (&self.layer_sizes, &self.part_widths, self.cache);
-        let mut off = COUNTERS + l * self.layer_len;
+        let alt = self.is_alt(l);
+        let z = if alt { &self.alt_sizes } else { &self.layer_sizes };
+        let (widths, cache) = (&self.part_widths, self.cache);
+        let mut off = COUNTERS + self.layer_span(l).0;
         let mut next = |i: usize| {
-            let words = self.layer_part_words(i);
+            let words = if alt { Self::part_words(cache, widths, i, z[i]) } else { self.layer_part_words(i) };
             let s = &arena[off..off + words];
             off += pad(words);
             s
@@ -324,8 +378,8 @@ pub(crate) struct LayerState<'s> {
 }
 
 impl<'s> LayerState<'s> {
-    fn carve(mut buf: &'s mut [f32], mut reads: &'s mut [f32], lay: &Layout) -> Self {
-        let z = &lay.layer_sizes;
+    /// The state of a layer whose parts have `z` elements each.
+    fn carve(mut buf: &'s mut [f32], mut reads: &'s mut [f32], lay: &Layout, z: &[usize; LAYER_PARTS]) -> Self {
         let rows = |buf: &mut &'s mut [f32], i: usize| {
             let (d, words) = (lay.part_widths[i], Layout::part_words(lay.cache, &lay.part_widths, i, z[i]));
             RowsMut::from_words(take(buf, words), z[i], d, lay.cache)
@@ -412,7 +466,7 @@ impl LayerHeads<'_> {
 pub(crate) struct Scratch<'s> {
     /// `[vocab_len]`
     pub logits: &'s mut [f32],
-    /// `[state_len + window_len]`
+    /// `[n_heads, max(state_len + window_len, alt_window)]`
     pub scores: &'s mut [f32],
     pub fold: FoldScratch<'s>,
 }
@@ -476,6 +530,12 @@ pub(crate) struct Acts<'s> {
     /// `[n, rope_dim / 2]` bf16-rounded RoPE tables of each token's position.
     pub cos: &'s mut [f32],
     pub sin: &'s mut [f32],
+    /// `[n, alt_rope_dim / 2]` the alternate layers' tables (empty without them).
+    pub alt_cos: &'s mut [f32],
+    pub alt_sin: &'s mut [f32],
+    /// `[n, n_heads * d_v]` in a hybrid (else empty): the KVM layers' `v_first`, the first
+    /// KVM layer's `c_v(LN_attn(x0))` (spec §5); `v_first` is then the alternate layers'.
+    pub v_first_kvm: &'s mut [f32],
     /// `[n_heads, SEGMENT_LEN * (d_qk + 2 * (state_len + window_len))]` for several tokens,
     /// else empty: each head's queries of a segment, their attention scores and their dot
     /// products as the kernels write them (`HeadReader::attend_many`).
@@ -502,6 +562,9 @@ impl<'s> Acts<'s> {
             ff: take(&mut buf, z[10]),
             cos: take(&mut buf, z[11]),
             sin: take(&mut buf, z[12]),
+            alt_cos: take(&mut buf, z[13]),
+            alt_sin: take(&mut buf, z[14]),
+            v_first_kvm: take(&mut buf, z[15]),
             scores: take(&mut buf, lay.segment_scores_len(n)),
             act: bytemuck::cast_slice_mut(take(&mut buf, kernels::matmul_scratch_len(lay.widest_input, n).div_ceil(4))),
         }

@@ -201,10 +201,9 @@ fn target_slots(cfg: &Config, state_len: usize, ctx: usize, avail: usize, cur: u
 mod tests {
     use super::*;
 
-    #[test]
-    fn state_slots_follow_the_budget_chunk_by_chunk() {
-        // Chunks of 4, a window of 8, room for 16 slots, 2 * ctx^0.5 of them, at least 4.
-        let cfg = Config {
+    /// Chunks of 4, a window of 8, room for 16 slots, 2 * ctx^0.5 of them, at least 4.
+    fn small() -> Config {
+        Config {
             vocab_len: 16,
             n_layers: 1,
             n_heads: 1,
@@ -225,7 +224,16 @@ mod tests {
             logit_softcap: 0.0,
             residual_scale: 1.0,
             flags: flags::VLENS,
-        };
+            alt_layer_every: 0,
+            alt_window: 0,
+            alt_rope_dim: 0,
+            alt_rope_theta: 0.0,
+        }
+    }
+
+    #[test]
+    fn state_slots_follow_the_budget_chunk_by_chunk() {
+        let cfg = small();
         cfg.validate().unwrap();
         // The first chunk enters whole; the first fold comes with token 13 (its chunk
         // [4, 8) leaves the window, ctx = 12: floor(2 * 12^0.5) = 6), then every 4 tokens:
@@ -244,28 +252,7 @@ mod tests {
     /// and no more than the coverage or the room.
     #[test]
     fn every_step_has_the_coverage_and_slots_restore_accepts() {
-        let base = Config {
-            vocab_len: 16,
-            n_layers: 1,
-            n_heads: 1,
-            d_model: 8,
-            d_qk: 8,
-            d_v: 8,
-            d_ff: 8,
-            d_vgate: 0,
-            rope_dim: 2,
-            rope_theta: 10000.0,
-            chunk_len: 4,
-            window_chunks: 2,
-            max_state_chunks: 4,
-            budget: StateBudget::PowerLaw { factor: 2.0, exponent: 0.5 },
-            state_min_len: 4,
-            state_round_down: 1,
-            sink_len: 1,
-            logit_softcap: 0.0,
-            residual_scale: 1.0,
-            flags: flags::VLENS,
-        };
+        let base = small();
         let fixed = Config { budget: StateBudget::Fixed, max_state_chunks: 1, ..base };
         let wide = Config { chunk_len: 3, window_chunks: 1, budget: StateBudget::Saturation { n: 8.0 }, ..base };
         for (cfg, state_len) in [(base, 16), (base, 9), (fixed, 4), (wide, 12)] {

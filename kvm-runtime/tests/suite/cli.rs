@@ -105,6 +105,26 @@ fn tokens_file_and_info() {
 }
 
 #[test]
+fn info_prints_each_layers_kind() {
+    for (case, layers, swa) in [
+        ("fixed_basic", "layers         kvm kvm\n", None),
+        ("hybrid_swa_saturation", "layers         swa kvm swa kvm\n", Some("window 12 tokens, rope 32 dims")),
+        ("hybrid_swa_share_v0", "layers         swa kvm kvm\n", Some("theta 500, KVM layers share its v_first")),
+    ] {
+        let model = convert_case(case, DType::F32);
+        let o = kvm(&["info", "--model", model.to_str().unwrap()]);
+        let text = String::from_utf8(o.stdout).unwrap();
+        assert!(o.status.success(), "{case}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(text.contains(layers), "{case}: info lacks `{layers}`:\n{text}");
+        match swa {
+            Some(needle) => assert!(text.contains(needle), "{case}: info lacks `{needle}`:\n{text}"),
+            None => assert!(!text.contains("\nswa "), "{case}: an all-KVM model has no swa line:\n{text}"),
+        }
+        std::fs::remove_file(model).ok();
+    }
+}
+
+#[test]
 fn errors_are_one_line_and_never_panics() {
     let model = convert_case("fixed_basic", DType::F32);
     let m = model.to_str().unwrap();

@@ -22,6 +22,16 @@ pub fn run(path: &Path) -> Result<()> {
     println!("format         v{}.{}, {} bytes", kvm_core::format::VERSION_MAJOR, h.minor, h.file_len);
     println!("vocab_len      {}", c.vocab_len);
     println!("n_layers       {}", c.n_layers);
+    // Each layer's kind, `kvm` or `swa` (a hybrid stack's alternate layers, spec §5).
+    let kinds: Vec<&str> = (0..c.n_layers as usize).map(|l| if c.is_alt(l) { "swa" } else { "kvm" }).collect();
+    println!("layers         {}", kinds.join(" "));
+    if c.is_hybrid() {
+        let share = if c.has(flags::ALT_SHARE_V0) { ", KVM layers share its v_first" } else { "" };
+        println!(
+            "swa            every {} layers from 0: window {} tokens, rope {} dims, theta {}{share}",
+            c.alt_layer_every, c.alt_window, c.alt_rope_dim, c.alt_rope_theta
+        );
+    }
     println!("d_model        {}", c.d_model);
     println!("n_heads        {} (d_qk {}, d_v {})", c.n_heads, c.d_qk, c.d_v);
     println!("d_ff           {}", c.d_ff);
