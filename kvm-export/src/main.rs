@@ -14,7 +14,7 @@ use kvm_core::format::{canonical_tensors, Role};
 use kvm_core::quant::DType;
 use kvm_export::convert::{convert, TokenizerSource};
 use kvm_export::room::DEFAULT_CONTEXT;
-use kvm_export::synth::{growable, parse_budget, synth, Preset};
+use kvm_export::synth::{growable, paper_hybrid, parse_state, synth, Preset};
 use kvm_write::atomic::AtomicFile;
 use kvm_write::policy::Policy;
 use kvm_write::writer::{error_table, peak_rss_bytes, TensorReport, WriteReport};
@@ -101,8 +101,11 @@ enum Cmd {
         storage: Storage,
         /// The state budget: fixed (the preset's, like the paper's main models: 256 slots),
         /// sqrt (the paper's growable `16 * ctx^0.5` slots, at least the fixed size),
-        /// saturation (the paper's `1024 * ctx / (1024 + ctx)`), power-law:F:E (`F *
-        /// ctx^E`, at least the fixed size) or saturation:N (`N * ctx / (N + ctx)`).
+        /// saturation (the paper's hybrid `kvm_swa_saturate1024`: every other layer from 0
+        /// sliding-window attention over 256 tokens, the others KVM with `1024 * ctx /
+        /// (1024 + ctx)` slots), saturation-all-kvm (that budget in every layer),
+        /// power-law:F:E (`F * ctx^E`, at least the fixed size) or saturation:N (`N * ctx /
+        /// (N + ctx)`); all but saturation every layer KVM.
         #[arg(long, default_value = "fixed", value_name = "BUDGET")]
         state: String,
         /// A growable state's room: every slot it grows to within this many tokens of
@@ -247,11 +250,14 @@ fn run() -> Result<()> {
             let preset =
                 Preset::from_name(&preset).ok_or_else(|| anyhow!("unknown preset `{preset}` (expected {names})"))?;
             let policy = parse_policy(&storage)?;
-            let cfg = match (parse_budget(&state)?, max_context) {
+            let choice = parse_state(&state)?;
+            let cfg = match (choice.budget, max_context) {
                 (StateBudget::Fixed, None) => preset.config(),
                 (StateBudget::Fixed, Some(_)) => bail!("--max-context sizes a growable state: give --state too"),
                 (budget, context) => growable(preset.config(), budget, context.unwrap_or(DEFAULT_CONTEXT))?,
             };
+            let cfg = if choice.hybrid { paper_hybrid(cfg) } else { cfg };
+            cfg.validate().map_err(|e| anyhow!("--state {state}: {e}"))?;
             write_with_progress(&out, quiet, count(&cfg), |on_tensor| {
                 synth(&out, &cfg, &policy, seed, on_tensor).with_context(|| format!("writing {}", out.display()))
             })

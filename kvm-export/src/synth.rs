@@ -127,25 +127,54 @@ pub const SQRT16: StateBudget = StateBudget::PowerLaw { factor: 16.0, exponent: 
 /// The paper's saturating state: `1024 * ctx / (1024 + ctx)` slots, at least one
 /// (`state_budget_mode: kvm_saturation`, `state_saturation_n: 1024`, `state_min_len: 1` in
 /// configs/prolong/{120M,350M}/kvm_swa_saturate1024_wd.yaml). That model alternates KVM
-/// layers with sliding-window ones (`alt_layer_every: 2`, which converted checkpoints
-/// keep); `synth` makes every layer a KVM layer with this budget.
+/// layers with sliding-window ones ([`paper_hybrid`]).
 pub const SATURATE1024: StateBudget = StateBudget::Saturation { n: 1024.0 };
 
-/// Parses `--state`: `fixed`, `sqrt` ([`SQRT16`]), `saturation` ([`SATURATE1024`]),
-/// `power-law:F:E` (`F * ctx^E` slots) or `saturation:N` (`N * ctx / (N + ctx)` slots).
+/// The paper's hybrid stack of `kvm_swa_saturate1024_wd.yaml` over a preset's `cfg`: every
+/// other layer from layer 0 a sliding-window layer (`alt_layer_every: 2`) over the last
+/// 256 tokens (`swa_window_size`), its RoPE over the whole head (`alt_rope_partial_dim`
+/// 128 of 128), theta 10000; the KVM layers' value residual from their own first layer.
+pub fn paper_hybrid(cfg: Config) -> Config {
+    Config {
+        alt_layer_every: 2,
+        alt_window: 256,
+        alt_rope_dim: cfg.d_qk,
+        alt_rope_theta: 10000.0,
+        flags: cfg.flags & !flags::ALT_SHARE_V0,
+        ..cfg
+    }
+}
+
+/// What `--state` asks for: a budget, and whether the stack is the paper's hybrid.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StateChoice {
+    pub budget: StateBudget,
+    pub hybrid: bool,
+}
+
+/// Parses `--state`: `fixed`, `sqrt` ([`SQRT16`]), `saturation` (the paper's hybrid stack
+/// with [`SATURATE1024`], as `kvm_swa_saturate1024_wd` trains it), `saturation-all-kvm`
+/// ([`SATURATE1024`] in every layer, no sliding-window layers), `power-law:F:E` (`F *
+/// ctx^E` slots) or `saturation:N` (`N * ctx / (N + ctx)` slots); all but `saturation`
+/// all-KVM stacks.
 ///
 /// # Errors
 /// Any other text, or numbers that do not parse.
-pub fn parse_budget(s: &str) -> Result<StateBudget> {
+pub fn parse_state(s: &str) -> Result<StateChoice> {
     let num = |x: &str| x.parse::<f64>().map_err(|_| anyhow!("--state {s}: `{x}` is not a number"));
-    Ok(match s.split(':').collect::<Vec<_>>()[..] {
+    let budget = match s.split(':').collect::<Vec<_>>()[..] {
         ["fixed"] => StateBudget::Fixed,
         ["sqrt"] => SQRT16,
-        ["saturation"] => SATURATE1024,
+        ["saturation"] => return Ok(StateChoice { budget: SATURATE1024, hybrid: true }),
+        ["saturation-all-kvm"] => SATURATE1024,
         ["power-law", f, e] => StateBudget::PowerLaw { factor: num(f)?, exponent: num(e)? },
         ["saturation", n] => StateBudget::Saturation { n: num(n)? },
-        _ => bail!("unknown --state `{s}` (expected fixed, sqrt, saturation, power-law:F:E or saturation:N)"),
-    })
+        _ => bail!(
+            "unknown --state `{s}` (expected fixed, sqrt, saturation, saturation-all-kvm, power-law:F:E or \
+             saturation:N)"
+        ),
+    };
+    Ok(StateChoice { budget, hybrid: false })
 }
 
 /// `cfg` (a preset's fixed-state config) with a growable `budget` and room for every
@@ -322,13 +351,19 @@ mod tests {
 
     #[test]
     fn budgets_parse_and_the_papers_growable_states_have_room_for_65536_tokens() {
-        assert_eq!(parse_budget("fixed").unwrap(), StateBudget::Fixed);
-        assert_eq!(parse_budget("sqrt").unwrap(), StateBudget::PowerLaw { factor: 16.0, exponent: 0.5 });
-        assert_eq!(parse_budget("saturation").unwrap(), StateBudget::Saturation { n: 1024.0 });
-        assert_eq!(parse_budget("power-law:8:0.25").unwrap(), StateBudget::PowerLaw { factor: 8.0, exponent: 0.25 });
-        assert_eq!(parse_budget("saturation:300").unwrap(), StateBudget::Saturation { n: 300.0 });
+        // The paper's hybrid: its KVM layers take their own first layer's v_first.
+        let h = paper_hybrid(Preset::Paper120m.config());
+        assert_eq!((h.alt_layer_every, h.alt_window, h.alt_rope_dim), (2, 256, 128));
+        assert!(!h.has(flags::ALT_SHARE_V0) && h.validate().is_ok());
+        let budget = |s: &str| parse_state(s).map(|c| (c.budget, c.hybrid)).unwrap();
+        assert_eq!(budget("fixed"), (StateBudget::Fixed, false));
+        assert_eq!(budget("sqrt"), (StateBudget::PowerLaw { factor: 16.0, exponent: 0.5 }, false));
+        assert_eq!(budget("saturation"), (StateBudget::Saturation { n: 1024.0 }, true));
+        assert_eq!(budget("saturation-all-kvm"), (StateBudget::Saturation { n: 1024.0 }, false));
+        assert_eq!(budget("power-law:8:0.25"), (StateBudget::PowerLaw { factor: 8.0, exponent: 0.25 }, false));
+        assert_eq!(budget("saturation:300"), (StateBudget::Saturation { n: 300.0 }, false));
         for bad in ["", "sqrt:2", "power-law:1", "power-law:a:1", "saturation:", "linear"] {
-            assert!(parse_budget(bad).is_err(), "{bad}");
+            assert!(parse_state(bad).is_err(), "{bad}");
         }
         // sqrt: 16 * 65536^0.5 = 4096 slots, 16 chunks of 256, at least the fixed 256.
         let c = growable(Preset::Paper120m.config(), SQRT16, room::DEFAULT_CONTEXT).unwrap();

@@ -149,15 +149,17 @@ fn synth_writes_the_growable_states_asked_for_and_refuses_bad_ones() {
         let bytes = std::fs::read(&out).unwrap();
         let model = kvm_core::Model::from_bytes(&bytes).unwrap();
         let c = *model.config();
-        (c.budget, c.state_min_len, model.header().state_capacity)
+        (c.budget, c.state_min_len, model.header().state_capacity, c.alt_layer_every)
     };
     use kvm_core::config::StateBudget::{Fixed, PowerLaw, Saturation};
-    assert_eq!(budget(&[]), (Fixed, 16, 16));
+    assert_eq!(budget(&[]), (Fixed, 16, 16, 0));
     // 16 * 65536^0.5 = 4096 slots by default; 16 * 1024^0.5 = 512 with a shorter context.
-    assert_eq!(budget(&["--state", "sqrt"]), (PowerLaw { factor: 16.0, exponent: 0.5 }, 16, 4096));
+    assert_eq!(budget(&["--state", "sqrt"]), (PowerLaw { factor: 16.0, exponent: 0.5 }, 16, 4096, 0));
     assert_eq!(budget(&["--state", "sqrt", "--max-context", "1024"]).2, 512);
-    // floor(1024 * 65536 / 66560) = 1008 slots, in whole chunks of 16: 1008.
-    assert_eq!(budget(&["--state", "saturation"]), (Saturation { n: 1024.0 }, 1, 1008));
+    // floor(1024 * 65536 / 66560) = 1008 slots, in whole chunks of 16: 1008; the paper's
+    // hybrid stack (every other layer sliding-window), or that budget in every layer.
+    assert_eq!(budget(&["--state", "saturation"]), (Saturation { n: 1024.0 }, 1, 1008, 2));
+    assert_eq!(budget(&["--state", "saturation-all-kvm"]), (Saturation { n: 1024.0 }, 1, 1008, 0));
     assert_eq!(budget(&["--state", "power-law:2:0.5", "--max-context", "4096"]).2, 128);
     assert_eq!(budget(&["--state", "saturation:100"]).0, Saturation { n: 100.0 });
     let o = s(&out);

@@ -36,7 +36,8 @@ fn base() -> Config {
         sink_len: 1,
         logit_softcap: 0.0,
         residual_scale: 1.0,
-        flags: flags::ALL & !flags::GATE_INITIAL_STATE,
+        // The released checkpoints' gates; a hybrid's KVM layers with their own v_first.
+        flags: flags::ALL & !flags::GATE_INITIAL_STATE & !flags::ALT_SHARE_V0,
         alt_layer_every: 0,
         alt_window: 0,
         alt_rope_dim: 0,
