@@ -17,7 +17,8 @@
 # - the C firmware on kvm's C API (examples/c-firmware) prints the same text, once
 #   kvm-runtime/include/kvm.h exists;
 # - prompt + text equals the first 76 bytes of the host's
-#   `kvm generate --prompt "And God said" -n 64 --temperature 0`, run with the host's best
+#   `kvm generate --prompt "And God said" -n 64 --temperature 0 --raw` (the exact bytes, as
+#   the firmware prints them, whatever a random model emits), run with the host's best
 #   kernel tier for integer formats (q8_0, q4_0: every tier gives the firmware's scalar
 #   kernels' bits) and with the scalar tier for float ones (--dtype f32/f16/bf16, whose
 #   SIMD tiers sum in another order and may pick another token at a near tie). Builds the
@@ -110,7 +111,7 @@ if [[ $host -eq 1 ]]; then
     kernels=()
     case "$dtype" in f32|f16|bf16) kernels=(KVM_KERNELS=scalar) ;; esac
     env -u KVM_KERNELS "${kernels[@]}" "$root/target/release/kvm" generate --model "$model" ${host_cache[@]+"${host_cache[@]}"} \
-        --prompt "$prompt" -n 64 --temperature 0 >"$work/host-stdout.txt" 2>/dev/null
+        --prompt "$prompt" -n 64 --temperature 0 --raw >"$work/host-stdout.txt" 2>/dev/null
     head -c $((${#prompt} + 64)) "$work/host-stdout.txt" >"$work/host.txt"
     printf '%s' "$prompt" | cat - "$work/$first.txt" >"$work/$first-full.txt"
     check "prompt + $first text equals kvm generate (${kernels[*]:-default kernel tier})" cmp "$work/$first-full.txt" "$work/host.txt"

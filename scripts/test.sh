@@ -72,4 +72,8 @@ step "firmware in 256 KiB of RAM on every board, and the heap build (model loade
 bash scripts/mcu-check.sh --ram-kib 256
 KVM_MCU_BOARDS=an386 bash scripts/mcu-check.sh --heap --cache q8
 
+step "a hybrid stack on every board (the paper's sliding-window layers between saturating KVM layers; tiny, random weights, q8_0): equal to the host, Rust and C"
+target/release/kvm-export synth --preset tiny --dtype q8_0 --state saturation --max-context 256 -o target/tiny-hybrid-q8_0.kvm -q
+bash scripts/mcu-check.sh target/tiny-hybrid-q8_0.kvm
+
 step "all checks passed"
