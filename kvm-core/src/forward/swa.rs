@@ -5,9 +5,7 @@
 use crate::config::flags;
 use crate::forward::attn;
 use crate::forward::pass::Pass;
-use crate::kernels;
-use crate::math;
-use crate::state::{Acts, LayerState, Scratch};
+use crate::state::{ring_runs, softmax_scaled, Acts, LayerState, Scratch};
 
 /// `x.a <- Attn(x.a)` for alternate layer `l`, every head's tokens of the batch in order
 /// (so a batch gives the bits of single steps).
@@ -44,7 +42,7 @@ pub(super) fn attention(pass: &Pass<'_, '_>, l: usize, st: &mut LayerState<'_>, 
             own.wk.set(t % wa, dk, |c| k[i * qd + h * dk + c]);
             own.wv.set(t % wa, dv, |c| v[i * vd + h * dv + c]);
             let scores = &mut scores[..t + 1 - begin];
-            let spans = ring_spans(wa, begin, t + 1);
+            let spans = ring_runs(wa, begin, t + 1);
             let mut at = 0;
             for span in spans.clone() {
                 let (keys, n) = (own.wk.as_rows().rows(span.start, span.end, dk), span.len());
@@ -54,12 +52,7 @@ pub(super) fn attention(pass: &Pass<'_, '_>, l: usize, st: &mut LayerState<'_>, 
             for z in scores.iter_mut() {
                 *z *= scale;
             }
-            let max = kernels::max(scores);
-            kernels::exp_sub(scores, max);
-            let sum = math::sum(scores);
-            for z in scores.iter_mut() {
-                *z /= sum;
-            }
+            softmax_scaled(scores);
             out.fill(0.0);
             let mut at = 0;
             for span in spans {
@@ -77,12 +70,4 @@ pub(super) fn attention(pass: &Pass<'_, '_>, l: usize, st: &mut LayerState<'_>, 
     }
     // Attn = c_proj(concat o_h)
     attn::output(pass, l, x);
-}
-
-/// A ring of `wa` entries' positions `[begin, end)` (at most `wa` of them) as at most two
-/// runs of ring indices, oldest first (the ring may wrap).
-fn ring_spans(wa: usize, begin: usize, end: usize) -> [core::ops::Range<usize>; 2] {
-    let (first, len) = (begin % wa, end - begin);
-    let head = len.min(wa - first);
-    [first..first + head, 0..len - head]
 }

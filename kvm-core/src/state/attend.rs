@@ -155,21 +155,34 @@ impl<'l, 's> HeadReader<'l, 's> {
         for x in window_scores.iter_mut() {
             *x = *x * front_temp * scale;
         }
-        let max = kernels::max(scores);
-        kernels::exp_sub(scores, max);
-        let sum = math::sum(scores);
-        for x in scores.iter_mut() {
-            *x /= sum;
-        }
+        softmax_scaled(scores);
     }
+}
+
+/// The softmax of scores already scaled, in place: `exp(x - max) / sum` (every mixer's
+/// attention normalises so, in this order).
+pub(crate) fn softmax_scaled(scores: &mut [f32]) {
+    let max = kernels::max(scores);
+    kernels::exp_sub(scores, max);
+    let sum = math::sum(scores);
+    for x in scores.iter_mut() {
+        *x /= sum;
+    }
+}
+
+/// The entries for positions `[begin, end)` (at most `len` of them) of a ring of `len`
+/// entries, position `j` at `j % len`, as at most two runs of ring indices, oldest first
+/// (the ring may wrap).
+pub(crate) fn ring_runs(len: usize, begin: usize, end: usize) -> [core::ops::Range<usize>; 2] {
+    let (first, n) = (begin % len, end - begin);
+    let head = n.min(len - first);
+    [first..first + head, 0..n - head]
 }
 
 /// Head `h`'s window entries for positions `[begin, end)` (at most `window_len` of them) as
 /// at most two runs of ring indices (the ring may wrap).
 fn ring_spans(cfg: &Config, h: usize, begin: usize, end: usize) -> [core::ops::Range<usize>; 2] {
     let w = cfg.window_len();
-    let (first, len) = (begin % w, end - begin);
-    let head = len.min(w - first);
     let base = h * w;
-    [base + first..base + first + head, base..base + len - head]
+    ring_runs(w, begin, end).map(|r| base + r.start..base + r.end)
 }
