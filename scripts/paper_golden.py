@@ -115,30 +115,11 @@ def small_config(ref, path):
 
 
 def randomize(m, seed):
-    """Weights of the shared cases' scale: matrices N(0, 1/fan_in), embeddings N(0, 1),
-    norms 1 +- 0.2 (biases 0.1), token-shift mixes U(0, 1), value-residual gate N(0, 0.25),
-    head temperatures U(0.5, 1.5). Drawn in parameter order from one generator."""
-    import torch
+    """`reference_golden.randomize` with the paper cases' head temperatures, U(0.5, 1.5),
+    and value-residual gate bias, N(0, 0.25)."""
+    import reference_golden
 
-    g = torch.Generator().manual_seed(seed)
-    for name, p in m.named_parameters():
-        s, leaf = tuple(p.shape), name.split(".")[-1]
-        if name.endswith("wte.weight"):
-            v = torch.randn(s, generator=g)
-        elif p.dim() == 2:
-            v = torch.randn(s, generator=g) * s[1] ** -0.5
-        elif "ln" in name:
-            v = 1.0 + 0.2 * torch.randn(s, generator=g) if leaf == "weight" else 0.1 * torch.randn(s, generator=g)
-        elif "head_temp" in leaf:
-            v = 0.5 + torch.rand(s, generator=g)
-        elif leaf in ("x_q", "x_k", "x_v"):
-            v = torch.rand(s, generator=g)
-        elif leaf == "v_gate0":
-            v = 0.5 * torch.randn(s, generator=g)
-        else:
-            raise SystemExit(f"no rule for parameter {name} {s}")
-        with torch.no_grad():
-            p.copy_(v)
+    reference_golden.randomize(m, seed, head_temps=(0.5, 1.0), v_gate0=0.5)
 
 
 def make(out, cfg, seed, drift):

@@ -80,8 +80,11 @@ def run(m, ids, prompt_len):
     return full, pre, torch.stack(dec) if dec else torch.zeros(0, full.shape[-1]), cache
 
 
-def randomize(m, seed):
-    """Weights of the shared cases' scale: matrices N(0, 1/fan_in), norms 1 +- 0.2."""
+def randomize(m, seed, head_temps=(0.8, 0.6), v_gate0=0.4):
+    """Weights of the shared cases' scale: matrices N(0, 1/fan_in), embeddings N(0, 1),
+    norms 1 +- 0.2 (biases 0.1), token-shift mixes U(0, 1), head temperatures
+    `lo + width * U(0, 1)` for `head_temps = (lo, width)`, the value-residual gate's bias
+    `v_gate0 * N(0, 1)`. Drawn in parameter order from one generator."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
@@ -94,11 +97,11 @@ def randomize(m, seed):
         elif "ln" in name:
             v = 1.0 + 0.2 * torch.randn(s, generator=g) if leaf == "weight" else 0.1 * torch.randn(s, generator=g)
         elif "head_temp" in leaf:
-            v = 0.8 + 0.6 * torch.rand(s, generator=g)
+            v = head_temps[0] + head_temps[1] * torch.rand(s, generator=g)
         elif leaf in ("x_q", "x_k", "x_v"):
             v = torch.rand(s, generator=g)
         elif leaf == "v_gate0":
-            v = 0.4 * torch.randn(s, generator=g)
+            v = v_gate0 * torch.randn(s, generator=g)
         else:
             raise SystemExit(f"no rule for parameter {name} {s}")
         with torch.no_grad():
