@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use kvm_test_support::{is_special, special_files};
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
@@ -214,23 +216,6 @@ fn fresh_dir(what: &str) -> PathBuf {
     std::fs::remove_dir_all(&dir).ok();
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// Special files made in `dir`: a FIFO always, a character device (`/dev/zero`'s numbers)
-/// where this user may make one.
-fn special_files(dir: &Path) -> Vec<PathBuf> {
-    let fifo = dir.join("fifo");
-    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
-    let mut v = vec![fifo];
-    let dev = dir.join("zero");
-    if Command::new("mknod").arg(&dev).args(["c", "1", "5"]).status().is_ok_and(|s| s.success()) {
-        v.push(dev);
-    }
-    v
-}
-
-fn is_special(p: &Path) -> bool {
-    std::fs::symlink_metadata(p).is_ok_and(|m| !m.file_type().is_file() && !m.file_type().is_symlink())
 }
 
 #[test]

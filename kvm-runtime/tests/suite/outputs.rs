@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kvm_test_support::repo;
+use kvm_test_support::{is_special, repo, special_files};
 
 use crate::kvm_in;
 
@@ -48,25 +48,8 @@ fn model_in(dir: &Path) -> PathBuf {
     m
 }
 
-/// A FIFO in `dir`, and a character device (`/dev/zero`'s numbers) where this user may
-/// make one.
-fn special_files(dir: &Path) -> Vec<PathBuf> {
-    let fifo = dir.join("fifo");
-    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
-    let mut v = vec![fifo];
-    let dev = dir.join("zero");
-    if Command::new("mknod").arg(&dev).args(["c", "1", "5"]).status().is_ok_and(|s| s.success()) {
-        v.push(dev);
-    }
-    v
-}
-
 fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
-}
-
-fn is_special(p: &Path) -> bool {
-    std::fs::symlink_metadata(p).is_ok_and(|m| !m.file_type().is_file() && !m.file_type().is_symlink())
 }
 
 #[test]

@@ -184,3 +184,23 @@ pub fn checkpoint_copy(dir: &Path, what: &str, patch: impl FnOnce(&mut serde_jso
     std::fs::write(to.join("config.json"), serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
     to
 }
+
+/// Special files made in `dir`, for tests of writers (never the machine's own `/dev`
+/// nodes, which a rename over them as root would replace): a FIFO always, and a character
+/// device with `/dev/zero`'s numbers where this user may make one.
+pub fn special_files(dir: &Path) -> Vec<PathBuf> {
+    use std::process::Command;
+    let fifo = dir.join("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let mut v = vec![fifo];
+    let dev = dir.join("zero");
+    if Command::new("mknod").arg(&dev).args(["c", "1", "5"]).status().is_ok_and(|s| s.success()) {
+        v.push(dev);
+    }
+    v
+}
+
+/// Whether `p` exists as something other than a regular file or a symbolic link.
+pub fn is_special(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok_and(|m| !m.file_type().is_file() && !m.file_type().is_symlink())
+}
