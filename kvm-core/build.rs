@@ -24,6 +24,7 @@ const PROBES: [(&str, &str); 2] = [
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    write_int_tables();
     println!("cargo:rerun-if-env-changed=CARGO_ENCODED_RUSTFLAGS");
     for (cfg, _) in PROBES {
         println!("cargo::rustc-check-cfg=cfg({cfg})");
@@ -63,4 +64,25 @@ fn assembles(name: &str, asm: &str) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// `round(f(i) * 2^15)` for `i < n`, as a Rust `[u16; n]` constant named `name`.
+fn table(name: &str, doc: &str, n: usize, f: impl Fn(f64) -> f64) -> String {
+    let v: Vec<String> = (0..n).map(|i| format!("{}", libm::round(f(i as f64) * 32768.0) as u16)).collect();
+    format!("/// {doc}\npub(crate) const {name}: [u16; {n}] = [{}];\n", v.join(", "))
+}
+
+/// The exponential's three tables (`exp(-x)` for `x = a/4 + b/512 + c/65536`) and the
+/// quarter sine wave (`sin(i * pi / 512)`, 257 points), all Q15.
+fn write_int_tables() {
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let pi = core::f64::consts::PI;
+    let src = [
+        table("EXP_HI", "`exp(-a / 4)`, Q15.", 64, |a| libm::exp(-a / 4.0)),
+        table("EXP_MID", "`exp(-b / 512)`, Q15.", 128, |b| libm::exp(-b / 512.0)),
+        table("EXP_LO", "`exp(-c / 65536)`, Q15.", 128, |c| libm::exp(-c / 65536.0)),
+        table("SIN_QUARTER", "`sin(i * pi / 512)`, Q15.", 257, |i| libm::sin(i * pi / 512.0)),
+    ]
+    .concat();
+    std::fs::write(out.join("int_tables.rs"), src).expect("OUT_DIR is writable");
 }

@@ -29,8 +29,13 @@ pub mod flags {
     /// `alt_share_v0`: KVM layers take the alternate layers' `v_first` (spec §5); no
     /// effect without alternate layers.
     pub const ALT_SHARE_V0: u32 = 1 << 9;
+    /// The integer numerics (docs/integer.md): matrices [`crate::quant::DType::I8`],
+    /// vectors [`crate::quant::DType::I32`], and sessions compute with integers only.
+    pub const INT_NUMERICS: u32 = 1 << 10;
+    /// Every bit of the model's own architecture (all but [`INT_NUMERICS`]).
+    pub const MODEL: u32 = (1 << 10) - 1;
     /// Every defined bit.
-    pub const ALL: u32 = (1 << 10) - 1;
+    pub const ALL: u32 = MODEL | INT_NUMERICS;
 }
 
 /// A validated-on-demand KVM configuration. Sizes use the house vocabulary.
@@ -201,6 +206,11 @@ impl Config {
         check(self.logit_softcap.is_finite(), F::LogitSoftcap)?;
         check(self.residual_scale.is_finite(), F::ResidualScale)?;
         check(self.flags & !flags::ALL == 0, F::Flags)?;
+        if self.has(flags::INT_NUMERICS) {
+            // Attention rows are i16 pairs in whole words.
+            check(self.d_qk.is_multiple_of(2), F::DQk)?;
+            check(self.d_v.is_multiple_of(2), F::DV)?;
+        }
         if self.is_hybrid() {
             // Layer 1 is the first KVM layer (its `c_v` gives theirs `v_first`).
             check(self.alt_layer_every <= 1 << 10 && self.n_layers >= 2, F::AltLayerEvery)?;

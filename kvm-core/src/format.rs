@@ -26,8 +26,9 @@ pub const MAGIC: [u8; 4] = *b"KVMF";
 pub const VERSION_MAJOR: u16 = 1;
 /// The minor version this build writes (1 added the cache dtype, 2 the q4_0x16 dtype and
 /// the q8 cache, 3 the q8_0x16 dtype, 5 the slot reads, 6 the hybrid stack's alternate
-/// layers); newer minors are read (they only add fields in reserved space, or tags).
-pub const VERSION_MINOR: u16 = 6;
+/// layers, 7 the integer numerics and its i8 and i32 dtypes); newer minors are read (they
+/// only add fields in reserved space, or tags).
+pub const VERSION_MINOR: u16 = 7;
 /// Written as a little-endian u32; reads back differently on a byte-swapped file.
 pub const BYTE_ORDER_MARK: u32 = 0x0A0B_0C0D;
 /// Size of the fixed header.
@@ -635,7 +636,15 @@ pub fn validate_sections(blob: &[u8], h: &Header, check_data: bool) -> Result<()
         if (e.rows, e.cols) != (rows, cols) {
             return Err(bad);
         }
-        if !role.is_matrix() && e.dtype != DType::F32 {
+        // An integer file holds i8 matrices and i32 vectors, a float file neither.
+        let int = cfg.has(crate::config::flags::INT_NUMERICS);
+        let dtype_ok = match (int, role.is_matrix()) {
+            (true, true) => e.dtype == DType::I8,
+            (true, false) => e.dtype == DType::I32,
+            (false, true) => !matches!(e.dtype, DType::I8 | DType::I32),
+            (false, false) => e.dtype == DType::F32,
+        };
+        if !dtype_ok {
             return Err(bad);
         }
         if e.dtype.matrix_bytes(rows as usize, cols as usize).map(|n| n as u64) != Some(e.len) {
@@ -650,8 +659,22 @@ pub fn validate_sections(blob: &[u8], h: &Header, check_data: bool) -> Result<()
         if check_data && crc32(data) != e.crc {
             return Err(Error::Checksum { section: Section::Tensor { index: i as u32 } });
         }
+        if check_data && e.dtype == DType::I8 && !i8_heads_ok(data, cols as usize) {
+            return Err(bad);
+        }
     }
     zero_gap(blob, prev_end, blob.len() as u64)
+}
+
+/// Whether every row head of an [`DType::I8`] matrix (`cols` wide) is one the quantizer
+/// writes: `m` in `[2^14, 2^15)` and a shift of at most [`crate::quant::I8_MAX_SHIFT`],
+/// or all zero.
+fn i8_heads_ok(data: &[u8], cols: usize) -> bool {
+    let rb = DType::I8.row_bytes(cols).unwrap_or(0).max(1);
+    data.chunks_exact(rb).all(|row| {
+        let (m, sh) = bytemuck::pod_read_unaligned::<crate::quant::I8Head>(&row[..4]).scale();
+        (m == 0 && sh == 0) || ((1 << 14..1 << 15).contains(&m) && sh <= crate::quant::I8_MAX_SHIFT)
+    })
 }
 
 /// Checks that padding `[from, to)` is all zero.

@@ -26,6 +26,7 @@ pub mod error;
 pub mod exec;
 pub mod format;
 pub mod forward;
+pub(crate) mod int;
 pub mod kernels;
 pub mod math;
 pub mod model;

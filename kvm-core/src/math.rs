@@ -121,9 +121,10 @@ pub fn rope_freq(j: usize, half: usize, theta: f64) -> f32 {
     libm::pow(base as f64, e as f64) as f32
 }
 
-/// Rotated pairs whose frequencies [`Rope`] keeps: those of up to 32 rotated dims
-/// (tiny-kjv rotates 16), 64 bytes in every session.
-const ROPE_KEPT: usize = 16;
+/// Rotated pairs whose frequencies [`Rope`] keeps: those of up to 128 rotated dims (the
+/// paper's sliding-window layers rotate 128), 256 bytes in every session, so that no
+/// step of the integer numerics computes one in floats.
+pub(crate) const ROPE_KEPT: usize = 64;
 
 /// A session's RoPE frequencies ([`rope_freq`] of `R/2` pairs), the first 16 (`ROPE_KEPT`)
 /// computed once: each is an f64 power, thousands of instructions in software on a

@@ -29,7 +29,35 @@ pub enum DType {
     /// exponent is stored as its distance below the row's largest, in 4 bits; the rare
     /// weights further down (tiny or subnormal) are kept whole in the row's head.
     F32P = 7,
+    /// The integer mode's matrices (docs/integer.md): rows of i8 under one integer scale
+    /// each, `w = q * m * 2^-sh`: a 4-byte row head ([`I8Head`]), then the row's i8s.
+    I8 = 8,
+    /// The integer mode's vectors: i32 fixed point with [`FX`] fraction bits.
+    I32 = 9,
 }
+
+/// Fraction bits of the integer mode's fixed-point values (`x = v * 2^-FX`).
+pub const FX: u32 = 16;
+
+/// The head of an [`DType::I8`] row: the scale `m * 2^-sh`, `m` in `[2^14, 2^15)` (0 for
+/// a row of zeros), little-endian.
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+pub struct I8Head {
+    pub m: [u8; 2],
+    pub sh: [u8; 2],
+}
+
+impl I8Head {
+    /// The multiplier and shift of the row's scale.
+    #[inline]
+    pub fn scale(&self) -> (i32, u32) {
+        (i32::from(u16::from_le_bytes(self.m)), u32::from(u16::from_le_bytes(self.sh)))
+    }
+}
+
+/// Largest shift of an [`I8Head`]: scales down to `2^-62` (smaller ones are zero).
+pub const I8_MAX_SHIFT: u32 = 62;
 
 /// Weights per quant block.
 pub const QK: usize = 32;
@@ -140,6 +168,7 @@ const _: () = assert!(core::mem::size_of::<BlockQ4_0>() == 18);
 const _: () = assert!(core::mem::size_of::<BlockF32P>() == 112);
 const _: () = assert!(core::mem::size_of::<F32PHead>() == 8);
 const _: () = assert!(core::mem::size_of::<F32PSpill>() == 8);
+const _: () = assert!(core::mem::size_of::<I8Head>() == 4);
 const _: () = assert!(core::mem::size_of::<GroupQ4_0x16>() == X16 * 18);
 const _: () = assert!(core::mem::size_of::<GroupQ8_0x16>() == X16 * 34);
 
@@ -227,6 +256,8 @@ impl DType {
             5 => Some(DType::Q4_0x16),
             6 => Some(DType::Q8_0x16),
             7 => Some(DType::F32P),
+            8 => Some(DType::I8),
+            9 => Some(DType::I32),
             _ => None,
         }
     }
@@ -242,6 +273,8 @@ impl DType {
             DType::Q4_0x16 => "q4_0x16",
             DType::Q8_0x16 => "q8_0x16",
             DType::F32P => "f32p",
+            DType::I8 => "i8",
+            DType::I32 => "i32",
         }
     }
 
@@ -250,7 +283,8 @@ impl DType {
         DType::ALL.into_iter().find(|d| d.name() == s)
     }
 
-    /// Every dtype.
+    /// Every dtype of the float numerics' matrices (the integer numerics' are
+    /// [`DType::I8`] and [`DType::I32`]).
     pub const ALL: [DType; 8] =
         [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_0x16, DType::Q8_0x16, DType::F32P];
 
@@ -309,15 +343,17 @@ impl DType {
     /// Weights per storage unit (1 for floats, [`QK`] for quant blocks).
     pub const fn block_len(self) -> usize {
         match self {
-            DType::F32 | DType::F16 | DType::BF16 => 1,
+            DType::F32 | DType::F16 | DType::BF16 | DType::I32 => 1,
             DType::Q8_0 | DType::Q4_0 | DType::Q4_0x16 | DType::Q8_0x16 | DType::F32P => QK,
+            // Whole words, so that every row starts on one.
+            DType::I8 => 4,
         }
     }
 
     /// Bytes per storage unit.
     pub const fn block_bytes(self) -> usize {
         match self {
-            DType::F32 => 4,
+            DType::F32 | DType::I32 | DType::I8 => 4,
             DType::F16 | DType::BF16 => 2,
             DType::Q8_0 | DType::Q8_0x16 => core::mem::size_of::<BlockQ8_0>(),
             DType::Q4_0 | DType::Q4_0x16 => core::mem::size_of::<BlockQ4_0>(),
@@ -330,6 +366,7 @@ impl DType {
     pub const fn row_head_bytes(self, cols: usize) -> usize {
         match self {
             DType::F32P => core::mem::size_of::<F32PHead>() + f32p_slots(cols) * core::mem::size_of::<F32PSpill>(),
+            DType::I8 => core::mem::size_of::<I8Head>(),
             _ => 0,
         }
     }
@@ -401,6 +438,48 @@ pub fn quantize_row_q4_0(src: &[f32], dst: &mut [BlockQ4_0]) {
         for (i, q) in b.qs.iter_mut().enumerate() {
             *q = nibble(xs[i]) | nibble(xs[i + QK / 2]) << 4;
         }
+    }
+}
+
+/// `x` in the integer mode's fixed point ([`FX`] fraction bits), rounded to nearest (ties
+/// away from zero), saturating at the i32 range.
+pub fn to_fixed(x: f32) -> i32 {
+    let v = libm::round(f64::from(x) * f64::from(1u32 << FX));
+    if v >= i32::MAX as f64 {
+        i32::MAX
+    } else if v <= i32::MIN as f64 {
+        i32::MIN
+    } else {
+        v as i32
+    }
+}
+
+/// Quantizes one row to [`DType::I8`]: `s = amax / 127`, `q = round(x / s)` (ties away
+/// from zero), `s` stored as `m * 2^-sh` with `m` in `[2^14, 2^15)`, rounded to nearest.
+/// A row whose scale is below `2^-(I8_MAX_SHIFT - 14)` (or zero) is stored as zeros.
+pub fn quantize_row_i8(src: &[f32], dst: &mut [u8]) {
+    let (head, qs) = dst.split_at_mut(core::mem::size_of::<I8Head>());
+    let amax = src.iter().fold(0.0f64, |m, &x| m.max(f64::from(x).abs()));
+    let s = amax / 127.0;
+    // s = f * 2^e, f in [0.5, 1): m = round(f * 2^15) * 2^(e - 15), sh = 15 - e.
+    let (mut m, mut sh) = (0u32, 0u32);
+    if s > 0.0 {
+        let e = libm::floor(libm::log2(s)) as i32 + 1;
+        let mut mm = libm::round(s * libm::exp2(f64::from(15 - e))) as u32;
+        let mut shift = 15 - e;
+        if mm >= 1 << 15 {
+            mm >>= 1;
+            shift -= 1;
+        }
+        if (0..=I8_MAX_SHIFT as i32).contains(&shift) {
+            (m, sh) = (mm, shift as u32);
+        }
+    }
+    head[..2].copy_from_slice(&(m as u16).to_le_bytes());
+    head[2..].copy_from_slice(&(sh as u16).to_le_bytes());
+    let scale = f64::from(m) * libm::exp2(-f64::from(sh));
+    for (q, &x) in qs.iter_mut().zip(src) {
+        *q = if m == 0 { 0 } else { libm::round(f64::from(x) / scale).clamp(-127.0, 127.0) as i8 as u8 };
     }
 }
 
@@ -579,6 +658,12 @@ pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
         DType::Q8_0 => quantize_row_q8_0(src, bytemuck::cast_slice_mut(dst)),
         DType::Q4_0 => quantize_row_q4_0(src, bytemuck::cast_slice_mut(dst)),
         DType::F32P => encode_row_f32p(src, dst)?,
+        DType::I8 => quantize_row_i8(src, dst),
+        DType::I32 => {
+            for (o, &x) in dst.chunks_exact_mut(4).zip(src) {
+                o.copy_from_slice(&to_fixed(x).to_le_bytes());
+            }
+        }
         DType::Q4_0x16 | DType::Q8_0x16 => return Err(Error::InvalidArgument),
     }
     Ok(())

@@ -7,9 +7,11 @@ use crate::config::Config;
 use crate::error::{Error, Origin, Result};
 use crate::exec::{Exec, Serial};
 use crate::forward::{forward, Logits, Pass, Tap, Work};
+use crate::int::forward::IntPass;
 use crate::math::{all_finite, Rope};
 use crate::model::Model;
 use crate::state::arena::COUNTERS;
+use crate::state::arena_int::IntScratch;
 use crate::state::{bswa_begin, coverage_at, Acts, Counters, Layout, Phase, ARENA_ALIGN};
 
 /// Marks a live arena (`"KVMS"`).
@@ -107,8 +109,7 @@ impl<'m, 'a> Session<'m, 'a> {
     }
 
     fn counters(&self) -> Counters {
-        let c: &[u32] = bytemuck::cast_slice(&self.arena[..COUNTERS]);
-        Counters::new(c[counter::POS] as usize, c[counter::SLOTS] as usize, c[counter::COVERAGE] as usize)
+        counters_in(&self.arena[..COUNTERS])
     }
 
     /// Tokens seen so far.
@@ -198,6 +199,9 @@ impl<'m, 'a> Session<'m, 'a> {
             return Err(Error::InvalidArgument);
         }
         let lay = self.layout;
+        if lay.is_int() {
+            return self.run_int(tokens, phase, logits);
+        }
         let arena = lay.split(self.arena);
         let mut s = arena.scratch;
         let mut acts = match batch {
@@ -232,6 +236,35 @@ impl<'m, 'a> Session<'m, 'a> {
             Logits::Last => check_finite(self.logits(), vocab, at.pos + tokens.len() - 1, origin),
             Logits::All(out) => check_finite(&out[..tokens.len() * vocab], vocab, at.pos, origin),
         }
+    }
+
+    /// [`Session::run`] in the integer numerics: token by token, the logits of those asked
+    /// for (the last, or each into the caller's rows).
+    fn run_int(&mut self, tokens: &[u32], phase: Phase, logits: Logits<'_>) -> Result<()> {
+        let lay = self.layout;
+        let cfg = *self.model.config();
+        let vocab = cfg.vocab_len as usize;
+        let (counters, layers, scratch) = lay.regions(self.arena);
+        let mut s = IntScratch::carve(scratch, &cfg, lay.state_len);
+        let mut at = counters_in(counters);
+        let mut out = logits;
+        for (i, &token) in tokens.iter().enumerate() {
+            let want = match &out {
+                Logits::None => false,
+                Logits::Last => i + 1 == tokens.len(),
+                Logits::All(_) => true,
+            };
+            let pass = IntPass { model: &self.model, rope: &self.rope, alt_rope: &self.alt_rope, lay: &lay, at, phase };
+            at = pass.step(token, layers, &mut s, want);
+            if let Logits::All(rows) = &mut out {
+                rows[i * vocab..(i + 1) * vocab].copy_from_slice(&s.logits[..vocab]);
+            }
+        }
+        let c: &mut [u32] = bytemuck::cast_slice_mut(counters);
+        c[counter::POS] = at.pos as u32;
+        c[counter::SLOTS] = at.slots as u32;
+        c[counter::COVERAGE] = at.coverage as u32;
+        Ok(())
     }
 
     /// The logits of the last step run with `want_logits`, `[vocab_len]`.
@@ -345,10 +378,11 @@ impl<'m, 'a> Session<'m, 'a> {
         Ok(())
     }
 
-    /// A read-only view of layer `l`'s state, for inspection and tests.
+    /// A read-only view of layer `l`'s state, for inspection and tests (`None` past the
+    /// last layer, and in the integer numerics, whose state is not f32).
     pub fn layer_view(&self, l: usize) -> Option<LayerView<'_>> {
         let cfg = self.model.config();
-        if l >= cfg.n_layers as usize {
+        if l >= cfg.n_layers as usize || self.layout.is_int() {
             return None;
         }
         let at = self.counters();
@@ -370,6 +404,12 @@ impl<'m, 'a> Session<'m, 'a> {
             wv,
         })
     }
+}
+
+/// The counters in the arena's counters block `words`.
+fn counters_in(words: &[f32]) -> Counters {
+    let c: &[u32] = bytemuck::cast_slice(words);
+    Counters::new(c[counter::POS] as usize, c[counter::SLOTS] as usize, c[counter::COVERAGE] as usize)
 }
 
 /// [`Error::NonFiniteLogits`] for the first of `rows` (`[n, vocab]`, the logits of the

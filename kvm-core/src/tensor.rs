@@ -1,4 +1,5 @@
-//! Weight tensors as the model blob holds them: [`Vector`] (f32, read in place) and
+//! Weight tensors as the model blob holds them: [`Vector`] (f32, or an integer file's
+//! fixed point, read in place) and
 //! [`Matrix`] (any [`DType`], rows of blocks). Both borrow the blob; nothing is copied.
 
 use crate::error::{Error, Result};
@@ -32,6 +33,20 @@ impl<'a> Vector<'a> {
     #[inline]
     pub fn iter(&self) -> impl Iterator<Item = f32> + 'a {
         self.0.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    /// The elements of an integer file's vector ([`crate::quant::DType::I32`]): fixed
+    /// point, [`crate::quant::FX`] fraction bits.
+    #[inline]
+    pub fn iter_fixed(&self) -> impl Iterator<Item = i32> + 'a {
+        self.0.chunks_exact(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    /// Element `i` of an integer file's vector ([`Vector::iter_fixed`]).
+    #[inline]
+    pub fn fixed(&self, i: usize) -> i32 {
+        let b = &self.0[i * 4..i * 4 + 4];
+        i32::from_le_bytes([b[0], b[1], b[2], b[3]])
     }
 
     #[inline]

@@ -124,7 +124,7 @@ pub fn convert(
     let mmap = map_checkpoint(dir)?;
     let st = parse_checkpoint(dir, &mmap)?;
     let st_path = dir.join("model.safetensors");
-    let cfg = config_of(dir, &json, &st, policy.max_context)?;
+    let cfg = policy.config(config_of(dir, &json, &st, policy.max_context)?);
 
     // Every tensor the file holds must be one the config explains.
     let expected: BTreeSet<String> = format::canonical_tensors(&cfg).map(|(r, l)| hf_name(r, l)).collect();

@@ -51,6 +51,12 @@ struct Storage {
     /// every layer's, for more work per token); runtimes may override.
     #[arg(long, default_value = "stored", value_name = "stored|recomputed")]
     slot_reads: String,
+    /// The numerics sessions of the file compute with: float (the reference's, in the
+    /// storage above) or int (docs/integer.md: every operation in integers, for
+    /// microcontrollers without an FPU; matrices are stored as i8 rows, vectors as
+    /// fixed point, and --dtype, --tensor-dtype, --cache and --slot-reads do not apply).
+    #[arg(long, default_value = "float", value_name = "float|int")]
+    numerics: String,
     /// Per-tensor override, ROLE=DTYPE (roles: embed, lm_head, wq, wk, wv, wo, up, down, vgate1, vgate2, gate); repeatable.
     #[arg(long = "tensor-dtype", value_name = "ROLE=DTYPE")]
     overrides: Vec<String>,
@@ -144,7 +150,22 @@ fn parse_role(s: &str) -> Result<Role> {
     })
 }
 
-fn parse_policy(Storage { dtype, cache, slot_reads, overrides, no_repack }: &Storage) -> Result<Policy> {
+fn parse_policy(storage: &Storage) -> Result<Policy> {
+    let Storage { dtype, cache, slot_reads, overrides, no_repack, numerics } = storage;
+    match numerics.as_str() {
+        "float" => {}
+        "int" => {
+            let defaults = dtype == "f32" && overrides.is_empty() && cache == "f32" && slot_reads == "stored";
+            if !defaults || *no_repack {
+                bail!(
+                    "--numerics int stores every matrix as i8 rows and its sessions keep their own \
+                     cache: drop --dtype, --tensor-dtype, --no-repack, --cache and --slot-reads"
+                );
+            }
+            return Ok(Policy::int());
+        }
+        other => bail!("unknown --numerics `{other}` (expected float or int)"),
+    }
     let overrides_names: Vec<&str> =
         overrides.iter().map(|o| o.split_once('=').map_or(o.as_str(), |(r, _)| r)).collect();
     let overrides = overrides

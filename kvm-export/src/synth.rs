@@ -110,7 +110,7 @@ fn paper(n_layers: u32, d_model: u32, n_heads: u32) -> Config {
         sink_len: 1,
         logit_softcap: 0.0,
         residual_scale: 1.0,
-        flags: flags::ALL,
+        flags: flags::MODEL,
         alt_layer_every: 0,
         alt_window: 0,
         alt_rope_dim: 0,
@@ -282,6 +282,7 @@ pub fn synth(
     let mut source = |role: Role, layer: u16, rows: u32, cols: u32| Ok(tensor(seed, role, layer, rows, cols));
     let dtype_for = |role: Role, rows: u32, cols: u32| policy.dtype_for(role, rows, cols);
     let out = AtomicFile::create(out, &[])?;
+    let cfg = &policy.config(*cfg);
     write_model(out, cfg, (TokenizerKind::Bytes, &[]), (policy.cache, policy.reads), &dtype_for, &mut source, on_tensor)
 }
 

@@ -2,6 +2,7 @@
 //! attention cache and whether matrices are interleaved.
 
 use kvm_core::cache::{CacheDtype, SlotReads};
+use kvm_core::config::{flags, Config};
 use kvm_core::format::Role;
 use kvm_core::quant::DType;
 
@@ -27,6 +28,9 @@ pub struct Policy {
     /// A growable state's room: every slot it reaches within this many tokens of context
     /// (the header's state capacity); past it the state merges without growing.
     pub max_context: usize,
+    /// The integer numerics (docs/integer.md): every matrix [`DType::I8`], every vector
+    /// [`DType::I32`], and the config's [`flags::INT_NUMERICS`] set.
+    pub int: bool,
 }
 
 impl Policy {
@@ -41,7 +45,21 @@ impl Policy {
             reads: SlotReads::Stored,
             repack: true,
             max_context: DEFAULT_CONTEXT,
+            int: false,
         }
+    }
+
+    /// The integer numerics' policy: i8 matrices, i32 vectors.
+    pub fn int() -> Policy {
+        Policy { int: true, ..Policy::uniform(DType::I8) }
+    }
+
+    /// `cfg` as this policy stores it: with [`flags::INT_NUMERICS`] under [`Policy::int`].
+    pub fn config(&self, mut cfg: Config) -> Config {
+        if self.int {
+            cfg.flags |= flags::INT_NUMERICS;
+        }
+        cfg
     }
 
     /// The dtype a `[rows, cols]` matrix of `role` gets: the override, else the policy
@@ -54,6 +72,9 @@ impl Policy {
     /// plain; the embedding, read a row at a time, is interleaved only when its override
     /// names an interleaved dtype.
     pub fn dtype_for(&self, role: Role, rows: u32, cols: u32) -> DType {
+        if self.int {
+            return DType::I8;
+        }
         let default = match (role, self.dtype.plain()) {
             (Role::TokEmbed, DType::Q4_0) => DType::Q8_0,
             (Role::TokEmbed, d) => d,

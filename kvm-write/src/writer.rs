@@ -6,7 +6,7 @@ use std::io::{BufWriter, Seek, SeekFrom, Write};
 
 use anyhow::{bail, Context, Result};
 use kvm_core::cache::{CacheDtype, SlotReads};
-use kvm_core::config::Config;
+use kvm_core::config::{flags, Config};
 use kvm_core::format::{
     self, crc32, crc32_update, Header, Role, TensorEntry, TokenizerKind, ENTRY_LEN, HEADER_LEN, TENSOR_ALIGN,
 };
@@ -192,6 +192,7 @@ pub fn write_model_to<W: Write + Seek>(
         }
         let dtype = match role.is_matrix() {
             true => packable(dtype_for(role, rows, cols), cols as usize, &src),
+            false if cfg.has(flags::INT_NUMERICS) => DType::I32,
             false => DType::F32,
         };
         let data = encode(dtype, cols as usize, &src).with_context(|| format!("tensor {name}"))?;

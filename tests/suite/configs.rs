@@ -37,7 +37,7 @@ fn base() -> Config {
         logit_softcap: 0.0,
         residual_scale: 1.0,
         // The released checkpoints' gates; a hybrid's KVM layers with their own v_first.
-        flags: flags::ALL & !flags::GATE_INITIAL_STATE & !flags::ALT_SHARE_V0,
+        flags: flags::MODEL & !flags::GATE_INITIAL_STATE & !flags::ALT_SHARE_V0,
         alt_layer_every: 0,
         alt_window: 0,
         alt_rope_dim: 0,
@@ -214,12 +214,12 @@ fn unusual_configurations_run_consistently() {
             },
         ),
         ("residual scale and softcap", Config { residual_scale: 0.7, logit_softcap: -5.0, ..b }),
-        ("gated initial state", Config { flags: flags::ALL, ..b }),
-        ("no vlens", Config { flags: flags::ALL & !flags::VLENS, ..b }),
+        ("gated initial state", Config { flags: flags::MODEL, ..b }),
+        ("no vlens", Config { flags: flags::MODEL & !flags::VLENS, ..b }),
         ("bare", Config { flags: flags::VLENS, d_vgate: 0, ..b }),
         // The paper's `ablation_kvm_no_merge_gate`: no `key_weighting`, temperatures and
         // value lengths on.
-        ("no merge gates", Config { flags: flags::ALL & !(flags::MERGE_GATE_KEYS | flags::MERGE_GATE_VALUES), ..b }),
+        ("no merge gates", Config { flags: flags::MODEL & !(flags::MERGE_GATE_KEYS | flags::MERGE_GATE_VALUES), ..b }),
         (
             "four heads, big chunk",
             Config { n_heads: 4, d_qk: 16, d_v: 16, rope_dim: 4, chunk_len: 16, state_min_len: 16, ..b },

@@ -8,6 +8,7 @@ mod capi;
 mod configs;
 mod corrupt;
 mod golden;
+mod integer;
 mod padding;
 mod paper;
 mod tiny_kjv;

@@ -15,8 +15,8 @@ use half::f16;
 use super::GroupKernel;
 use super::{FloatType, Kernel, Kernels, Stored, BF16, F16, F32, F32P};
 use crate::quant::{
-    bf16_le, f16_le, f32p_row, BlockQ4_0, BlockQ8_0, DType, F32PSpill, Group, GroupQ4_0x16, GroupQ8_0x16, RowGroup, QK,
-    X16,
+    bf16_le, f16_le, f32p_row, BlockQ4_0, BlockQ8_0, DType, F32PSpill, Group, GroupQ4_0x16, GroupQ8_0x16, I8Head,
+    RowGroup, FX, QK, X16,
 };
 
 /// Exact dot product of one encoded row with `x` (f32 products, summed in order). A row of
@@ -24,6 +24,10 @@ use crate::quant::{
 /// as q8_0).
 pub fn dot_row(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
     match dtype {
+        DType::I8 | DType::I32 => {
+            let (head, w) = int_row(dtype, row);
+            w.zip(x).map(|(q, &v)| q as f32 * v).sum::<f32>() * head
+        }
         DType::F32 => row.chunks_exact(4).zip(x).map(|(b, &v)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * v).sum(),
         DType::F16 => row.chunks_exact(2).zip(x).map(|(b, &v)| f16_le([b[0], b[1]]) * v).sum(),
         DType::BF16 => row.chunks_exact(2).zip(x).map(|(b, &v)| bf16_le([b[0], b[1]]) * v).sum(),
@@ -288,10 +292,33 @@ pub fn dequant_group<G: RowGroup>(group: &[G], r: usize, out: &mut [f32]) {
     }
 }
 
+/// An integer-mode row's scale and integer weights: an [`DType::I8`] row's `m * 2^-sh`
+/// (exact in f32) and its i8s, or an [`DType::I32`] vector's `2^-FX` and its i32s.
+fn int_row(dtype: DType, row: &[u8]) -> (f32, impl Iterator<Item = i32> + '_) {
+    let (scale, body, width) = if dtype == DType::I8 {
+        let (head, body) = row.split_at(core::mem::size_of::<I8Head>());
+        let (m, sh) = bytemuck::pod_read_unaligned::<I8Head>(head).scale();
+        (m as f32 * libm::exp2f(-(sh as f32)), body, 1)
+    } else {
+        (1.0 / (1u32 << FX) as f32, row, 4)
+    };
+    let w = body.chunks_exact(width).map(|b| match b {
+        &[q] => i32::from(q as i8),
+        b => i32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+    });
+    (scale, w)
+}
+
 /// Reference row decode: `out[c] = w[c]` for one row of `dtype` (of an interleaved dtype,
 /// in its plain form).
 pub fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
     match dtype {
+        DType::I8 | DType::I32 => {
+            let (scale, w) = int_row(dtype, row);
+            for (o, q) in out.iter_mut().zip(w) {
+                *o = q as f32 * scale;
+            }
+        }
         DType::F32 => {
             for (o, b) in out.iter_mut().zip(row.chunks_exact(4)) {
                 *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);

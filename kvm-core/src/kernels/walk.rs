@@ -66,7 +66,7 @@ pub(super) unsafe fn prepared<K: Kernels, const RF: usize, const RQ: usize, cons
 pub(super) fn rows<K: Kernels, const RF: usize, const RQ: usize>(dtype: DType) -> usize {
     let groups = |side_by_side: bool| X16 * if side_by_side { STREAMS } else { 1 };
     match dtype {
-        DType::F32 | DType::F16 | DType::BF16 | DType::F32P => RF,
+        DType::F32 | DType::F16 | DType::BF16 | DType::F32P | DType::I8 | DType::I32 => RF,
         DType::Q8_0 | DType::Q4_0 => RQ,
         DType::Q4_0x16 => groups(K::Q4_0x16::SIDE_BY_SIDE),
         DType::Q8_0x16 => groups(K::Q8_0x16::SIDE_BY_SIDE),

@@ -35,19 +35,11 @@ use crate::config::Config;
 use crate::error::{ConfigField, Error, Result};
 use crate::kernels;
 use crate::state::plan::SEGMENT_LEN;
+pub use crate::state::words::ARENA_ALIGN;
+use crate::state::words::{pad, take, LAYER_PARTS, UNIT};
 
-/// Required alignment of the arena's first byte.
-pub const ARENA_ALIGN: usize = 64;
-
-/// f32s per alignment unit.
-const UNIT: usize = ARENA_ALIGN / 4;
 /// f32s of the counters block.
 pub(crate) const COUNTERS: usize = UNIT;
-
-#[inline]
-const fn pad(n: usize) -> usize {
-    n.div_ceil(UNIT) * UNIT
-}
 
 /// Sizes of one session's arena for a config and a state capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,12 +72,14 @@ pub struct Layout {
     row_widths: [usize; ROW_PARTS],
     /// The widest input a matrix kernel sees.
     widest_input: usize,
+    /// An integer-numerics session's ([`crate::int`]): its parts are sized in words and
+    /// its scratch is its own.
+    int: bool,
     /// f32s a batch of several tokens keeps for its segments' attention scores
     /// ([`Acts::scores`]).
     segment_scores: usize,
 }
 
-const LAYER_PARTS: usize = 12;
 const STEP_PARTS: usize = 8;
 const ROW_PARTS: usize = 16;
 
@@ -175,6 +169,15 @@ impl Layout {
         let sum = |sizes: &[usize]| sizes.iter().try_fold(0usize, |acc, &n| acc.checked_add(pad(n)));
         let step_len = sum(&step_sizes).ok_or(too_big)?;
         let n_layers = cfg.n_layers as usize;
+        let int = cfg.has(crate::config::flags::INT_NUMERICS);
+        let (cache, reads) = if int { (CacheDtype::F32, SlotReads::Stored) } else { (cache, reads) };
+        let (layer_sizes, alt_sizes, part_widths) = match int {
+            true => {
+                let (kvm, alt) = crate::state::arena_int::layer_words(cfg, state_len).ok_or(too_big)?;
+                (kvm, alt, [1; LAYER_PARTS])
+            }
+            false => (layer_sizes, alt_sizes, part_widths),
+        };
         let mut lay = Layout {
             state_len,
             cache,
@@ -191,13 +194,17 @@ impl Layout {
             row_widths,
             widest_input,
             segment_scores,
+            int,
         };
         let layer_words = core::array::from_fn::<_, LAYER_PARTS, _>(|i| lay.layer_part_words(i));
         lay.layer_len = sum(&layer_words).ok_or(too_big)?;
         let alt_words =
             core::array::from_fn::<_, LAYER_PARTS, _>(|i| Self::part_words(cache, &part_widths, i, alt_sizes[i]));
         lay.alt_len = sum(&alt_words).ok_or(too_big)?;
-        lay.scratch_len = step_len.checked_add(lay.acts_len(1).ok_or(too_big)?).ok_or(too_big)?;
+        lay.scratch_len = match int {
+            true => crate::state::arena_int::scratch_words(cfg, state_len).ok_or(too_big)?,
+            false => step_len.checked_add(lay.acts_len(1).ok_or(too_big)?).ok_or(too_big)?,
+        };
         let n_alt = cfg.alt_before(n_layers);
         let layers = mul(lay.layer_len, n_layers - n_alt)?.checked_add(mul(lay.alt_len, n_alt)?).ok_or(too_big)?;
         let total = layers.checked_add(lay.scratch_len + COUNTERS).ok_or(too_big)?;
@@ -229,6 +236,10 @@ impl Layout {
     /// f32s of the activations of `n` tokens processed together (the `batch` of
     /// [`crate::Session::step_batch`]).
     pub fn acts_len(&self, n: usize) -> Option<usize> {
+        if self.int {
+            // An integer session runs a batch token by token in its own scratch.
+            return Some(0);
+        }
         let rows = self.row_widths.iter().try_fold(0usize, |acc, &w| acc.checked_add(pad(w.checked_mul(n)?)))?;
         let rows = rows.checked_add(pad(self.segment_scores_len(n)))?;
         rows.checked_add(pad(kernels::matmul_scratch_len(self.widest_input, n).div_ceil(4)))
@@ -286,6 +297,27 @@ impl Layout {
         let (at, len) = self.layer_span(l);
         let sizes = if self.is_alt(l) { &self.alt_sizes } else { &self.layer_sizes };
         LayerState::carve(&mut layers[at..at + len], reads, self, sizes)
+    }
+
+    /// Whether this is an integer-numerics session's layout.
+    #[inline]
+    pub fn is_int(&self) -> bool {
+        self.int
+    }
+
+    /// Layer `l`'s words within the layers region and the words of each of its parts,
+    /// in order, each padded to 64 bytes (an integer session carves them itself).
+    pub(crate) fn layer_words<'s>(&self, layers: &'s mut [f32], l: usize) -> (&'s mut [f32], &[usize; LAYER_PARTS]) {
+        let (at, len) = self.layer_span(l);
+        let sizes = if self.is_alt(l) { &self.alt_sizes } else { &self.layer_sizes };
+        (&mut layers[at..at + len], sizes)
+    }
+
+    /// The arena's counters, layers and scratch (`[arena_len / 4]`).
+    pub(crate) fn regions<'s>(&self, arena: &'s mut [f32]) -> (&'s mut [f32], &'s mut [f32], &'s mut [f32]) {
+        let (counters, rest) = arena.split_at_mut(COUNTERS);
+        let (layers, scratch) = rest.split_at_mut(self.state_floats() - COUNTERS);
+        (counters, layers, scratch)
     }
 
     /// Cuts the whole arena (`[arena_len / 4]`) for one forward pass.
@@ -350,15 +382,6 @@ pub(crate) struct LayerParts<'s> {
     pub wk: Rows<'s>,
     /// `[n_heads, window_len, d_v]`
     pub wv: Rows<'s>,
-}
-
-/// Splits `n` f32s (padded) off the front of `buf`.
-#[inline]
-fn take<'s>(buf: &mut &'s mut [f32], n: usize) -> &'s mut [f32] {
-    let b = core::mem::take(buf);
-    let (head, tail) = b.split_at_mut(pad(n));
-    *buf = tail;
-    &mut head[..n]
 }
 
 /// One layer's state, carved from the arena.

@@ -1,5 +1,6 @@
 //! A session's decode state and its updates (spec §3), in the caller's arena, in the order
-//! a step uses them: `arena` (the layout and the views carved from it) -> `plan` (what
+//! a step uses them: `words` (the arena's unit) -> `arena_int` (an integer session's parts)
+//! -> `arena` (the layout and the views carved from it) -> `plan` (what
 //! this token does to the state) -> `update` (every write: initial appends, window
 //! pushes, folds, merges) -> `attend` (every read: attention over the slots and the
 //! window) -> `schedule` (step 7 of a layer over a batch: runs, segments, the heads' jobs).
@@ -8,10 +9,12 @@
 //! splittable work goes through [`crate::exec::Exec`].
 
 pub(crate) mod arena;
+pub(crate) mod arena_int;
 pub(crate) mod attend;
 pub(crate) mod plan;
 pub(crate) mod schedule;
 pub(crate) mod update;
+pub(crate) mod words;
 
 pub(crate) use arena::{Acts, LayerState, Scratch};
 pub use arena::{Layout, ARENA_ALIGN};

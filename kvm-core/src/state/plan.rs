@@ -76,7 +76,7 @@ pub(crate) fn coverage_at(cfg: &Config, pos: usize) -> usize {
 
 impl Plan {
     /// The step of the token at `at.pos` in a session of at most `state_len` slots.
-    fn new(cfg: &Config, state_len: usize, at: Counters, phase: Phase) -> Plan {
+    pub(crate) fn new(cfg: &Config, state_len: usize, at: Counters, phase: Phase) -> Plan {
         let c = cfg.chunk_len as usize;
         let t = at.pos;
         let n = t + 1;
@@ -136,7 +136,7 @@ pub fn growth_stops(cfg: &Config, state_len: usize, within: usize) -> Option<usi
 
 impl Plan {
     /// The counters after this step.
-    fn next(&self) -> Counters {
+    pub(crate) fn next(&self) -> Counters {
         Counters { pos: self.t + 1, slots: self.slots_after, coverage: self.coverage_after }
     }
 }

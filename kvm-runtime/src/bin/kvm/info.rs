@@ -32,6 +32,11 @@ pub fn run(path: &Path) -> Result<()> {
             c.alt_layer_every, c.alt_window, c.alt_rope_dim, c.alt_rope_theta
         );
     }
+    let numerics = match c.has(flags::INT_NUMERICS) {
+        true => "int: every step in integers (docs/integer.md): i8 matrices, fixed-point vectors, i16 attention rows",
+        false => "float: the reference's f32 arithmetic on the stored weights",
+    };
+    println!("numerics       {numerics}");
     println!("d_model        {}", c.d_model);
     println!("n_heads        {} (d_qk {}, d_v {})", c.n_heads, c.d_qk, c.d_v);
     println!("d_ff           {}", c.d_ff);

@@ -104,7 +104,9 @@ pub struct CacheArg {
 impl CacheArg {
     /// `model` with its sessions' cache dtype set as asked (unchanged if not asked).
     pub fn apply<'m>(&self, model: Model<'m>) -> anyhow::Result<Model<'m>> {
+        let int = model.config().has(kvm_core::config::flags::INT_NUMERICS);
         Ok(match self.cache {
+            Some(_) if int => bail!("--cache: a model of the integer numerics keeps its own attention rows (i16)"),
             Some(c) => model.with_cache(c)?,
             None => model,
         })
@@ -125,12 +127,25 @@ pub struct SessionArgs {
     /// the slots each run reaches).
     #[arg(long)]
     pub state_slots: Option<usize>,
+    /// The numerics the session must compute with: float or int (docs/integer.md). A
+    /// file holds one (`kvm info` says which; `kvm-export convert --numerics int` writes
+    /// an integer one); asking for the other is an error. Default: the file's.
+    #[arg(long, value_name = "float|int", value_parser = ["float", "int"])]
+    pub numerics: Option<String>,
 }
 
 impl SessionArgs {
-    /// The model in `file`, its cache dtype set as asked.
+    /// The model in `file`, its cache dtype set as asked, in the numerics asked for.
     pub fn model<'f>(&self, file: &'f ModelFile) -> anyhow::Result<Model<'f>> {
-        self.cache.apply(file.model()?)
+        let model = file.model()?;
+        let has = numerics_name(&model);
+        if let Some(asked) = self.numerics.as_deref().filter(|&n| n != has) {
+            bail!(
+                "--numerics {asked}: this model file's numerics is {has} (`kvm-export convert --numerics {asked}` \
+                 writes a file of the other)"
+            );
+        }
+        self.cache.apply(model)
     }
 
     /// The state capacity asked for (the file's by default), checked against the model.
@@ -157,6 +172,15 @@ impl SessionArgs {
 /// A session of `model` holding `state_len` slots in `arena` (from [`SessionArgs::arena`]).
 pub fn session<'m, 'a>(model: Model<'m>, arena: &'a mut Arena, state_len: usize) -> anyhow::Result<Session<'m, 'a>> {
     Ok(Session::with_state_len(model, arena.bytes_mut(), state_len)?)
+}
+
+/// `"int"` for a model of the integer numerics, else `"float"`.
+pub fn numerics_name(model: &Model<'_>) -> &'static str {
+    if model.config().has(kvm_core::config::flags::INT_NUMERICS) {
+        "int"
+    } else {
+        "float"
+    }
 }
 
 fn parse_cache(s: &str) -> Result<CacheDtype, String> {

@@ -54,6 +54,7 @@ pub(super) unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
             // An interleaved row comes in its plain form (as `scalar::dequant_row`).
             DType::Q4_0 | DType::Q4_0x16 => blocks_row::<Q4>(row, out),
             DType::F32P => dequant_f32p(row, out),
+            DType::I8 | DType::I32 => crate::kernels::scalar::dequant_row(dtype, row, out),
         }
     }
 }

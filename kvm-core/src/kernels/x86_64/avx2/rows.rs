@@ -61,6 +61,7 @@ pub(crate) unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
             DType::Q8_0 | DType::Q8_0x16 => blocks_row::<Q8>(row, out),
             DType::Q4_0 | DType::Q4_0x16 => blocks_row::<Q4>(row, out),
             DType::F32P => dequant_f32p(row, out),
+            DType::I8 | DType::I32 => crate::kernels::scalar::dequant_row(dtype, row, out),
         }
     }
 }

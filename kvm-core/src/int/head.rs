@@ -1,0 +1,414 @@
+//! One head of a layer in the integer numerics (docs/integer.md): the KVM state's writes
+//! (initial appends, window pushes, folds: novelty, appends, winner-take-all merges) and
+//! reads, a sliding-window layer's ring, and attention over rows. Spec §3 and §5, in
+//! integers.
+
+use crate::config::{flags, Config};
+use crate::int::fixed::{exp_neg, isqrt, mul_fx, sat32, shr32, shr_round, ONE};
+use crate::int::ops::{dot_rows, layer_norm, norm, to_row};
+use crate::quant::FX;
+use crate::state::arena_int::{IntLayer, IntRows};
+use crate::state::plan::Plan;
+use crate::tensor::Vector;
+
+/// A merged token's flag in a fold's `index` (the slot it joins in the low bits).
+const MERGED: u32 = 1 << 31;
+
+/// The scratch a head's work uses ([`crate::state::arena_int::IntScratch`]'s parts).
+pub(crate) struct HeadScratch<'a> {
+    /// A head's scores, then its weights: `[state_len + ring]`.
+    pub scores: &'a mut [i32],
+    /// A row's mantissas: `[max(d_qk, d_v)]`.
+    pub row: &'a mut [i16],
+    /// A wide vector: `[max(d_qk, d_v)]`.
+    pub wide: &'a mut [i32],
+    /// A fold's prepared keys, `[chunk_len, d_qk]`, novelty `[chunk_len]` and flags.
+    pub pk: &'a mut [i32],
+    pub novelty: &'a mut [i64],
+    pub index: &'a mut [u32],
+}
+
+/// Head `h` of a KVM layer's state.
+pub(crate) struct KvmHead<'l, 's> {
+    pub st: &'l mut IntLayer<'s>,
+    pub h: usize,
+    pub cfg: &'l Config,
+    /// Slots the arena holds.
+    pub state_len: usize,
+    /// `LN_s_k`'s weight and bias.
+    pub ln_sk: (Vector<'l>, Vector<'l>),
+}
+
+/// Rows `rows` in fixed point: `out[c] = m[c] * 2^e`.
+fn widen(m: &[i16], e: i32, out: &mut [i32]) {
+    for (o, &v) in out.iter_mut().zip(m) {
+        *o = shr32(i64::from(v), -e);
+    }
+}
+
+/// `x * g` for every element (fixed point).
+fn gate(x: &mut [i32], g: i32) {
+    if g != ONE {
+        x.iter_mut().for_each(|v| *v = mul_fx(*v, g));
+    }
+}
+
+/// `acc += add`: the slot sum `acc` (`acc[c] * 2^(e - FX)`) takes `add` (fixed point,
+/// rounded to the sum's exponent); when a sum reaches 2^30 every element halves and `e`
+/// grows, as a float's exponent would.
+fn add_into(acc: &mut [i32], e: &mut i32, add: &[i32]) {
+    let sum = |a: i32, b: i32, e: i32| i64::from(a) + shr_round(i64::from(b), e);
+    let max = acc.iter().zip(add).fold(0u64, |m, (&a, &b)| m.max(sum(a, b, *e).unsigned_abs()));
+    let k = (64 - max.leading_zeros() as i32 - 30).max(0);
+    let e0 = *e;
+    for (a, &b) in acc.iter_mut().zip(add) {
+        *a = shr32(sum(*a, b, e0), k);
+    }
+    *e += k;
+}
+
+/// A similarity `dot * 2^e` of two rows (`e` their exponents' sum), comparable across rows.
+#[inline]
+fn similarity(dot: i32, e: i32) -> i64 {
+    shr_round(i64::from(dot), -e)
+}
+
+impl KvmHead<'_, '_> {
+    #[inline]
+    fn dk(&self) -> usize {
+        self.cfg.d_qk as usize
+    }
+    #[inline]
+    fn dv(&self) -> usize {
+        self.cfg.d_v as usize
+    }
+    #[inline]
+    fn slot(&self, s: usize) -> usize {
+        self.h * self.state_len + s
+    }
+    #[inline]
+    fn ring(&self, j: usize) -> usize {
+        self.h * self.cfg.window_len() + j % self.cfg.window_len()
+    }
+
+    /// `pk <- LN_s_k(pk with dims [0, rope_dim) zeroed)`: `pk` holds a key on entry.
+    fn prepare_key(&self, pk: &mut [i32]) {
+        pk[..self.cfg.rope_dim as usize].fill(0);
+        layer_norm(pk, 0, self.ln_sk.0, self.ln_sk.1);
+    }
+
+    /// A token's updates (`plan` the token's): its initial append, if any, then its window
+    /// push of key `k`, value `v` (fixed point) and merge gate `m`.
+    pub(crate) fn update(&mut self, plan: &Plan, k: &[i32], v: &[i32], m: i32, s: &mut HeadScratch<'_>) {
+        if let Some(slot) = plan.initial {
+            let g = if plan.gate_initial { m } else { ONE };
+            let (i, dk, dv) = (self.slot(slot), self.dk(), self.dv());
+            let pk = &mut s.wide[..dk];
+            pk.copy_from_slice(k);
+            self.prepare_key(pk);
+            gate(pk, g);
+            self.st.sk[i * dk..(i + 1) * dk].copy_from_slice(pk);
+            let sv = &mut self.st.sv[i * dv..(i + 1) * dv];
+            sv.copy_from_slice(v);
+            gate(sv, g);
+            // The radius is the ungated |v|; exponents start at 0.
+            let r = if self.cfg.has(flags::VLENS) { norm(v) } else { 1 };
+            self.st.sr[3 * i..3 * i + 3].copy_from_slice(&[r, 0, 0]);
+            self.refresh(slot, true, s);
+        }
+        let ri = self.ring(plan.t);
+        let (m_k, e_k) = self.st.wk.row_mut(ri);
+        *e_k = to_row(k, 0, m_k);
+        let (m_v, e_v) = self.st.wv.row_mut(ri);
+        *e_v = to_row(v, 0, m_v);
+        self.st.wm[ri] = m;
+    }
+
+    /// Recomputes what reads of slot `s` see: with `key`, `nk = LN_s_k(sk)`; and the value
+    /// (`sv / |sv| * r` with vlens, else `sv / r`).
+    fn refresh(&mut self, slot: usize, key: bool, s: &mut HeadScratch<'_>) {
+        let (i, dk, dv) = (self.slot(slot), self.dk(), self.dv());
+        let [r, e_k, e_v] = [self.st.sr[3 * i], self.st.sr[3 * i + 1], self.st.sr[3 * i + 2]];
+        if key {
+            let w = &mut s.wide[..dk];
+            w.copy_from_slice(&self.st.sk[i * dk..(i + 1) * dk]);
+            layer_norm(w, e_k, self.ln_sk.0, self.ln_sk.1);
+            let (m, e) = self.st.nk.row_mut(i);
+            *e = to_row(w, 0, m);
+        }
+        // The value sum as a row of mantissas `M` of norm below 2^15.
+        let row = &mut s.row[..dv];
+        let e_m = to_row(&self.st.sv[i * dv..(i + 1) * dv], e_v, row);
+        let (out, e_out) = self.st.nv.row_mut(i);
+        if self.cfg.has(flags::VLENS) {
+            // M / |M| * r: r cut to 14 bits (r' * 2^e_out), then M * r' / |M|
+            let n2: u64 = row.iter().map(|&x| (i64::from(x) * i64::from(x)) as u64).sum();
+            let nrm = isqrt(n2 << 32).max(1); // |M| * 2^16
+            let er = (64 - u64::from(r.unsigned_abs()).leading_zeros() as i32 - 14).max(-16);
+            let r14 = shr_round(i64::from(r), er);
+            let g = ((r14 << 46) / nrm as i64).min(i64::from(i32::MAX)); // r' * 2^30 / |M|
+            for (o, &x) in out.iter_mut().zip(row.iter()) {
+                *o = sat32(shr_round(i64::from(x) * g, 30)).clamp(-32768, 32767) as i16;
+            }
+            *e_out = er;
+        } else {
+            // r is the fold count (at least 1)
+            let count = i64::from(r.max(1));
+            for (o, &x) in out.iter_mut().zip(row.iter()) {
+                *o = crate::int::fixed::div_round(i64::from(x), count) as i16;
+            }
+            *e_out = e_m;
+        }
+    }
+
+    /// The best similarity of row `(m, e)` to slots `[from, to)`'s keys, and the first
+    /// slot that has it (`None` for no slots).
+    fn best_slot(&self, m: &[i16], e: i32, from: usize, to: usize) -> Option<(i64, usize)> {
+        let mut best: Option<(i64, usize)> = None;
+        for s in from..to {
+            let (k, e_k) = self.st.nk.row(self.slot(s));
+            let sim = similarity(dot_rows(m, k), e + e_k);
+            if best.is_none_or(|(b, _)| sim > b) {
+                best = Some((sim, s));
+            }
+        }
+        best
+    }
+
+    /// Folds window chunk `[b, b + chunk_len)` into the state (spec §3 "Overflow update"):
+    /// the `slots_after - slots_before` most novel tokens become new slots, the rest merge
+    /// into their nearest non-sink slot.
+    pub(crate) fn fold(&mut self, b: usize, slots_before: usize, slots_after: usize, s: &mut HeadScratch<'_>) {
+        let (dk, dv, c) = (self.dk(), self.dv(), self.cfg.chunk_len as usize);
+        let gate_keys = self.cfg.has(flags::MERGE_GATE_KEYS);
+        let gate_values = self.cfg.has(flags::MERGE_GATE_VALUES);
+        let gate_appends = self.cfg.has(flags::GATE_APPENDS);
+        let vlens = self.cfg.has(flags::VLENS);
+
+        // pk_j = LN_s_k(k_j, rope dims zeroed) of every leaving token: [chunk_len, d_qk]
+        for i in 0..c {
+            let (m, e) = self.st.wk.row(self.ring(b + i));
+            let pk = &mut s.pk[i * dk..(i + 1) * dk];
+            widen(m, e, pk);
+            self.prepare_key(pk);
+        }
+
+        // Novelty: a token's best similarity to the current slots; the n_append lowest
+        // (ties: lower token first) are appended.
+        let n_append = slots_after - slots_before;
+        let index = &mut s.index[..c];
+        if n_append == 0 || n_append == c {
+            index.fill((n_append == c) as u32);
+        } else {
+            for i in 0..c {
+                let row = &mut s.row[..dk];
+                let e = to_row(&s.pk[i * dk..(i + 1) * dk], 0, row);
+                s.novelty[i] = self.best_slot(row, e, 0, slots_before).map_or(i64::MIN, |(sim, _)| sim);
+            }
+            mark_least_novel(&s.novelty[..c], n_append, index);
+        }
+
+        // Appends, in token order; gated copies when the model gates appends.
+        let mut slot = slots_before;
+        for i in 0..c {
+            if s.index[i] == 0 {
+                continue;
+            }
+            let ri = self.ring(b + i);
+            let m = self.st.wm[ri];
+            let g = |kind: bool| if gate_appends && kind { m } else { ONE };
+            let si = self.slot(slot);
+            let sk = &mut self.st.sk[si * dk..(si + 1) * dk];
+            sk.copy_from_slice(&s.pk[i * dk..(i + 1) * dk]);
+            gate(sk, g(gate_keys));
+            let (vm, ve) = self.st.wv.row(ri);
+            let sv = &mut self.st.sv[si * dv..(si + 1) * dv];
+            widen(vm, ve, sv);
+            gate(sv, g(gate_values));
+            let r = if vlens { norm(sv) } else { 1 };
+            self.st.sr[3 * si..3 * si + 3].copy_from_slice(&[r, 0, 0]);
+            slot += 1;
+        }
+        for slot in slots_before..slots_after {
+            self.refresh(slot, true, s);
+        }
+
+        // Merges: every other token joins argmax_{s >= sink} gk . LN_s_k(sk[s]) (ties:
+        // lowest slot; with every slot a sink, the last), all decided against the
+        // post-append state, then summed in token order.
+        let protected = (self.cfg.sink_len as usize).min(slots_after);
+        let mut merges = false;
+        for i in 0..c {
+            if s.index[i] != 0 {
+                continue;
+            }
+            let pk = &mut s.pk[i * dk..(i + 1) * dk];
+            if gate_keys {
+                gate(pk, self.st.wm[self.ring(b + i)]);
+            }
+            let row = &mut s.row[..dk];
+            let e = to_row(pk, 0, row);
+            let best =
+                self.best_slot(row, e, protected, slots_after).map_or(protected.min(slots_after - 1), |(_, s)| s);
+            s.index[i] = MERGED | best as u32;
+            merges = true;
+        }
+        if !merges {
+            return;
+        }
+        for i in 0..c {
+            if s.index[i] & MERGED == 0 {
+                continue;
+            }
+            let si = self.slot((s.index[i] & !MERGED) as usize);
+            let ri = self.ring(b + i);
+            let (e_k, e_v) = (&mut 0, &mut 0);
+            *e_k = self.st.sr[3 * si + 1];
+            add_into(&mut self.st.sk[si * dk..(si + 1) * dk], e_k, &s.pk[i * dk..(i + 1) * dk]);
+            self.st.sr[3 * si + 1] = *e_k;
+            let gv = &mut s.wide[..dv];
+            let (vm, ve) = self.st.wv.row(ri);
+            widen(vm, ve, gv);
+            if gate_values {
+                gate(gv, self.st.wm[ri]);
+            }
+            *e_v = self.st.sr[3 * si + 2];
+            add_into(&mut self.st.sv[si * dv..(si + 1) * dv], e_v, gv);
+            self.st.sr[3 * si + 2] = *e_v;
+        }
+        for slot in 0..slots_after {
+            let hit = s.index[..c].contains(&(MERGED | slot as u32));
+            // The reference's broadcast quirk: every slot's count grows once per fold.
+            if !vlens {
+                let i = self.slot(slot);
+                self.st.sr[3 * i] = self.st.sr[3 * i].saturating_add(1);
+            }
+            if hit || !vlens {
+                self.refresh(slot, hit, s);
+            }
+        }
+    }
+
+    /// Attention of query `q` (fixed point, post LN_q and RoPE) over the state slots
+    /// `plan` reads and window tokens `[window_begin, t]`, into `out` (fixed point); `a`
+    /// is `(window, state)`'s score multipliers (`temp / sqrt(d_qk)`, fixed point).
+    pub(crate) fn attend(&self, q: &[i32], plan: &Plan, a: (i32, i32), s: &mut HeadScratch<'_>, out: &mut [i32]) {
+        let n_state = if plan.read_state { plan.slots_after } else { 0 };
+        let n_window = plan.t + 1 - plan.window_begin;
+        let row = &mut s.row[..self.dk()];
+        let e_q = to_row(q, 0, row);
+        let scores = &mut s.scores[..n_state + n_window];
+        for (j, sc) in scores.iter_mut().enumerate() {
+            let (keys, r, mult) = if j < n_state {
+                (&self.st.nk, self.slot(j), a.1)
+            } else {
+                (&self.st.wk, self.ring(plan.window_begin + j - n_state), a.0)
+            };
+            let (k, e_k) = keys.row(r);
+            *sc = score(dot_rows(row, k), mult, e_q + e_k);
+        }
+        let rows = |j: usize| {
+            if j < n_state {
+                self.st.nv.row(self.slot(j))
+            } else {
+                self.st.wv.row(self.ring(plan.window_begin + j - n_state))
+            }
+        };
+        weighted_sum(scores, rows, out);
+    }
+}
+
+/// A score in fixed point: `dot * 2^(e - 2 FX) * mult`.
+#[inline]
+fn score(dot: i32, mult: i32, e: i32) -> i32 {
+    shr32(i64::from(dot) * i64::from(mult), 2 * FX as i32 - e)
+}
+
+/// `out = sum_j softmax(scores)_j * value_j` (fixed point), `rows(j)` value `j`'s row:
+/// `p_j = exp(s_j - max)` in Q15, normalised to weights that sum to at most 2^15 (each
+/// floored), shifted to the largest value exponent, then the exact sums.
+fn weighted_sum<'r>(scores: &mut [i32], rows: impl Fn(usize) -> (&'r [i16], i32), out: &mut [i32]) {
+    let max = scores.iter().copied().max().unwrap_or(0);
+    let mut sum = 0u64;
+    for sc in scores.iter_mut() {
+        let p = exp_neg(sat32(i64::from(max) - i64::from(*sc)));
+        *sc = p;
+        sum += p as u64;
+    }
+    // weights P_j = floor(p_j * 2^15 / sum), by one reciprocal
+    let g = (1u64 << 47) / sum.max(1);
+    let e_max = (0..scores.len()).map(|j| rows(j).1).max().unwrap_or(0);
+    let acc = &mut *out;
+    acc.fill(0);
+    for (j, &p) in scores.iter().enumerate() {
+        let (v, e) = rows(j);
+        let w = ((p as u64 * g) >> 32) as i32;
+        let w = if e_max - e >= 31 { 0 } else { w >> (e_max - e) };
+        if w == 0 {
+            continue;
+        }
+        for (a, &x) in acc.iter_mut().zip(v) {
+            *a = a.wrapping_add(w * i32::from(x));
+        }
+    }
+    // sum real = acc * 2^-15 * 2^(e_max - FX), in fixed point acc * 2^(e_max - 15)
+    for a in acc.iter_mut() {
+        *a = shr32(i64::from(*a), 15 - e_max);
+    }
+}
+
+/// A sliding-window layer's head (spec §5): its ring of the last `Wa` keys and values.
+pub(crate) struct SwaHead<'l, 's> {
+    pub st: &'l mut IntLayer<'s>,
+    pub h: usize,
+    pub window: usize,
+}
+
+impl SwaHead<'_, '_> {
+    #[inline]
+    fn ring(&self, j: usize) -> usize {
+        self.h * self.window + j % self.window
+    }
+
+    /// Pushes token `t`'s key and value, then attends `q` over tokens `[t + 1 - Wa, t]`
+    /// (from 0), scores times `mult` (`1 / sqrt(d_qk)`), into `out`.
+    pub(crate) fn step(
+        &mut self,
+        t: usize,
+        (q, k, v): (&[i32], &[i32], &[i32]),
+        mult: i32,
+        s: &mut HeadScratch<'_>,
+        out: &mut [i32],
+    ) {
+        let ri = self.ring(t);
+        let (m_k, e_k) = self.st.wk.row_mut(ri);
+        *e_k = to_row(k, 0, m_k);
+        let (m_v, e_v) = self.st.wv.row_mut(ri);
+        *e_v = to_row(v, 0, m_v);
+        let begin = (t + 1).saturating_sub(self.window);
+        let row = &mut s.row[..q.len()];
+        let e_q = to_row(q, 0, row);
+        let scores = &mut s.scores[..t + 1 - begin];
+        for (j, sc) in scores.iter_mut().enumerate() {
+            let (k, e_k) = self.st.wk.row(self.ring(begin + j));
+            *sc = score(dot_rows(row, k), mult, e_q + e_k);
+        }
+        let wv: &IntRows<'_> = &self.st.wv;
+        weighted_sum(scores, |j| wv.row(self.h * self.window + (begin + j) % self.window), out);
+    }
+}
+
+/// Sets `flags[i]` to 1 for the `n` tokens of least `novelty` (`0 < n < novelty.len()`;
+/// ties: lower token first) and to 0 for the others: the `n`-th found by selection over
+/// token indices held in `flags` itself, then every token compared with it.
+fn mark_least_novel(novelty: &[i64], n: usize, flags: &mut [u32]) {
+    let order = |a: &u32, b: &u32| novelty[*a as usize].cmp(&novelty[*b as usize]).then(a.cmp(b));
+    for (i, x) in (0u32..).zip(flags.iter_mut()) {
+        *x = i;
+    }
+    flags.select_nth_unstable_by(n - 1, order);
+    let cut = flags[n - 1];
+    for (i, flag) in (0u32..).zip(flags.iter_mut()) {
+        *flag = order(&i, &cut).is_le() as u32;
+    }
+}
