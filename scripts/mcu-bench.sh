@@ -14,12 +14,13 @@
 # (prefill: the 12 prompt tokens; decode: the mean of 64 steps; model_flash_bytes: the
 # model file linked into read-only memory; stack_bytes: the painted stack's high-water
 # mark). With --table a Markdown table of the same numbers follows. Boards:
-# $KVM_MCU_BOARDS, default "an386 an505 an547 riscv32". Exits non-zero if a run fails.
+# $KVM_MCU_BOARDS, default "an386 an385 an505 an547 riscv32 riscv32imc". Exits non-zero if a
+# run fails.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 run="$root/examples/mcu/run-qemu.sh"
-read -r -a boards <<<"${KVM_MCU_BOARDS:-an386 an505 an547 riscv32}"
+read -r -a boards <<<"${KVM_MCU_BOARDS:-an386 an385 an505 an547 riscv32 riscv32imc}"
 dtypes=(q8_0 q4_0)
 caches=(f32 f16 q8)
 table=0

@@ -9,8 +9,10 @@
 # q8_0/q4_0 matrices row-major instead of interleaved). --ram-kib K links every board with
 # K KiB of RAM; without MODEL or --dtype it runs the 256 KiB configuration of tiny-kjv
 # (examples/mcu/README.md). --heap runs the heap build, which loads MODEL apart from the
-# firmware and chooses the cache C at run time (the host runs with --cache C). Boards: $KVM_MCU_BOARDS, default "an386 an505 an547 riscv32". Checks:
+# firmware and chooses the cache C at run time (the host runs with --cache C). Boards:
+# $KVM_MCU_BOARDS, default "an386 an385 an505 an547 riscv32 riscv32imc". Checks:
 # - every board's text is the first board's;
+# - an385's firmware holds only ARMv6-M instructions (scripts/armv6m-check.sh);
 # - it equals the reference implementation's greedy continuation
 #   (models/tiny-kjv/reference/greedy.json) when the weights are exact (--dtype f32, f16
 #   or bf16: the checkpoint is bf16);
@@ -30,7 +32,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 run="$root/examples/mcu/run-qemu.sh"
 # shellcheck source=firmware-lib.sh
 source "$root/scripts/firmware-lib.sh"
-read -r -a boards <<<"${KVM_MCU_BOARDS:-an386 an505 an547 riscv32}"
+read -r -a boards <<<"${KVM_MCU_BOARDS:-an386 an385 an505 an547 riscv32 riscv32imc}"
 ram=()
 heap=0
 dtype=""
@@ -87,6 +89,8 @@ for board in "${boards[@]}"; do
     check "$board runs${how:+ ($how)}" "$run" --board "$board" ${ram[@]+"${ram[@]}"} ${variant[@]+"${variant[@]}"} \
         --out "$work/$board.txt" "$model"
     [[ $board == "$first" ]] || check "$board and $first agree" cmp "$work/$board.txt" "$work/$first.txt"
+    [[ $board != an385 ]] || check "an385's firmware is ARMv6-M code" \
+        "$root/scripts/armv6m-check.sh" "$root/examples/mcu/target/thumbv6m-none-eabi/release/kvm-mcu"
 done
 
 prompt="And God said"

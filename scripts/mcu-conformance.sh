@@ -4,20 +4,23 @@
 # board's build selects against the scalar oracle, and the oracle against the firmware's
 # reference computations, bit for bit, on the board.
 #
-# usage: scripts/mcu-conformance.sh [--board an386|an505|an547|riscv32]... [--timeout SECS]
+# usage: scripts/mcu-conformance.sh [--board an386|an385|an505|an547|riscv32|riscv32imc]...
+#                                   [--timeout SECS]
 #
 #   --board B       a board to run on (repeatable; default: every board below)
 #   --timeout SECS  QEMU wall-clock limit per board (default 600)
 #
 # Each board also names the tier its build must select (an386, an505: dsp; an547: helium;
-# riscv32: scalar), so a build that silently falls back to another tier fails. Prints the
-# firmware's lines, one "ok"/"FAILED" line per board with its checks and seconds, and
-# "N passed, N failed"; exits non-zero when any board fails (a mismatch, a panic, a fault,
-# a timeout, a failed build or a wrong tier).
+# an385, riscv32, riscv32imc: scalar), so a build that silently falls back to another tier
+# fails; an385's firmware must also hold only ARMv6-M instructions
+# (scripts/armv6m-check.sh). Prints the firmware's lines, one "ok"/"FAILED" line per board
+# with its checks and seconds, and "N passed, N failed"; exits non-zero when any board
+# fails (a mismatch, a panic, a fault, a timeout, a failed build, a wrong tier or, on
+# an385, an instruction ARMv6-M lacks).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-all_boards=(an386 an505 an547 riscv32)
+all_boards=(an386 an385 an505 an547 riscv32 riscv32imc)
 boards=()
 timeout_s=600
 while [[ $# -gt 0 ]]; do
@@ -38,7 +41,7 @@ for board in "${boards[@]}"; do
     case "$board" in
         an386|an505) tier=dsp ;;
         an547) tier=helium ;;
-        riscv32) tier=scalar ;;
+        an385|riscv32|riscv32imc) tier=scalar ;;
         *) echo "mcu-conformance.sh: unknown board '$board' (${all_boards[*]})" >&2; exit 2 ;;
     esac
     log="$(mktemp)"
@@ -50,6 +53,10 @@ for board in "${boards[@]}"; do
     if [[ $rc -eq 0 ]] && ! grep -qx "kvm-conformance: tier $tier" "$log"; then
         echo "$board: expected tier $tier" >&2
         rc=1
+    fi
+    if [[ $rc -eq 0 && $board == an385 ]]; then
+        bash "$root/scripts/armv6m-check.sh" "$root/examples/mcu/target/thumbv6m-none-eabi/release/kvm-mcu-conformance" \
+            | sed "s/^/$board: /" || rc=1
     fi
     checks="$(sed -n 's/^kvm-conformance: \([0-9]*\) checks, .*/\1/p' "$log")"
     rm -f "$log"

@@ -8,7 +8,7 @@ sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 rustup component add rustfmt clippy >/dev/null
 rustup target add thumbv7em-none-eabihf thumbv6m-none-eabi thumbv8m.main-none-eabihf \
-    riscv32imac-unknown-none-elf aarch64-unknown-linux-gnu >/dev/null
+    riscv32imac-unknown-none-elf riscv32imc-unknown-none-elf aarch64-unknown-linux-gnu >/dev/null
 
 need=()
 for pkg in qemu-system-arm qemu-system-misc qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross \

@@ -6,8 +6,13 @@
 //! Inputs (environment):
 //! - `KVM_MCU_MODEL`: the `.kvm` file to flash; relative paths are taken from this
 //!   directory. Default `../../models/tiny-kjv-q8_0.kvm`.
-//! - `KVM_MCU_BOARD`: `an386`, `an505`, `an547` or `riscv32`; default from the target
-//!   (`thumbv8m.*` is an505, `riscv32*` riscv32).
+//! - `KVM_MCU_BOARD`: `an385`, `an386`, `an505`, `an547`, `riscv32` or `riscv32imc`;
+//!   default from the target (`thumbv6m` is an385, `thumbv8m.*` an505, `riscv32imc`
+//!   riscv32imc, other `riscv32*` riscv32). riscv32imc is QEMU's `virt` board, as
+//!   riscv32, with another CPU: it takes riscv32's map.
+//!
+//! ARMv6-M targets (`thumbv6m`) get `cfg(armv6m)`: the firmware traps unaligned accesses
+//! there, as a Cortex-M0+ does.
 //!
 //! A memory map that places a `.kvm_model` section (an547: the model is too big for its
 //! ITCM and goes in QSPI ROM) makes the firmware put the model there (`cfg(model_section)`);
@@ -40,8 +45,12 @@ fn main() {
     // Memory map.
     let target = env::var("TARGET").unwrap_or_default();
     let board = env::var("KVM_MCU_BOARD").unwrap_or_else(|_| {
-        if target.starts_with("thumbv8m") {
+        if target.starts_with("thumbv6m") {
+            "an385"
+        } else if target.starts_with("thumbv8m") {
             "an505"
+        } else if target.starts_with("riscv32imc-") {
+            "riscv32imc"
         } else if target.starts_with("riscv32") {
             "riscv32"
         } else {
@@ -49,7 +58,8 @@ fn main() {
         }
         .to_owned()
     });
-    let memory = manifest.join(format!("memory-{board}.x"));
+    let map_name = if board == "riscv32imc" { "riscv32" } else { &board };
+    let memory = manifest.join(format!("memory-{map_name}.x"));
     let map =
         fs::read_to_string(&memory).unwrap_or_else(|e| fail(&format!("board `{board}`: {}: {e}", memory.display())));
     let map = match env::var("KVM_MCU_RAM_KIB") {
@@ -67,6 +77,10 @@ fn main() {
          stack region is the rest of RAM). */\nASSERT(_stack_start - {stack_bottom} >= {STACK_RESERVE}, \
          \"kvm-mcu: the statics leave less than {STACK_RESERVE} bytes of RAM for the stack\");\n"
     );
+    println!("cargo::rustc-check-cfg=cfg(armv6m)");
+    if target.starts_with("thumbv6m") {
+        println!("cargo:rustc-cfg=armv6m");
+    }
     println!("cargo::rustc-check-cfg=cfg(model_section)");
     if map.contains(".kvm_model") {
         println!("cargo:rustc-cfg=model_section");

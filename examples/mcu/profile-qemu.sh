@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Instructions per function of a firmware run, from QEMU's translation and execution log.
 #
-# usage: examples/mcu/profile-qemu.sh [--board an386|an505|an547] [--top N] [ELF]
+# usage: examples/mcu/profile-qemu.sh [--board an386|an385|an505|an547] [--top N] [ELF]
 #
 #   --board B  the board the ELF was built for (default an386)
 #   --top N    functions to print (default 20)
@@ -34,9 +34,10 @@ one=()
 dir="$here/target"
 case "$board" in
     an386) target=thumbv7em-none-eabihf; machine=mps2-an386; cpu=cortex-m4 ;;
+    an385) target=thumbv6m-none-eabi; machine=mps2-an385; cpu=cortex-m3 ;;
     an505) target=thumbv8m.main-none-eabihf; machine=mps2-an505; cpu=cortex-m33 ;;
     an547) target=thumbv8m.main-none-eabihf; machine=mps3-an547; cpu=cortex-m55; one=(-singlestep); dir="$here/target/an547" ;;
-    *) echo "profile-qemu.sh: unknown board '$board' (an386, an505 or an547)" >&2; exit 2 ;;
+    *) echo "profile-qemu.sh: unknown board '$board' (an386, an385, an505 or an547)" >&2; exit 2 ;;
 esac
 elf="${elf:-$dir/$target/release/kvm-mcu}"
 [[ -f "$elf" ]] || { echo "profile-qemu.sh: no ELF at $elf (run run-qemu.sh --board $board first)" >&2; exit 2; }

@@ -6,9 +6,13 @@
 #                                 [--expect FILE] [--timeout SECS] [MODEL]
 #
 #   --board an386   Cortex-M4F, thumbv7em-none-eabihf (default)
+#   --board an385   ARMv6-M code (Cortex-M0+, RP2040 class), thumbv6m-none-eabi, on the
+#                   board's Cortex-M3, which traps unaligned accesses as an M0+ does
 #   --board an505   Cortex-M33, thumbv8m.main-none-eabihf
 #   --board an547   Cortex-M55 (Helium), thumbv8m.main-none-eabihf -C target-cpu=cortex-m55
 #   --board riscv32 RV32IMAC, riscv32imac-unknown-none-elf (QEMU virt, -bios none)
+#   --board riscv32imc  RV32IMC (ESP32-C3 class: no atomics, no FPU),
+#                   riscv32imc-unknown-none-elf, on QEMU virt with a CPU of that ISA
 #   MODEL           the .kvm file to flash (default: models/tiny-kjv-q8_0.kvm)
 #   --dtype D       instead of MODEL, convert models/tiny-kjv with kvm-export --dtype D
 #                   into examples/mcu/target/ and flash that
@@ -85,12 +89,18 @@ rustflags=""
 target_dir="$here/target"
 case "$board" in
     an386) target=thumbv7em-none-eabihf; qemu=(qemu-system-arm -M mps2-an386 -cpu cortex-m4); sysclk=25000000; slot=0x21000000 ;;
+    # QEMU has no Cortex-M0+ board with room for a model; the M3 runs ARMv6-M code.
+    an385) target=thumbv6m-none-eabi; qemu=(qemu-system-arm -M mps2-an385 -cpu cortex-m3); sysclk=25000000; slot=0x21000000 ;;
     an505) target=thumbv8m.main-none-eabihf; qemu=(qemu-system-arm -M mps2-an505 -cpu cortex-m33); sysclk=20000000; slot=0x80000000 ;;
     # Rust has no Armv8.1-M target: the M55's Helium (MVE) comes from target-cpu.
     an547) target=thumbv8m.main-none-eabihf; qemu=(qemu-system-arm -M mps3-an547 -cpu cortex-m55); sysclk=32000000; slot=0x70000000
         rustflags="-C target-cpu=cortex-m55"; target_dir="$here/target/an547" ;;
     riscv32) target=riscv32imac-unknown-none-elf; qemu=(qemu-system-riscv32 -M virt -bios none); sysclk=1000000000; slot=0x22000000 ;;
-    *) echo "run-qemu.sh: unknown board '$board' (an386, an505, an547 or riscv32)" >&2; exit 2 ;;
+    # The CPU without the A, F, D, H and bit-manipulation extensions: RV32IMC (with Zicsr
+    # and Zifencei), so an atomic or floating-point instruction traps (exit 102).
+    riscv32imc) target=riscv32imc-unknown-none-elf; sysclk=1000000000; slot=0x22000000
+        qemu=(qemu-system-riscv32 -M virt -bios none -cpu rv32,a=off,f=off,d=off,h=off,zba=off,zbb=off,zbc=off,zbs=off) ;;
+    *) echo "run-qemu.sh: unknown board '$board' (an385, an386, an505, an547, riscv32 or riscv32imc)" >&2; exit 2 ;;
 esac
 
 [[ -z "$cache" || -n "$dtype" || $heap -eq 1 ]] || { echo "run-qemu.sh: --cache needs --dtype or --heap" >&2; exit 2; }

@@ -1,5 +1,6 @@
 //! Cortex-M (`cortex-m-rt`): SysTick as the tick counter, the stack painted by
 //! `cortex-m-rt`'s `paint-stack` at reset, hard faults reported and turned into exit 102.
+//! ARMv6-M builds (`thumbv6m`, the an385 board) also trap unaligned accesses.
 
 use core::sync::atomic::{AtomicU32, Ordering};
 use cortex_m::peripheral::syst::SystClkSource;
@@ -10,9 +11,12 @@ use semihosting::println;
 const RELOAD: u32 = 0x00ff_ffff;
 static WRAPS: AtomicU32 = AtomicU32::new(0);
 
-/// Starts the tick counter (the stack is already painted).
+/// Starts the tick counter (the stack is already painted); on ARMv6-M, also traps
+/// unaligned accesses.
 pub fn init() {
     let Some(p) = cortex_m::Peripherals::take() else { return };
+    #[cfg(armv6m)]
+    trap_unaligned(&p.SCB);
     let mut syst = p.SYST;
     syst.set_clock_source(SystClkSource::Core);
     syst.set_reload(RELOAD);
@@ -46,7 +50,23 @@ pub fn ticks() -> u64 {
 
 #[exception]
 fn SysTick() {
-    WRAPS.fetch_add(1, Ordering::Relaxed);
+    // A load and a store, not `fetch_add`: ARMv6-M has no atomic read-modify-write, and
+    // none is needed: this handler is the only writer and an exception never preempts
+    // itself, so no increment is lost between the two (`ticks` only reads).
+    WRAPS.store(WRAPS.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+}
+
+/// Sets `SCB.CCR.UNALIGN_TRP` (bit 3), so that an unaligned word or halfword access
+/// faults (a usage fault, escalated to the hard fault: exit 102). ARMv6-M code runs on the
+/// an385's Cortex-M3, which allows unaligned accesses unless told; a Cortex-M0+ always
+/// faults on them (there the bit reads as one and ignores writes), so with the bit set
+/// the M3 refuses what an M0+ would.
+#[cfg(armv6m)]
+fn trap_unaligned(scb: &SCB) {
+    const UNALIGN_TRP: u32 = 1 << 3;
+    // SAFETY: sets one configuration bit before anything runs that it could affect; the
+    // firmware's own accesses are aligned.
+    unsafe { scb.ccr.modify(|ccr| ccr | UNALIGN_TRP) };
 }
 
 extern "C" {

@@ -1,10 +1,10 @@
 //! Kernel conformance on the board: every kernel of the tier this firmware was built with
 //! ([`kvm_core::kernels::tier::COMPILED`]: `dsp` on an386 and an505, `helium` on an547,
-//! `scalar` on riscv32) against the scalar oracle, and the scalar oracle against the
-//! straightforward reference computations written out here from the kernels' documented
-//! contracts (exact integer block sums scaled by `d_w * d_a` into 8 accumulators, dots in 16
-//! lanes, weighted sums in row order, ...), bit for bit. The second comparison keeps the
-//! run meaningful where the compiled tier is scalar itself.
+//! `scalar` on an385, riscv32 and riscv32imc) against the scalar oracle, and the scalar
+//! oracle against the straightforward reference computations written out here from the
+//! kernels' documented contracts (exact integer block sums scaled by `d_w * d_a` into 8
+//! accumulators, dots in 16 lanes, weighted sums in row order, ...), bit for bit. The
+//! second comparison keeps the run meaningful where the compiled tier is scalar itself.
 //!
 //! Host tests cannot run a microcontroller tier's instructions; this firmware does, under
 //! QEMU or on hardware, on deterministic data: every integer layout (q8_0, q4_0, q8_0x16,
