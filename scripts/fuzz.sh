@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every fuzz target (fuzz/fuzz_targets/), or the TARGETs named, for SECONDS each,
-# default 60, seeded from small models of every dtype, a GPT-2 tokenizer section and the
-# golden checkpoints:
+# default 60, seeded from small models of every dtype (a fixed state, a growable one and a
+# hybrid stack), a GPT-2 tokenizer section and the golden checkpoints:
 #
 #   scripts/fuzz.sh 600
 #   scripts/fuzz.sh 600 capi_sequence session_restore
@@ -31,7 +31,8 @@ done
 
 cargo build --release -q -p kvm-export
 export_=target/release/kvm-export
-for case in fixed_basic growable_power_law; do
+# The hybrid: sliding-window layers between saturating (growable) KVM layers.
+for case in fixed_basic growable_power_law hybrid_swa_saturation; do
     for d in f32 f32p f16 q8_0 q4_0; do
         seed=$corpus/model_from_bytes/$case-$d.kvm
         [ -f "$seed" ] || "$export_" convert "tests/data/golden/$case" -o "$seed" --dtype "$d" -q
@@ -51,6 +52,7 @@ for case in tests/data/golden/*/; do
         > "$corpus/export_checkpoint/$name"
 done
 printf '\x20\x00\x00\x00\x00' > "$corpus/session_restore/prompt-32"
+printf '\xb0\x00\x00\x00\x00' > "$corpus/session_restore/hybrid-prompt-48"
 printf '\x00\x00\x00\x00\x00\x10\x00\x00\x00\x00\x00\x05\x00\x06\x07\x00\x00\x00\x00\x01\x01\x03\x02' \
     > "$corpus/capi_sequence/prefill-decode-save-restore"
 

@@ -1,20 +1,48 @@
 //! `Session::restore` on untrusted snapshots: never panics, and whatever it accepts
-//! decodes without panicking. The input's first bytes pick a prompt; a real snapshot of
-//! that session is then damaged as the rest of the input says (a run of `(offset, xor)`
-//! pairs, so mutations reach the counters and the state behind the length check), and
-//! the input itself is tried as a snapshot too. Each is tried as it is (the CRC refuses
-//! any change) and *resealed*, its CRC made that of its bytes, so mutations get past the
-//! CRC to the counters' checks.
+//! decodes without panicking. The input's first byte picks a model (the bundled one, or
+//! a small hybrid stack whose sliding-window rings the prompts wrap) and a prompt; a real
+//! snapshot of that session is then damaged as the rest of the input says (a run of
+//! `(offset, xor)` pairs, so mutations reach the counters and the state behind the
+//! length check), and the input itself is tried as a snapshot too. Each is tried as it is
+//! (the CRC refuses any change) and *resealed*, its CRC made that of its bytes, so
+//! mutations get past the CRC to the counters' checks.
 #![no_main]
 
-use kvm_core::format::{crc32, crc32_update};
+use std::sync::OnceLock;
+
+use kvm_core::cache::{CacheDtype, SlotReads};
+use kvm_core::config::Config;
+use kvm_core::format::{crc32, crc32_update, TokenizerKind};
+use kvm_core::quant::DType;
 use kvm_core::{Model, Session};
+use kvm_export::synth::{growable, paper_hybrid, tensor, Preset, SATURATE1024};
+use kvm_write::policy::Policy;
+use kvm_write::writer::write_model_to;
 use libfuzzer_sys::fuzz_target;
 
 static BLOB: &[u8] = include_bytes!("../../models/tiny-kjv-q8_0.kvm");
 
+/// A model as `kvm-export synth --preset tiny --dtype q8_0 --state saturation
+/// --max-context 256` makes it (layer 0 sliding-window, layer 1 KVM with the saturating
+/// state), its window cut to 24 tokens so that prompts of up to 80 wrap the ring.
+fn hybrid() -> &'static [u8] {
+    static FILE: OnceLock<Vec<u8>> = OnceLock::new();
+    FILE.get_or_init(|| {
+        let cfg = paper_hybrid(growable(Preset::Tiny.config(), SATURATE1024, 256).unwrap());
+        let cfg = Config { alt_window: 24, ..cfg };
+        let policy = Policy::uniform(DType::Q8_0);
+        let dtype_for = |role, rows, cols| policy.dtype_for(role, rows, cols);
+        let source = &mut |role, layer, rows, cols| Ok(tensor(1, role, layer, rows, cols));
+        let (tokenizer, sessions) = ((TokenizerKind::Bytes, &[][..]), (CacheDtype::F32, SlotReads::Stored));
+        let mut out = std::io::Cursor::new(Vec::new());
+        write_model_to(&mut out, &cfg, tokenizer, sessions, &dtype_for, source, &mut |_| {}).unwrap();
+        out.into_inner()
+    })
+}
+
 fuzz_target!(|data: &[u8]| {
-    let Ok(model) = Model::from_bytes_trusted(BLOB) else { return };
+    let blob = if data.first().is_some_and(|&n| n >= 0x80) { hybrid() } else { BLOB };
+    let Ok(model) = Model::from_bytes_trusted(blob) else { return };
     let len = model.arena_len();
     let mut buf = vec![0u128; len / 16 + 4];
     // SAFETY: u128 storage viewed as bytes; any bytes are valid u8.
@@ -22,7 +50,7 @@ fuzz_target!(|data: &[u8]| {
     let off = bytes.as_ptr().align_offset(64);
     let Ok(mut s) = Session::new(model, &mut bytes[off..off + len]) else { return };
     let (prompt_len, rest) = match data.split_first() {
-        Some((&n, rest)) => (usize::from(n % 80) + 1, rest),
+        Some((&n, rest)) => (usize::from(n & 0x7f) % 80 + 1, rest),
         None => (1, data),
     };
     let prompt: Vec<u32> = (0..prompt_len).map(|i| (i as u32 * 31 + 7) % 256).collect();

@@ -369,3 +369,38 @@ fn hybrid_configs_kvm_cannot_run_are_refused_by_field_and_leave_no_file() {
         std::fs::remove_dir_all(dir).ok();
     }
 }
+
+/// A hybrid checkpoint's `swa_window_size` of 0 (or less) means `chunk_len` (spec §5);
+/// the KVM-only tensors (`key_weighting`, `ln_s_k`, head temperatures) on an alternate
+/// layer are refused by name, leaving no file.
+#[test]
+fn a_hybrid_window_of_0_is_a_chunk_and_kvm_only_tensors_on_an_alternate_layer_are_refused() {
+    use safetensors::tensor::TensorView;
+    let base = "tests/data/golden/hybrid_swa_saturation";
+    for window in [0, -1] {
+        let dir = checkpoint(base, &format!("window{window}"), |c| c["swa_window_size"] = window.into());
+        let out = dir.join("m.kvm");
+        let o = export(&["convert", s(&dir), "-q", "-o", s(&out)]);
+        assert!(o.status.success(), "{window}: {}", String::from_utf8_lossy(&o.stderr));
+        let bytes = std::fs::read(&out).unwrap();
+        let c = *kvm_core::Model::from_bytes(&bytes).unwrap().config();
+        assert_eq!((c.alt_window, c.chunk_len), (8, 8), "swa_window_size {window}");
+        std::fs::remove_dir_all(dir).ok();
+    }
+    for name in ["key_weighting.weight", "ln_s_k.weight", "state_head_temp"] {
+        let dir = checkpoint(base, name, |_| {});
+        let path = dir.join("model.safetensors");
+        let bytes = std::fs::read(&path).unwrap();
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let mut tensors: Vec<(String, TensorView<'_>)> = st.tensors();
+        // Layer 1's (a KVM layer's) copied onto alternate layer 0.
+        let from = tensors.iter().find(|(n, _)| *n == format!("transformer.h.1.attn.{name}")).unwrap().1.clone();
+        let onto = format!("transformer.h.0.attn.{name}");
+        tensors.push((onto.clone(), from));
+        std::fs::write(&path, safetensors::serialize(tensors, None).unwrap()).unwrap();
+        let out = dir.join("m.kvm");
+        fails_saying(&["convert", s(&dir), "-q", "-o", s(&out)], &[&format!("unexpected tensor `{onto}`")]);
+        assert_eq!(names(&dir), ["config.json", "model.safetensors"], "{name}: a file was left");
+        std::fs::remove_dir_all(dir).ok();
+    }
+}

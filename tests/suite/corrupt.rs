@@ -158,9 +158,58 @@ fn unsupported_and_invalid_configs_are_refused() {
     }
 }
 
+/// `hybrid_swa_saturation` as f32: 4 layers, alternate (`swa`) layers 0 and 2.
+fn hybrid() -> Vec<u8> {
+    convert_to_bytes(&golden_dir("hybrid_swa_saturation"), DType::F32)
+}
+
+/// `blob` with its tensor table rebuilt by `edit` (every entry with its data, in file
+/// order, to relabel, insert or drop) and the file laid out again around it: offsets,
+/// lengths, `n_tensors` and every checksum made right, so only the table's agreement
+/// with the config stands between the file and a session.
+fn with_tensors(blob: &[u8], edit: impl FnOnce(&mut Vec<(TensorEntry, Vec<u8>)>)) -> Vec<u8> {
+    use kvm_core::format::{crc32, TENSOR_ALIGN};
+    let h = Header::parse(blob).unwrap();
+    let table = &blob[h.table_offset as usize..][..h.table_len as usize];
+    let mut tensors: Vec<(TensorEntry, Vec<u8>)> = table
+        .chunks_exact(ENTRY_LEN)
+        .map(|raw| {
+            let e = TensorEntry::parse(raw).unwrap();
+            (e, blob[e.offset as usize..][..e.len as usize].to_vec())
+        })
+        .collect();
+    edit(&mut tensors);
+    let tokenizer = &blob[h.tokenizer_offset as usize..][..h.tokenizer_len as usize];
+    let tokenizer_offset = HEADER_LEN + tensors.len() * ENTRY_LEN;
+    let mut out = vec![0u8; tokenizer_offset];
+    out.extend_from_slice(tokenizer);
+    let mut table = Vec::new();
+    for (e, data) in &tensors {
+        out.resize(out.len().next_multiple_of(TENSOR_ALIGN), 0);
+        let e = TensorEntry { offset: out.len() as u64, len: data.len() as u64, crc: crc32(data), ..*e };
+        table.extend_from_slice(&e.encode());
+        out.extend_from_slice(data);
+    }
+    out.resize(out.len().next_multiple_of(TENSOR_ALIGN), 0);
+    out[HEADER_LEN..tokenizer_offset].copy_from_slice(&table);
+    let h = Header {
+        n_tensors: tensors.len() as u32,
+        table_offset: HEADER_LEN as u64,
+        table_len: table.len() as u64,
+        table_crc: crc32(&table),
+        tokenizer_offset: tokenizer_offset as u64,
+        file_len: out.len() as u64,
+        ..h
+    };
+    let mut head = [0u8; HEADER_LEN];
+    h.encode(&mut head);
+    out[..HEADER_LEN].copy_from_slice(&head);
+    out
+}
+
 #[test]
 fn hybrid_fields_are_checked_and_each_layer_kind_has_its_own_tensors() {
-    let blob = convert_to_bytes(&golden_dir("hybrid_swa_saturation"), DType::F32);
+    let blob = hybrid();
     assert!(Model::from_bytes(&blob).is_ok());
     for (edit, field) in [
         ((|h: &mut Header| h.config.alt_window = 0) as fn(&mut Header), ConfigField::AltWindow),
@@ -189,6 +238,91 @@ fn hybrid_fields_are_checked_and_each_layer_kind_has_its_own_tensors() {
     // Old files (minor 5 and before) hold zeros there: no alternate layers.
     let old = with_header(&fixed_basic(), |h| h.minor = 5);
     assert!(!Model::from_bytes(&old).unwrap().config().is_hybrid());
+}
+
+/// The layer kinds the header states (layer `i` is an alternate layer iff `i %
+/// alt_layer_every == 0`) and the tensor table tell one story, entry by entry: a table
+/// that disagrees is refused, even with its count, offsets and checksums made right, at
+/// the first entry that is not the one the config expects there (named by that role and
+/// layer), by both loaders.
+#[test]
+fn a_tensor_table_that_disagrees_with_the_layer_kinds_is_refused() {
+    use kvm_core::format::Role;
+    let blob = hybrid();
+    assert_eq!(with_tensors(&blob, |_| {}), blob, "laid out again as the writer lays it");
+    let refused = |bad: &[u8], want: Error| {
+        assert_eq!(Model::from_bytes(bad).unwrap_err(), want);
+        assert_eq!(Model::from_bytes_trusted(bad).unwrap_err(), want);
+    };
+    let at = |role: Role, layer: u16| Error::BadTensor { role: role as u16, layer };
+    let count = Error::BadTensor { role: u16::MAX, layer: u16::MAX };
+    // Every third layer from 0: layers 0 and 3, as many tensors as layers 0 and 2 have,
+    // but layer 2, a KVM layer then, has no ln_s_k after its ln_k.
+    refused(&with_header(&blob, |h| h.config.alt_layer_every = 3), at(Role::LnSkW, 2));
+    // Every fourth: layer 0 alone, a table short of layer 2's KVM-only tensors.
+    refused(&with_header(&blob, |h| h.config.alt_layer_every = 4), count);
+    // The KVM-only tensors of KVM layer 1 moved onto alternate layer 0, in role order:
+    // the count holds, layer 0's c_proj is not where its ln_k's successor should be.
+    let kvm_only = |t: &[(TensorEntry, Vec<u8>)], layer: u16| -> Vec<usize> {
+        (0..t.len()).filter(|&i| t[i].0.layer == layer && t[i].0.role.is_kvm_only()).collect()
+    };
+    let onto_layer_0 = |t: &mut Vec<(TensorEntry, Vec<u8>)>, keep_layer_1: bool| {
+        let from = kvm_only(t, 1);
+        assert_eq!(from.len(), 5, "ln_s_k weight and bias, key_weighting, two head temperatures");
+        assert!(kvm_only(t, 0).is_empty());
+        let moved: Vec<_> = from.iter().map(|&i| (TensorEntry { layer: 0, ..t[i].0 }, t[i].1.clone())).collect();
+        if !keep_layer_1 {
+            from.iter().rev().for_each(|&i| drop(t.remove(i)));
+        }
+        let wo = t.iter().position(|(e, _)| (e.role, e.layer) == (Role::Wo, 0)).unwrap();
+        t.splice(wo..wo, moved);
+    };
+    refused(&with_tensors(&blob, |t| onto_layer_0(t, false)), at(Role::Wo, 0));
+    // Copied instead: five tensors more than the config has.
+    refused(&with_tensors(&blob, |t| onto_layer_0(t, true)), count);
+    // An alternate layer's ln_k relabelled as the KVM-only ln_s_k, of the same shape.
+    let relabelled = with_tensors(&blob, |t| {
+        let ln_k = t.iter_mut().find(|(e, _)| (e.role, e.layer) == (Role::LnKW, 2)).unwrap();
+        ln_k.0.role = Role::LnSkW;
+    });
+    refused(&relabelled, at(Role::LnKW, 2));
+    // A KVM layer without one of its KVM-only tensors: a table short of it.
+    let dropped = with_tensors(&blob, |t| t.retain(|(e, _)| (e.role, e.layer) != (Role::StateTemp, 3)));
+    refused(&dropped, count);
+}
+
+/// A growable file's room is its state capacity, from one chunk (the first chunk always
+/// enters the state whole) to the `max_state_chunks` chunks its config allows. A
+/// capacity of 0, or more than the config allows, is refused; a config with room for 0
+/// chunks (the reference's `n_max_d_chunks` 0, which never lets the state grow past its
+/// first chunk) holds that chunk and runs as a room of one chunk does.
+#[test]
+fn a_growable_file_whose_room_is_0_is_refused_or_keeps_its_first_chunk() {
+    let capacity = Error::BadConfig(ConfigField::StateCapacity);
+    for case in ["growable_power_law", "hybrid_swa_saturation"] {
+        let blob = convert_to_bytes(&golden_dir(case), DType::F32);
+        let h = Header::parse(&blob).unwrap();
+        assert!(h.state_capacity > h.config.chunk_len, "{case}: a room of more than one chunk");
+        assert_eq!(Model::from_bytes(&with_header(&blob, |h| h.state_capacity = 0)).unwrap_err(), capacity);
+        let no_room = with_header(&blob, |h| h.config.max_state_chunks = 0);
+        assert_eq!(Model::from_bytes(&no_room).unwrap_err(), capacity, "{case}: the file's capacity past its room");
+        let room = |chunks: u32| {
+            with_header(&blob, |h| {
+                h.config.max_state_chunks = chunks;
+                h.state_capacity = h.config.chunk_len;
+            })
+        };
+        let (none, one) = (room(0), room(1));
+        let run = |bytes: &[u8]| {
+            let model = Model::from_bytes(bytes).unwrap();
+            assert!(model.arena_len_for(model.config().chunk_len as usize + 1).is_err());
+            let mut arena = Arena::new(model.arena_len());
+            let mut session = Session::new(model, arena.bytes_mut()).unwrap();
+            session.prefill(&[3, 1, 4, 1, 5]).unwrap();
+            (0..100).flat_map(|i| session.decode(i * 37 % 96).unwrap().to_vec()).collect::<Vec<f32>>()
+        };
+        assert_eq!(run(&none), run(&one), "{case}: a room of 0 chunks runs as one of 1");
+    }
 }
 
 #[test]
@@ -463,15 +597,15 @@ fn random_configs_with_valid_checksums_never_panic() {
     let (mut accepted, mut decoded) = (0, 0);
     for case in 0..2000 {
         let blob = &bases[case % bases.len()];
-        let mut r = [0u64; 16];
+        let mut r = [0u64; 20];
         r.iter_mut().for_each(|x| *x = next());
         let small = |x: u64| EDGES[(x % EDGES.len() as u64) as usize];
         let float = |x: u64| floats[(x % floats.len() as u64) as usize];
         let edited = with_header(blob, |h| {
             let c = &mut h.config;
-            // One to three of the thirteen settings change, so that many cases stay valid.
+            // One to three of the seventeen settings change, so that many cases stay valid.
             let edits = 1 + r[0] % 3;
-            let keep = !(0..edits).fold(0u64, |m, i| m | 1 << (1 + (r[0] >> (2 + 4 * i)) % 13));
+            let keep = !(0..edits).fold(0u64, |m, i| m | 1 << (1 + (r[0] >> (2 + 5 * i)) % 17));
             let pick = |bit: u32, field: &mut u32, x: u64| {
                 if keep >> bit & 1 == 0 {
                     *field = if x & 1 == 0 { small(x >> 1) } else { (x >> 1) as u32 % 40 };
@@ -505,6 +639,13 @@ fn random_configs_with_valid_checksums_never_panic() {
             }
             if keep >> 13 & 1 == 0 {
                 c.rope_theta = float(r[14]);
+            }
+            // The hybrid stack's fields (spec §5).
+            pick(14, &mut c.alt_layer_every, r[16]);
+            pick(15, &mut c.alt_window, r[17]);
+            pick(16, &mut c.alt_rope_dim, r[18]);
+            if keep >> 17 & 1 == 0 {
+                c.alt_rope_theta = float(r[19]);
             }
             // Half of the time the arena holds the new config's natural state (what an
             // exporter writes); otherwise the capacity stays as picked.
