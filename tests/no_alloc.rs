@@ -78,8 +78,14 @@ fn prefill_and_decode_allocate_nothing() {
         ("growable_power_law", DType::Q8_0, CacheDtype::Q8),
         ("hybrid_swa_saturation", DType::F32, CacheDtype::F32),
         ("hybrid_swa_saturation", DType::Q8_0, CacheDtype::F16),
+        // The integer numerics (its own i16 rows).
+        ("growable_power_law", DType::I8, CacheDtype::F32),
+        ("hybrid_swa_saturation", DType::I8, CacheDtype::F32),
     ] {
-        let blob = convert_to_bytes(&golden_dir(case), dtype);
+        let blob = match dtype {
+            DType::I8 => convert_with(&golden_dir(case), &Policy::int()),
+            _ => convert_to_bytes(&golden_dir(case), dtype),
+        };
         let model = Model::from_bytes(&blob).unwrap().with_cache(cache).unwrap();
         let mut arena = Arena::new(model.arena_len());
         let mut session = Session::new(model, arena.bytes_mut()).unwrap();
