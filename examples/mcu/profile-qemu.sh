@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Instructions per function of a firmware run, from QEMU's translation and execution log.
 #
-# usage: examples/mcu/profile-qemu.sh [--board an386|an385|an505|an547] [--top N] [ELF]
+# usage: examples/mcu/profile-qemu.sh [--board an386|an385|an505|an547|riscv32|riscv32imc] [--top N] [ELF]
 #
 #   --board B  the board the ELF was built for (default an386)
 #   --top N    functions to print (default 20)
@@ -32,12 +32,16 @@ while [[ $# -gt 0 ]]; do
 done
 one=()
 dir="$here/target"
+qemu=qemu-system-arm
 case "$board" in
-    an386) target=thumbv7em-none-eabihf; machine=mps2-an386; cpu=cortex-m4 ;;
-    an385) target=thumbv6m-none-eabi; machine=mps2-an385; cpu=cortex-m3 ;;
-    an505) target=thumbv8m.main-none-eabihf; machine=mps2-an505; cpu=cortex-m33 ;;
-    an547) target=thumbv8m.main-none-eabihf; machine=mps3-an547; cpu=cortex-m55; one=(-singlestep); dir="$here/target/an547" ;;
-    *) echo "profile-qemu.sh: unknown board '$board' (an386, an385, an505 or an547)" >&2; exit 2 ;;
+    an386) target=thumbv7em-none-eabihf; machine=(-M mps2-an386 -cpu cortex-m4) ;;
+    an385) target=thumbv6m-none-eabi; machine=(-M mps2-an385 -cpu cortex-m3) ;;
+    an505) target=thumbv8m.main-none-eabihf; machine=(-M mps2-an505 -cpu cortex-m33) ;;
+    an547) target=thumbv8m.main-none-eabihf; machine=(-M mps3-an547 -cpu cortex-m55); one=(-singlestep); dir="$here/target/an547" ;;
+    riscv32) target=riscv32imac-unknown-none-elf; qemu=qemu-system-riscv32; machine=(-M virt -bios none) ;;
+    riscv32imc) target=riscv32imc-unknown-none-elf; qemu=qemu-system-riscv32
+        machine=(-M virt -bios none -cpu rv32,a=off,f=off,d=off,h=off,zba=off,zbb=off,zbc=off,zbs=off) ;;
+    *) echo "profile-qemu.sh: unknown board '$board' (an386, an385, an505, an547, riscv32 or riscv32imc)" >&2; exit 2 ;;
 esac
 elf="${elf:-$dir/$target/release/kvm-mcu}"
 [[ -f "$elf" ]] || { echo "profile-qemu.sh: no ELF at $elf (run run-qemu.sh --board $board first)" >&2; exit 2; }
@@ -65,7 +69,7 @@ perl -e '
         printf "%12d %6.1f%%  %s\n", $by{$s}, 100 * $by{$s} / $total, $s;
     }' <"$work/log" | (command -v arm-none-eabi-c++filt >/dev/null && arm-none-eabi-c++filt || cat) | sed 's/::h[0-9a-f]\{16\}$//' &
 reader=$!
-timeout --foreground 1800 qemu-system-arm -M "$machine" -cpu "$cpu" ${one[@]+"${one[@]}"} -nographic -monitor none \
+timeout --foreground 1800 "$qemu" "${machine[@]}" ${one[@]+"${one[@]}"} -nographic -monitor none \
     -semihosting-config enable=on,target=native -kernel "$elf" \
     -d in_asm,exec,nochain -D "$work/log" </dev/null >/dev/null
 wait "$reader"

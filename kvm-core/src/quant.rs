@@ -59,6 +59,46 @@ impl I8Head {
 /// Largest shift of an [`I8Head`]: scales down to `2^-62` (smaller ones are zero).
 pub const I8_MAX_SHIFT: u32 = 62;
 
+/// `round(v * 2^-k)`, halves rounded up; for `k < 0`, `v * 2^-k` saturating at the i64
+/// range (the integer numerics' one rounding rule).
+#[inline]
+pub fn shr_round(v: i64, k: i32) -> i64 {
+    if k <= 0 {
+        let k = k.unsigned_abs().min(63);
+        if v.unsigned_abs() > (i64::MAX as u64) >> k {
+            return if v < 0 { i64::MIN } else { i64::MAX };
+        }
+        v << k
+    } else if k > 62 {
+        0
+    } else {
+        v.saturating_add(1 << (k - 1)) >> k
+    }
+}
+
+/// `round(v * 2^-k)` saturated to i32.
+#[inline]
+pub fn shr32(v: i64, k: i32) -> i32 {
+    shr_round(v, k).clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32
+}
+
+/// Row `r` of an [`DType::I8`] matrix's bytes (`rb` a row): its scale `(m, sh)` (the shift
+/// at most [`I8_MAX_SHIFT`]) and its weights.
+#[inline]
+pub fn i8_row(data: &[u8], rb: usize, r: usize) -> ((i32, i32), &[i8]) {
+    let row = &data[r * rb..(r + 1) * rb];
+    let (head, q) = row.split_at(core::mem::size_of::<I8Head>());
+    let (m, sh) = bytemuck::pod_read_unaligned::<I8Head>(head).scale();
+    ((m, sh.min(I8_MAX_SHIFT) as i32), bytemuck::cast_slice(q))
+}
+
+/// A row's output of an [`DType::I8`] product: `round(acc * m * 2^(s - sh))` for the exact
+/// sum `acc` of its products with an input of exponent `s`, saturating.
+#[inline]
+pub fn requant(acc: i64, (m, sh): (i32, i32), s: i32) -> i32 {
+    shr32(acc.saturating_mul(i64::from(m)), sh - s)
+}
+
 /// Weights per quant block.
 pub const QK: usize = 32;
 

@@ -36,10 +36,15 @@ impl<'a> Vector<'a> {
     }
 
     /// The elements of an integer file's vector ([`crate::quant::DType::I32`]): fixed
-    /// point, [`crate::quant::FX`] fraction bits.
+    /// point, [`crate::quant::FX`] fraction bits. Read as words where the vector is
+    /// aligned (a model file's always are, in an aligned blob): a core without unaligned
+    /// loads would otherwise assemble each from four bytes.
     #[inline]
-    pub fn iter_fixed(&self) -> impl Iterator<Item = i32> + 'a {
-        self.0.chunks_exact(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    pub fn iter_fixed(&self) -> FixedIter<'a> {
+        match bytemuck::try_cast_slice::<u8, i32>(self.0) {
+            Ok(words) if cfg!(target_endian = "little") => FixedIter::Words(words.iter()),
+            _ => FixedIter::Bytes(self.0.chunks_exact(4)),
+        }
     }
 
     /// Element `i` of an integer file's vector ([`Vector::iter_fixed`]).
@@ -57,6 +62,25 @@ impl<'a> Vector<'a> {
     #[inline]
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+}
+
+/// [`Vector::iter_fixed`]'s iterator.
+#[derive(Debug, Clone)]
+pub enum FixedIter<'a> {
+    Words(core::slice::Iter<'a, i32>),
+    Bytes(core::slice::ChunksExact<'a, u8>),
+}
+
+impl Iterator for FixedIter<'_> {
+    type Item = i32;
+
+    #[inline]
+    fn next(&mut self) -> Option<i32> {
+        match self {
+            FixedIter::Words(w) => w.next().copied(),
+            FixedIter::Bytes(b) => b.next().map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        }
     }
 }
 

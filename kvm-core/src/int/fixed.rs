@@ -3,6 +3,7 @@
 //! RoPE sine. Every function is total: no input panics or overflows.
 
 use crate::quant::FX;
+pub(crate) use crate::quant::{shr32, shr_round};
 
 include!(concat!(env!("OUT_DIR"), "/int_tables.rs"));
 
@@ -12,33 +13,10 @@ pub(crate) const ONE: i32 = 1 << FX;
 /// 1.0 in Q15, the tables' unit.
 pub(crate) const Q15: i32 = 1 << 15;
 
-/// `round(v * 2^-k)`, halves rounded up; for `k < 0`, `v * 2^-k` saturating at the i64
-/// range.
-#[inline]
-pub(crate) fn shr_round(v: i64, k: i32) -> i64 {
-    if k <= 0 {
-        let k = k.unsigned_abs().min(63);
-        if v.unsigned_abs() > (i64::MAX as u64) >> k {
-            return if v < 0 { i64::MIN } else { i64::MAX };
-        }
-        v << k
-    } else if k > 62 {
-        0
-    } else {
-        v.saturating_add(1 << (k - 1)) >> k
-    }
-}
-
 /// `v` saturated to the i32 range.
 #[inline]
 pub(crate) fn sat32(v: i64) -> i32 {
     v.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32
-}
-
-/// `round(v * 2^-k)` saturated to i32.
-#[inline]
-pub(crate) fn shr32(v: i64, k: i32) -> i32 {
-    sat32(shr_round(v, k))
 }
 
 /// `x * y * 2^-FX` (rounded, saturating): the product of two fixed-point values.
@@ -89,7 +67,9 @@ pub(crate) fn isqrt(n: u64) -> u64 {
 /// `round(a / b)` for `b > 0`, halves away from zero.
 #[inline]
 pub(crate) fn div_round(a: i64, b: i64) -> i64 {
-    let q = (a.unsigned_abs() + b.unsigned_abs() / 2) / b.unsigned_abs().max(1);
+    let (n, d) = (a.unsigned_abs(), b.unsigned_abs().max(1));
+    // A power of two (a norm's width, mostly) by a shift: the same quotient.
+    let q = if d.is_power_of_two() { (n + d / 2) >> d.trailing_zeros() } else { (n + d / 2) / d };
     let q = q.min(i64::MAX as u64) as i64;
     if a < 0 {
         -q
@@ -120,7 +100,8 @@ pub(crate) fn exp_neg(x: i32) -> i32 {
 pub(crate) fn sigmoid(z: i32) -> i32 {
     let e = exp_neg(z.saturating_abs()) as u32;
     let d = Q15 as u32 + e;
-    let s = ((1u64 << 31) + u64::from(d / 2)) / u64::from(d);
+    // d <= 2^16: the sum below fits a u32
+    let s = ((1u32 << 31) + d / 2) / d;
     if z >= 0 {
         s as i32
     } else {

@@ -340,14 +340,30 @@ fn weighted_sum<'r>(scores: &mut [i32], rows: impl Fn(usize) -> (&'r [i16], i32)
     let e_max = (0..scores.len()).map(|j| rows(j).1).max().unwrap_or(0);
     let acc = &mut *out;
     acc.fill(0);
-    for (j, &p) in scores.iter().enumerate() {
-        let (v, e) = rows(j);
+    // Each row's weight, shifted to the largest exponent (zero past 31 bits).
+    let weight = |j: usize, p: i32| {
         let w = ((p as u64 * g) >> 32) as i32;
-        let w = if e_max - e >= 31 { 0 } else { w >> (e_max - e) };
-        if w == 0 {
-            continue;
+        let shift = e_max - rows(j).1;
+        if shift >= 31 {
+            0
+        } else {
+            w >> shift
         }
-        for (a, &x) in acc.iter_mut().zip(v) {
+    };
+    // Two rows a turn: one load and store of each sum for two products.
+    let pairs = scores.len() / 2;
+    for k in 0..pairs {
+        let (j0, j1) = (2 * k, 2 * k + 1);
+        let (w0, w1) = (weight(j0, scores[j0]), weight(j1, scores[j1]));
+        let (v0, v1) = (rows(j0).0, rows(j1).0);
+        for ((a, &x0), &x1) in acc.iter_mut().zip(v0).zip(v1) {
+            *a = a.wrapping_add(w0 * i32::from(x0)).wrapping_add(w1 * i32::from(x1));
+        }
+    }
+    if scores.len() % 2 == 1 {
+        let j = scores.len() - 1;
+        let w = weight(j, scores[j]);
+        for (a, &x) in acc.iter_mut().zip(rows(j).0) {
             *a = a.wrapping_add(w * i32::from(x));
         }
     }

@@ -4,7 +4,8 @@
 //! unless a comment says otherwise.
 
 use crate::int::fixed::{bit_len, div_round, isqrt, shr32, shr_round};
-use crate::quant::{I8Head, FX, I8_MAX_SHIFT};
+use crate::kernels;
+use crate::quant::{i8_row, FX};
 use crate::tensor::{Matrix, Vector};
 
 /// `x` as a product's input: `out[c] = round(x[c] * 2^-s)` for the least `s >= 0` that
@@ -17,9 +18,24 @@ pub(crate) fn to_input(x: &[i32], out: &mut [i16]) -> i32 {
         s += 1;
     }
     for (o, &v) in out.iter_mut().zip(x) {
-        *o = shr_round(i64::from(v), s) as i16;
+        *o = rshr(v, s) as i16;
     }
     s
+}
+
+/// [`shr_round`] of an i32 in i32 arithmetic (`round(v * 2^-k)`, halves up; a saturating
+/// left shift for `k < 0`): `floor((floor(v / 2^(k-1)) + 1) / 2)` is the same value.
+#[inline]
+pub(crate) fn rshr(v: i32, k: i32) -> i32 {
+    match k {
+        ..=0 => v.checked_shl(k.unsigned_abs()).filter(|&w| w >> k.unsigned_abs() == v).unwrap_or(if v < 0 {
+            i32::MIN
+        } else {
+            i32::MAX
+        }),
+        1..=31 => (v >> (k - 1)).saturating_add(1) >> 1,
+        _ => 0,
+    }
 }
 
 /// [`to_input`] of `relu(h)^2` (`h` fixed point, its own scratch): `h` first as an input
@@ -35,52 +51,17 @@ pub(crate) fn relu_sq_input(h: &mut [i32], out: &mut [i16]) -> i32 {
     to_input(h, out) + 2 * s_h - FX as i32
 }
 
-/// `sum q * x` of one i8 row and an i16 input, exact: i32 partial sums of 512 products
-/// (each at most 2^31 in magnitude) added in i64; eight products a turn, so that a core
-/// without SIMD spends its instructions on loads, multiplies and adds.
-#[inline]
-pub(crate) fn dot_i8(q: &[i8], x: &[i16]) -> i64 {
-    let n = q.len().min(x.len());
-    let (q, x) = (&q[..n], &x[..n]);
-    let mut total = 0i64;
-    for (q, x) in q.chunks(512).zip(x.chunks(512)) {
-        let (qc, xc) = (q.chunks_exact(8), x.chunks_exact(8));
-        let tail = qc.remainder().iter().zip(xc.remainder()).fold(0i32, |a, (&w, &v)| a + i32::from(w) * i32::from(v));
-        let mut acc = tail;
-        for (w, v) in qc.zip(xc) {
-            let mut s = 0i32;
-            for i in 0..8 {
-                s += i32::from(w[i]) * i32::from(v[i]);
-            }
-            acc += s;
-        }
-        total += i64::from(acc);
-    }
-    total
-}
-
-/// Row `r` of an i8 matrix: its scale `(m, sh)` and weights.
-#[inline]
-pub(crate) fn i8_row<'a>(w: &Matrix<'a>, r: usize) -> ((i32, i32), &'a [i8]) {
-    let rb = w.row_bytes();
-    let row = &w.data[r * rb..(r + 1) * rb];
-    let (head, q) = row.split_at(core::mem::size_of::<I8Head>());
-    let (m, sh) = bytemuck::pod_read_unaligned::<I8Head>(head).scale();
-    ((m, sh.min(I8_MAX_SHIFT) as i32), bytemuck::cast_slice(q))
-}
-
 /// `y = w x` for an i8 matrix `w` (`[rows, cols]`) and an input `x` of exponent `s`
-/// ([`to_input`]): `y[r] = round(sum(q x) * m_r * 2^(s - sh_r))`, saturating.
+/// ([`to_input`]): `y[r] = round(sum(q x) * m_r * 2^(s - sh_r))`, saturating (the
+/// kernel tier's [`kernels::matvec_i8`]).
+#[inline]
 pub(crate) fn matvec(w: &Matrix<'_>, x: &[i16], s: i32, y: &mut [i32]) {
-    for (r, y) in y.iter_mut().enumerate().take(w.rows) {
-        let ((m, sh), q) = i8_row(w, r);
-        *y = shr32(dot_i8(q, &x[..w.cols]).saturating_mul(i64::from(m)), sh - s);
-    }
+    kernels::matvec_i8(w, x, s, y);
 }
 
 /// Row `r` of an i8 matrix in fixed point (the embedding's lookup).
 pub(crate) fn dequant_row(w: &Matrix<'_>, r: usize, out: &mut [i32]) {
-    let ((m, sh), q) = i8_row(w, r);
+    let ((m, sh), q) = i8_row(w.data, w.row_bytes(), r);
     for (o, &q) in out.iter_mut().zip(q) {
         *o = shr32(i64::from(q) * i64::from(m), sh - FX as i32);
     }
@@ -98,26 +79,29 @@ pub(crate) fn to_row(x: &[i32], e_x: i32, m: &mut [i16]) -> i32 {
     }
     // Values cut (or widened) to at most 15 bits, then their squares' sum, bound the
     // shift.
+    let sum_sq = |k: i32| -> u64 { x.iter().map(|&v| u64::from(rshr(v, k).unsigned_abs().pow(2))).sum() };
     let p = (bit_len(u64::from(max)) - 15).max(-16);
-    let ss: u64 = x.iter().map(|&v| shr_round(i64::from(v), p).unsigned_abs().pow(2)).sum();
-    let mut k = p + ((bit_len(ss) - 29).max(0) + 1) / 2;
-    loop {
-        let sum: u64 = x.iter().map(|&v| shr_round(i64::from(v), k).unsigned_abs().pow(2)).sum();
-        if sum < 1 << 30 {
-            break;
-        }
+    let mut k = p + ((bit_len(sum_sq(p)) - 29).max(0) + 1) / 2;
+    while sum_sq(k) >= 1 << 30 {
         k += 1;
     }
     for (o, &v) in m.iter_mut().zip(x) {
-        *o = shr_round(i64::from(v), k) as i16;
+        *o = rshr(v, k) as i16;
     }
     e_x + k
 }
 
-/// `sum a * b` of two attention rows (below 2^30 in magnitude).
+/// `sum a * b` of two attention rows (below 2^30 in magnitude), four products a turn.
 #[inline]
 pub(crate) fn dot_rows(a: &[i16], b: &[i16]) -> i32 {
-    a.iter().zip(b).fold(0i32, |acc, (&x, &y)| acc.wrapping_add(i32::from(x) * i32::from(y)))
+    let (ac, bc) = (a.chunks_exact(4), b.chunks_exact(4));
+    let tail =
+        ac.remainder().iter().zip(bc.remainder()).fold(0i32, |s, (&x, &y)| s.wrapping_add(i32::from(x) * i32::from(y)));
+    ac.zip(bc).fold(tail, |s, (x, y)| {
+        let p = (i32::from(x[0]) * i32::from(y[0])).wrapping_add(i32::from(x[1]) * i32::from(y[1]));
+        let q = (i32::from(x[2]) * i32::from(y[2])).wrapping_add(i32::from(x[3]) * i32::from(y[3]));
+        s.wrapping_add(p.wrapping_add(q))
+    })
 }
 
 /// `round(1e-5 * 2^48)`: LayerNorm's epsilon in the units of [`layer_norm`]'s variance.
@@ -135,19 +119,25 @@ pub(crate) fn layer_norm(x: &mut [i32], e_x: i32, w: Vector<'_>, b: Vector<'_>) 
     let mean = div_round(x.iter().map(|&v| i64::from(v)).sum(), n);
     let max = x.iter().fold(0u64, |m, &v| m.max((i64::from(v) - mean).unsigned_abs()));
     let p = (bit_len(max) - 15).max(0);
-    let dev = |v: i32| shr_round(i64::from(v) - mean, p);
-    let ss: u64 = x.iter().map(|&v| dev(v).unsigned_abs().pow(2)).sum();
+    // |x - mean| <= 2^32: no overflow in i64, and d' below 2^15
+    let dev = |v: i32| (if p == 0 { i64::from(v) - mean } else { (i64::from(v) - mean + (1 << (p - 1))) >> p }) as i32;
+    let ss: u64 = x.iter().map(|&v| u64::from(dev(v).unsigned_abs().pow(2))).sum();
     // var of d' in units of 2^-16: at most 2^46
-    let var = ((u128::from(ss) << 16) / n as u128).min(1 << 46) as u64;
+    let n64 = n as u64;
+    let var = ((ss / n64) << 16) + ((ss % n64) << 16) / n64;
     // eps in the same units: 1e-5 real is 1e-5 * 2^(2 (FX - e_x - p) + 16)
     let eps = shr_round(EPS_48 as i64, 2 * (e_x + p)).max(0) as u64;
     // r = std(d') * 2^16
     let r = isqrt(var.saturating_add(eps).min(1 << 46) << 16).max(1);
-    let inv = ((1u64 << 62) / r) as i64;
+    // 2^32 / r as inv * 2^(2 - u): inv in (2^29, 2^30], so that every product below is
+    // of two i32s
+    let u = bit_len(r) - 1;
+    let inv = ((1u64 << (30 + u)) / r) as i32;
     for ((v, w), b) in x.iter_mut().zip(w.iter_fixed()).zip(b.iter_fixed()) {
-        // z = d' / std(d') in fixed point
-        let z = shr_round(dev(*v).saturating_mul(inv), 30);
-        *v = shr32(shr_round(z.saturating_mul(i64::from(w)), FX as i32).saturating_add(i64::from(b)), 0);
+        // z = d' / std(d') in fixed point: |d'| <= sqrt(n) std(d'), so |z| < 2^26
+        let z = shr_round(i64::from(dev(*v)) * i64::from(inv), u - 2) as i32;
+        let y = ((i64::from(z) * i64::from(w) + (1 << 15)) >> 16) + i64::from(b);
+        *v = y.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
     }
 }
 

@@ -115,6 +115,17 @@ pub fn matvec_prepared(w: &Matrix<'_>, x: &[f32], act: &[u8], y: &mut [f32]) {
     unsafe { (table(tier()).decode.matvec_prepared)(w, x, act, y) }
 }
 
+/// The integer numerics' product (docs/integer.md): `y[r] =`
+/// [`crate::quant::requant`]`(sum_c q[r, c] * x[c], scale_r, s)` for an [`DType::I8`]
+/// matrix `w` and an i16 input `x` of exponent `s` (`x.len() >= w.cols`, `y.len() <=
+/// w.rows`). The sums are exact, so every tier gives the same bits.
+#[inline]
+pub fn matvec_i8(w: &Matrix<'_>, x: &[i16], s: i32, y: &mut [i32]) {
+    debug_assert!(w.dtype == DType::I8 && x.len() >= w.cols && y.len() <= w.rows);
+    // SAFETY: as in `matvec`.
+    unsafe { (table(tier()).matvec_i8)(w, x, s, y) }
+}
+
 /// Rows of `dtype` that [`matvec`] takes at a time in the active tier: a product split
 /// into parts of a multiple of this many rows (see [`Matrix::row_range`]) runs every part
 /// at full speed, with no rows left over to take one by one.

@@ -292,6 +292,66 @@ pub fn dequant_group<G: RowGroup>(group: &[G], r: usize, out: &mut [f32]) {
     }
 }
 
+/// Reference [`super::matvec_i8`]: four rows at a time (each input value loaded once for
+/// them, which on a core without SIMD leaves a load, a multiply and an add a product),
+/// each row's products summed exactly: i32 partial sums of 512 (at most 2^31 in
+/// magnitude), added in i64.
+pub fn matvec_i8(w: &crate::tensor::Matrix<'_>, x: &[i16], s: i32, y: &mut [i32]) {
+    let (rb, cols) = (w.row_bytes(), w.cols);
+    let x = &x[..cols.min(x.len())];
+    let row = |r: usize| crate::quant::i8_row(w.data, rb, r);
+    let done = y.len() / 4 * 4;
+    for (t, ys) in y.chunks_exact_mut(4).enumerate() {
+        let rows = [row(4 * t), row(4 * t + 1), row(4 * t + 2), row(4 * t + 3)];
+        let mut acc = [0i64; 4];
+        for (c, xs) in x.chunks(512).enumerate() {
+            let q = rows.map(|(_, q)| &q[c * 512..c * 512 + xs.len()]);
+            let part = dot4_i8(q, xs);
+            for (a, p) in acc.iter_mut().zip(part) {
+                *a += i64::from(p);
+            }
+        }
+        for ((y, a), (scale, _)) in ys.iter_mut().zip(acc).zip(rows) {
+            *y = crate::quant::requant(a, scale, s);
+        }
+    }
+    for (r, y) in y.iter_mut().enumerate().skip(done) {
+        let (scale, q) = row(r);
+        let acc: i64 = q.chunks(512).zip(x.chunks(512)).map(|(q, x)| i64::from(dot_i8(q, x))).sum();
+        *y = crate::quant::requant(acc, scale, s);
+    }
+}
+
+/// `sum q * x` of four rows against one input (at most 512 products), four columns a
+/// turn (so that each pointer steps once for sixteen products).
+#[inline]
+fn dot4_i8(q: [&[i8]; 4], x: &[i16]) -> [i32; 4] {
+    let mut a = [0i32; 4];
+    let xs = x.chunks_exact(4);
+    let tail = xs.remainder().len();
+    let [q0, q1, q2, q3] = q.map(|q| q.chunks_exact(4));
+    for ((((v, w0), w1), w2), w3) in xs.zip(q0).zip(q1).zip(q2).zip(q3) {
+        for c in 0..4 {
+            let v = i32::from(v[c]);
+            a[0] += i32::from(w0[c]) * v;
+            a[1] += i32::from(w1[c]) * v;
+            a[2] += i32::from(w2[c]) * v;
+            a[3] += i32::from(w3[c]) * v;
+        }
+    }
+    let at = x.len() - tail;
+    for (i, q) in q.iter().enumerate() {
+        a[i] += dot_i8(&q[at..], &x[at..]);
+    }
+    a
+}
+
+/// `sum q * x` of one row (at most 512 products).
+#[inline]
+fn dot_i8(q: &[i8], x: &[i16]) -> i32 {
+    q.iter().zip(x).fold(0i32, |a, (&w, &v)| a + i32::from(w) * i32::from(v))
+}
+
 /// An integer-mode row's scale and integer weights: an [`DType::I8`] row's `m * 2^-sh`
 /// (exact in f32) and its i8s, or an [`DType::I32`] vector's `2^-FX` and its i32s.
 fn int_row(dtype: DType, row: &[u8]) -> (f32, impl Iterator<Item = i32> + '_) {

@@ -947,3 +947,42 @@ fn compiled_tier_is_supported() {
     }
     assert_eq!(Tier::from_name("sse"), None);
 }
+
+/// The integer numerics' product of every tier the CPU has against an exact i64
+/// reference, on odd row counts, widths past one 512-product partial sum, extreme weights
+/// and inputs, and input exponents either side of the rows' shifts.
+#[test]
+fn integer_products_are_exact_in_every_tier() {
+    for t in supported_tiers() {
+        for (rows, cols) in [(1usize, 4usize), (3, 32), (5, 132), (7, 1028), (9, 2052), (4, 512), (13, 516)] {
+            let src = values(rows * cols, (rows * 7 + cols) as u32);
+            let mut data = vec![0u8; DType::I8.matrix_bytes(rows, cols).unwrap()];
+            quantize_matrix(DType::I8, cols, &src, &mut data).unwrap();
+            // Some rows at the extremes of the weights.
+            let rb = DType::I8.row_bytes(cols).unwrap();
+            for q in data[4..rb].iter_mut().step_by(3) {
+                *q = 0x81; // -127
+            }
+            let w = Matrix::new(DType::I8, rows, cols, &data).unwrap();
+            let xs: Vec<i16> = values(cols, cols as u32)
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| match i % 11 {
+                    0 => i16::MIN,
+                    1 => i16::MAX,
+                    _ => (v * 4000.0) as i16,
+                })
+                .collect();
+            for s in [0, 3, 40] {
+                let mut got = vec![0i32; rows];
+                // SAFETY: the CPU supports `t`.
+                unsafe { (table(t).matvec_i8)(&w, &xs, s, &mut got) };
+                for (r, &g) in got.iter().enumerate() {
+                    let (scale, q) = crate::quant::i8_row(&data, rb, r);
+                    let acc: i64 = q.iter().zip(&xs).map(|(&a, &b)| i64::from(a) * i64::from(b)).sum();
+                    assert_eq!(g, crate::quant::requant(acc, scale, s), "{t:?} [{rows}, {cols}] row {r}, s {s}");
+                }
+            }
+        }
+    }
+}
