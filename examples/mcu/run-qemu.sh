@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the kvm firmware for a QEMU board and runs it, under a timeout.
 #
-# usage: examples/mcu/run-qemu.sh [--board B] [--echo-prompt] [--dtype D] [--cache C]
+# usage: examples/mcu/run-qemu.sh [--board B] [--echo-prompt] [--dtype D] [--cache C] [--numerics N]
 #                                 [--ram-kib K] [--heap] [--icount] [--out FILE]
 #                                 [--expect FILE] [--timeout SECS] [MODEL]
 #
@@ -14,6 +14,9 @@
 #   --board riscv32imc  RV32IMC (ESP32-C3 class: no atomics, no FPU),
 #                   riscv32imc-unknown-none-elf, on QEMU virt with a CPU of that ISA
 #   MODEL           the .kvm file to flash (default: models/tiny-kjv-q8_0.kvm)
+#   --numerics N    float (default) or int: with int, instead of MODEL, convert
+#                   models/tiny-kjv with kvm-export --numerics int (docs/integer.md: every
+#                   step in integers) into examples/mcu/target/ and flash that
 #   --dtype D       instead of MODEL, convert models/tiny-kjv with kvm-export --dtype D
 #                   into examples/mcu/target/ and flash that
 #   --cache C       with --dtype: export with --cache C (f32, f16, q8); with --heap: the
@@ -21,8 +24,9 @@
 #   --heap          the `heap` build: the model is not linked in but loaded into the
 #                   board's model slot, and the arena comes from an embedded-alloc heap
 #   --ram-kib K     link with the board's RAM region cut to K KiB: statics plus the
-#                   reserved stack that do not fit fail the build. Without MODEL or
-#                   --dtype, flashes the 256 KiB configuration of tiny-kjv (README.md)
+#                   reserved stack that do not fit fail the build. Without MODEL,
+#                   --dtype or --numerics int, flashes the 256 KiB configuration of
+#                   tiny-kjv (README.md)
 #   --echo-prompt   print the prompt before the continuation, as `kvm generate` does
 #   --out FILE      write the text (exactly the bytes between the markers) to FILE
 #   --expect FILE   fail (exit 3) unless the text is exactly FILE's bytes
@@ -51,6 +55,7 @@ source "$root/scripts/firmware-lib.sh"
 board=an386
 model=""
 dtype=""
+numerics=float
 cache=""
 ram_kib=""
 out=""
@@ -65,6 +70,7 @@ while [[ $# -gt 0 ]]; do
         --board) board="${2:?--board needs a value}"; shift 2 ;;
         --board=*) board="${1#*=}"; shift ;;
         --dtype) dtype="${2:?--dtype needs a value}"; shift 2 ;;
+        --numerics) numerics="${2:?--numerics needs float or int}"; shift 2 ;;
         --cache) cache="${2:?--cache needs a value}"; shift 2 ;;
         --ram-kib) ram_kib="${2:?--ram-kib needs a size}"; shift 2 ;;
         --echo-prompt) features+=(--features echo-prompt); shift ;;
@@ -106,6 +112,16 @@ esac
 [[ -z "$cache" || -n "$dtype" || $heap -eq 1 ]] || { echo "run-qemu.sh: --cache needs --dtype or --heap" >&2; exit 2; }
 export_cache="$cache"
 [[ $heap -eq 0 ]] || export_cache=""
+case "$numerics" in
+    float) ;;
+    int)
+        [[ -z "$model" && -z "$dtype" && -z "$cache" ]] || { echo "run-qemu.sh: --numerics int converts tiny-kjv itself: no MODEL, --dtype or --cache" >&2; exit 2; }
+        mkdir -p "$here/target"
+        model="$here/target/tiny-kjv-int.kvm"
+        (cd "$root" && cargo run --quiet --release -p kvm-export -- convert models/tiny-kjv -o "$model" --numerics int --quiet) || exit 2
+        ;;
+    *) echo "run-qemu.sh: --numerics is float or int, not '$numerics'" >&2; exit 2 ;;
+esac
 if [[ -n "$ram_kib" && -z "$model" && -z "$dtype" ]]; then
     model="$(tiny_kjv_256k "$root" "$here/target")"
 fi

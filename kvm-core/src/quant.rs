@@ -92,6 +92,20 @@ pub fn i8_row(data: &[u8], rb: usize, r: usize) -> ((i32, i32), &[i8]) {
     ((m, sh.min(I8_MAX_SHIFT) as i32), bytemuck::cast_slice(q))
 }
 
+/// [`requant`] of a sum that is an i32 (a row of at most 512 products): the same value,
+/// from a product of two i32s.
+#[inline]
+pub fn requant32(acc: i32, (m, sh): (i32, i32), s: i32) -> i32 {
+    let p = i64::from(acc) * i64::from(m);
+    let k = sh - s;
+    if (1..=62).contains(&k) {
+        // |p| < 2^46: no overflow in the rounding add
+        ((p + (1 << (k - 1))) >> k).clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32
+    } else {
+        shr32(p, k)
+    }
+}
+
 /// A row's output of an [`DType::I8`] product: `round(acc * m * 2^(s - sh))` for the exact
 /// sum `acc` of its products with an input of exponent `s`, saturating.
 #[inline]

@@ -116,15 +116,25 @@ pub(crate) fn layer_norm(x: &mut [i32], e_x: i32, w: Vector<'_>, b: Vector<'_>) 
     if n == 0 {
         return;
     }
-    let mean = div_round(x.iter().map(|&v| i64::from(v)).sum(), n);
-    let max = x.iter().fold(0u64, |m, &v| m.max((i64::from(v) - mean).unsigned_abs()));
+    // One pass for the sum and the extremes, whose distance to the mean bounds every
+    // deviation's.
+    let (sum, lo, hi) =
+        x.iter().fold((0i64, i32::MAX, i32::MIN), |(s, lo, hi), &v| (s + i64::from(v), lo.min(v), hi.max(v)));
+    let mean = div_round(sum, n);
+    let max = (i64::from(hi) - mean).max(mean - i64::from(lo)).unsigned_abs();
     let p = (bit_len(max) - 15).max(0);
     // |x - mean| <= 2^32: no overflow in i64, and d' below 2^15
     let dev = |v: i32| (if p == 0 { i64::from(v) - mean } else { (i64::from(v) - mean + (1 << (p - 1))) >> p }) as i32;
     let ss: u64 = x.iter().map(|&v| u64::from(dev(v).unsigned_abs().pow(2))).sum();
-    // var of d' in units of 2^-16: at most 2^46
+    // var of d' in units of 2^-16 (at most 2^46): floor(ss * 2^16 / n), by shifts for a
+    // width that is a power of two
     let n64 = n as u64;
-    let var = ((ss / n64) << 16) + ((ss % n64) << 16) / n64;
+    let var = if n64.is_power_of_two() {
+        let t = n64.trailing_zeros();
+        ((ss >> t) << 16) + (((ss & (n64 - 1)) << 16) >> t)
+    } else {
+        ((ss / n64) << 16) + ((ss % n64) << 16) / n64
+    };
     // eps in the same units: 1e-5 real is 1e-5 * 2^(2 (FX - e_x - p) + 16)
     let eps = shr_round(EPS_48 as i64, 2 * (e_x + p)).max(0) as u64;
     // r = std(d') * 2^16
@@ -133,9 +143,11 @@ pub(crate) fn layer_norm(x: &mut [i32], e_x: i32, w: Vector<'_>, b: Vector<'_>) 
     // of two i32s
     let u = bit_len(r) - 1;
     let inv = ((1u64 << (30 + u)) / r) as i32;
+    let k = u - 2;
     for ((v, w), b) in x.iter_mut().zip(w.iter_fixed()).zip(b.iter_fixed()) {
         // z = d' / std(d') in fixed point: |d'| <= sqrt(n) std(d'), so |z| < 2^26
-        let z = shr_round(i64::from(dev(*v)) * i64::from(inv), u - 2) as i32;
+        let dz = i64::from(dev(*v)) * i64::from(inv);
+        let z = if k >= 1 { (dz + (1 << (k - 1))) >> k } else { shr_round(dz, k) } as i32;
         let y = ((i64::from(z) * i64::from(w) + (1 << 15)) >> 16) + i64::from(b);
         *v = y.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
     }

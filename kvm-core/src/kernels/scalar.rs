@@ -294,8 +294,9 @@ pub fn dequant_group<G: RowGroup>(group: &[G], r: usize, out: &mut [f32]) {
 
 /// Reference [`super::matvec_i8`]: four rows at a time (each input value loaded once for
 /// them, which on a core without SIMD leaves a load, a multiply and an add a product),
-/// each row's products summed exactly: i32 partial sums of 512 (at most 2^31 in
-/// magnitude), added in i64.
+/// each row's products summed exactly: i32 partial sums of 512 (below 2^31 in magnitude
+/// for the quantizer's weights; a file's -128 can wrap one, alike in every tier), added in
+/// i64.
 pub fn matvec_i8(w: &crate::tensor::Matrix<'_>, x: &[i16], s: i32, y: &mut [i32]) {
     let (rb, cols) = (w.row_bytes(), w.cols);
     let x = &x[..cols.min(x.len())];
@@ -303,6 +304,14 @@ pub fn matvec_i8(w: &crate::tensor::Matrix<'_>, x: &[i16], s: i32, y: &mut [i32]
     let done = y.len() / 4 * 4;
     for (t, ys) in y.chunks_exact_mut(4).enumerate() {
         let rows = [row(4 * t), row(4 * t + 1), row(4 * t + 2), row(4 * t + 3)];
+        if x.len() <= 512 {
+            // One partial sum a row: the product of two i32s.
+            let part = dot4_i8(rows.map(|(_, q)| q), x);
+            for ((y, p), (scale, _)) in ys.iter_mut().zip(part).zip(rows) {
+                *y = crate::quant::requant32(p, scale, s);
+            }
+            continue;
+        }
         let mut acc = [0i64; 4];
         for (c, xs) in x.chunks(512).enumerate() {
             let q = rows.map(|(_, q)| &q[c * 512..c * 512 + xs.len()]);
@@ -333,15 +342,15 @@ fn dot4_i8(q: [&[i8]; 4], x: &[i16]) -> [i32; 4] {
     for ((((v, w0), w1), w2), w3) in xs.zip(q0).zip(q1).zip(q2).zip(q3) {
         for c in 0..4 {
             let v = i32::from(v[c]);
-            a[0] += i32::from(w0[c]) * v;
-            a[1] += i32::from(w1[c]) * v;
-            a[2] += i32::from(w2[c]) * v;
-            a[3] += i32::from(w3[c]) * v;
+            a[0] = a[0].wrapping_add(i32::from(w0[c]) * v);
+            a[1] = a[1].wrapping_add(i32::from(w1[c]) * v);
+            a[2] = a[2].wrapping_add(i32::from(w2[c]) * v);
+            a[3] = a[3].wrapping_add(i32::from(w3[c]) * v);
         }
     }
     let at = x.len() - tail;
     for (i, q) in q.iter().enumerate() {
-        a[i] += dot_i8(&q[at..], &x[at..]);
+        a[i] = a[i].wrapping_add(dot_i8(&q[at..], &x[at..]));
     }
     a
 }
@@ -349,7 +358,7 @@ fn dot4_i8(q: [&[i8]; 4], x: &[i16]) -> [i32; 4] {
 /// `sum q * x` of one row (at most 512 products).
 #[inline]
 fn dot_i8(q: &[i8], x: &[i16]) -> i32 {
-    q.iter().zip(x).fold(0i32, |a, (&w, &v)| a + i32::from(w) * i32::from(v))
+    q.iter().zip(x).fold(0i32, |a, (&w, &v)| a.wrapping_add(i32::from(w) * i32::from(v)))
 }
 
 /// An integer-mode row's scale and integer weights: an [`DType::I8`] row's `m * 2^-sh`
