@@ -10,23 +10,10 @@ use kvm_core::state::Phase;
 use kvm_core::{Model, Session};
 use kvm_write::policy::Policy;
 
+use crate::tiny_kjv::nats_per_byte;
+
 fn argmax(v: &[f32]) -> usize {
     (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b })
-}
-
-/// Nats per byte of `text`, every byte after the first predicted from all before it.
-fn nats_per_byte(model: Model<'_>, text: &[u8]) -> f64 {
-    let mut arena = Arena::new(model.arena_len());
-    let mut session = Session::new(model, arena.bytes_mut()).unwrap();
-    let mut nats = 0f64;
-    for w in text.windows(2) {
-        session.step(w[0] as u32, Phase::Prefill, true).unwrap();
-        let z = session.logits();
-        let max = z.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-        let lse = z.iter().map(|&v| (v as f64 - max).exp()).sum::<f64>().ln() + max;
-        nats += lse - z[w[1] as usize] as f64;
-    }
-    nats / (text.len() - 1) as f64
 }
 
 /// The bar of issue 37: bits per byte of the integer numerics within 1.01x f32's, on text

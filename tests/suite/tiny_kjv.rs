@@ -44,7 +44,7 @@ fn greedy_continuations_match_the_reference() {
 
 /// Nats per byte of `text` (byte tokens), every byte after the first predicted from all
 /// before it with the session's own state.
-fn nats_per_byte(model: Model<'_>, text: &[u8]) -> f64 {
+pub(crate) fn nats_per_byte(model: Model<'_>, text: &[u8]) -> f64 {
     let mut arena = Arena::new(model.arena_len());
     let mut session = Session::new(model, arena.bytes_mut()).unwrap();
     let mut nats = 0f64;

@@ -9,6 +9,7 @@ use crate::int::ops::{dot_rows, layer_norm, norm, to_row};
 use crate::quant::FX;
 use crate::state::arena_int::{IntLayer, IntRows};
 use crate::state::plan::Plan;
+use crate::state::update::mark_least;
 use crate::tensor::Vector;
 
 /// A merged token's flag in a fold's `index` (the slot it joins in the low bits).
@@ -205,7 +206,8 @@ impl KvmHead<'_, '_> {
                 let e = to_row(&s.pk[i * dk..(i + 1) * dk], 0, row);
                 s.novelty[i] = self.best_slot(row, e, 0, slots_before).map_or(i64::MIN, |(sim, _)| sim);
             }
-            mark_least_novel(&s.novelty[..c], n_append, index);
+            let novelty = &s.novelty[..c];
+            mark_least(n_append, index, |a, b| novelty[a].cmp(&novelty[b]));
         }
 
         // Appends, in token order; gated copies when the model gates appends.
@@ -411,20 +413,5 @@ impl SwaHead<'_, '_> {
         }
         let wv: &IntRows<'_> = &self.st.wv;
         weighted_sum(scores, |j| wv.row(self.h * self.window + (begin + j) % self.window), out);
-    }
-}
-
-/// Sets `flags[i]` to 1 for the `n` tokens of least `novelty` (`0 < n < novelty.len()`;
-/// ties: lower token first) and to 0 for the others: the `n`-th found by selection over
-/// token indices held in `flags` itself, then every token compared with it.
-fn mark_least_novel(novelty: &[i64], n: usize, flags: &mut [u32]) {
-    let order = |a: &u32, b: &u32| novelty[*a as usize].cmp(&novelty[*b as usize]).then(a.cmp(b));
-    for (i, x) in (0u32..).zip(flags.iter_mut()) {
-        *x = i;
-    }
-    flags.select_nth_unstable_by(n - 1, order);
-    let cut = flags[n - 1];
-    for (i, flag) in (0u32..).zip(flags.iter_mut()) {
-        *flag = order(&i, &cut).is_le() as u32;
     }
 }

@@ -297,11 +297,18 @@ fn prepare_key(cfg: &Config, (w, b): (Vector<'_>, Vector<'_>), pk: &mut [f32]) {
 
 /// Sets `flags[i]` to 1 for the `n` tokens of least `novelty` (`0 < n < novelty.len()`;
 /// ties: lower token first; a total order, NaN included, so exactly `n` are marked) and
-/// to 0 for the others. A selection over token indices held in `flags` itself finds the
-/// `n`-th of them, then every token is compared with it: linear, where counting each
-/// token's lesser ones was quadratic in the chunk length.
+/// to 0 for the others.
 fn mark_least_novel(novelty: &[f32], n: usize, flags: &mut [u32]) {
-    let order = |a: &u32, b: &u32| novelty[*a as usize].total_cmp(&novelty[*b as usize]).then(a.cmp(b));
+    mark_least(n, flags, |a, b| novelty[a].total_cmp(&novelty[b]));
+}
+
+/// Sets `flags[i]` (`i < flags.len()`) to 1 for the `n` least tokens by `cmp` (`0 < n <
+/// flags.len()`; ties: lower token first) and to 0 for the others. A selection over token
+/// indices held in `flags` itself finds the `n`-th of them, then every token is compared
+/// with it: linear, where counting each token's lesser ones was quadratic in the chunk
+/// length. The integer numerics' folds mark theirs with it too.
+pub(crate) fn mark_least(n: usize, flags: &mut [u32], cmp: impl Fn(usize, usize) -> core::cmp::Ordering) {
+    let order = |a: &u32, b: &u32| cmp(*a as usize, *b as usize).then(a.cmp(b));
     for (i, x) in (0u32..).zip(flags.iter_mut()) {
         *x = i;
     }
