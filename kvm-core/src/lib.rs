@@ -11,7 +11,8 @@
 //!   stored) -> [`exec`] (how splittable work runs);
 //! - [`format`] (the file) -> [`tokenizer`] -> [`state`] (the arena layout, the step plan,
 //!   the means state, the window and attention reads) -> [`model`] (the validated weights)
-//!   -> [`forward`] (the forward pass) -> [`session`] (the [`Session`] handle);
+//!   -> [`forward`] (the forward pass) and `int` (the same pass in the integer numerics,
+//!   docs/integer.md) -> [`session`] (the [`Session`] handle);
 //! - [`sampler`] (logits to tokens) stands beside them.
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
