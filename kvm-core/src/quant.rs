@@ -86,10 +86,19 @@ pub fn shr32(v: i64, k: i32) -> i32 {
 /// at most [`I8_MAX_SHIFT`]) and its weights.
 #[inline]
 pub fn i8_row(data: &[u8], rb: usize, r: usize) -> ((i32, i32), &[i8]) {
-    let row = &data[r * rb..(r + 1) * rb];
-    let (head, q) = row.split_at(core::mem::size_of::<I8Head>());
-    let (m, sh) = bytemuck::pod_read_unaligned::<I8Head>(head).scale();
-    ((m, sh.min(I8_MAX_SHIFT) as i32), bytemuck::cast_slice(q))
+    i8_split(&data[r * rb..(r + 1) * rb])
+}
+
+/// An [`DType::I8`] row's bytes as its scale (as [`i8_row`]) and its weights.
+#[inline]
+pub fn i8_split(row: &[u8]) -> ((i32, i32), &[i8]) {
+    match row.split_first_chunk::<4>() {
+        Some((&[m0, m1, s0, s1], q)) => {
+            let (m, sh) = (u16::from_le_bytes([m0, m1]), u16::from_le_bytes([s0, s1]));
+            ((i32::from(m), u32::from(sh).min(I8_MAX_SHIFT) as i32), bytemuck::cast_slice(q))
+        }
+        None => ((0, 0), &[]),
+    }
 }
 
 /// [`requant`] of a sum that is an i32 (a row of at most 512 products): the same value,

@@ -302,8 +302,11 @@ pub fn matvec_i8(w: &crate::tensor::Matrix<'_>, x: &[i16], s: i32, y: &mut [i32]
     let x = &x[..cols.min(x.len())];
     let row = |r: usize| crate::quant::i8_row(w.data, rb, r);
     let done = y.len() / 4 * 4;
-    for (t, ys) in y.chunks_exact_mut(4).enumerate() {
-        let rows = [row(4 * t), row(4 * t + 1), row(4 * t + 2), row(4 * t + 3)];
+    for (ys, tile) in y.chunks_exact_mut(4).zip(w.data.chunks_exact(4 * rb)) {
+        let (r01, r23) = tile.split_at(2 * rb);
+        let (r0, r1) = r01.split_at(rb);
+        let (r2, r3) = r23.split_at(rb);
+        let rows = [r0, r1, r2, r3].map(crate::quant::i8_split);
         if x.len() <= 512 {
             // One partial sum a row: the product of two i32s.
             let part = dot4_i8(rows.map(|(_, q)| q), x);
@@ -335,12 +338,13 @@ pub fn matvec_i8(w: &crate::tensor::Matrix<'_>, x: &[i16], s: i32, y: &mut [i32]
 /// turn (so that each pointer steps once for sixteen products).
 #[inline]
 fn dot4_i8(q: [&[i8]; 4], x: &[i16]) -> [i32; 4] {
+    const COLS: usize = 4;
     let mut a = [0i32; 4];
-    let xs = x.chunks_exact(4);
+    let xs = x.chunks_exact(COLS);
     let tail = xs.remainder().len();
-    let [q0, q1, q2, q3] = q.map(|q| q.chunks_exact(4));
+    let [q0, q1, q2, q3] = q.map(|q| q.chunks_exact(COLS));
     for ((((v, w0), w1), w2), w3) in xs.zip(q0).zip(q1).zip(q2).zip(q3) {
-        for c in 0..4 {
+        for c in 0..COLS {
             let v = i32::from(v[c]);
             a[0] = a[0].wrapping_add(i32::from(w0[c]) * v);
             a[1] = a[1].wrapping_add(i32::from(w1[c]) * v);
