@@ -101,11 +101,56 @@ pub fn i8_split(row: &[u8]) -> ((i32, i32), &[i8]) {
     }
 }
 
+/// `a * b` exactly. On 32-bit Arm without `smull` (ARMv6-M) from four 16 x 16-bit
+/// products, which its `muls` does in a cycle, rather than the 64 x 64-bit library
+/// multiply; elsewhere the target's own widening multiply.
+#[inline]
+pub fn mul_wide(a: i32, b: i32) -> i64 {
+    if cfg!(all(target_arch = "arm", not(kvm_arm_smull))) {
+        mul_halves(a, b)
+    } else {
+        i64::from(a) * i64::from(b)
+    }
+}
+
+/// `a * b` from the 16-bit halves' four products (each within 32 bits).
+#[inline]
+fn mul_halves(a: i32, b: i32) -> i64 {
+    let (ah, al, bh, bl) = (a >> 16, a & 0xFFFF, b >> 16, b & 0xFFFF);
+    let low = i64::from(al as u32 * bl as u32);
+    let mid = i64::from(ah * bl) + i64::from(al * bh);
+    (i64::from(ah * bh) << 32) + (mid << 16) + low
+}
+
+#[cfg(test)]
+mod int_tests {
+    use super::*;
+
+    #[test]
+    fn halves_multiply_exactly() {
+        let edge =
+            [i32::MIN, i32::MIN + 1, -65537, -65536, -65535, -1, 0, 1, 65535, 65536, 65537, i32::MAX - 1, i32::MAX];
+        let mut s = 0x9E37_79B9u32;
+        let mut values = edge.to_vec();
+        for _ in 0..200 {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            values.push(s as i32);
+        }
+        for &a in &values {
+            for &b in &values {
+                assert_eq!(mul_halves(a, b), i64::from(a) * i64::from(b), "{a} * {b}");
+            }
+        }
+    }
+}
+
 /// [`requant`] of a sum that is an i32 (a row of at most 512 products): the same value,
 /// from a product of two i32s.
 #[inline]
 pub fn requant32(acc: i32, (m, sh): (i32, i32), s: i32) -> i32 {
-    let p = i64::from(acc) * i64::from(m);
+    let p = mul_wide(acc, m);
     let k = sh - s;
     if (1..=62).contains(&k) {
         // |p| < 2^46: no overflow in the rounding add

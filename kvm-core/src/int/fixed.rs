@@ -22,7 +22,7 @@ pub(crate) fn sat32(v: i64) -> i32 {
 /// `x * y * 2^-FX` (rounded, saturating): the product of two fixed-point values.
 #[inline]
 pub(crate) fn mul_fx(x: i32, y: i32) -> i32 {
-    shr32(i64::from(x) * i64::from(y), FX as i32)
+    shr32(crate::quant::mul_wide(x, y), FX as i32)
 }
 
 /// An f32 in fixed point, from its bits alone (rounded, saturating; NaN is 0): the

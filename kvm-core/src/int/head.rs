@@ -323,7 +323,7 @@ impl KvmHead<'_, '_> {
 /// A score in fixed point: `dot * 2^(e - 2 FX) * mult`.
 #[inline]
 fn score(dot: i32, mult: i32, e: i32) -> i32 {
-    shr32(i64::from(dot) * i64::from(mult), 2 * FX as i32 - e)
+    shr32(crate::quant::mul_wide(dot, mult), 2 * FX as i32 - e)
 }
 
 /// `out = sum_j softmax(scores)_j * value_j` (fixed point), `rows(j)` value `j`'s row:
@@ -343,8 +343,11 @@ fn weighted_sum<'r>(scores: &mut [i32], rows: impl Fn(usize) -> (&'r [i16], i32)
     let acc = &mut *out;
     acc.fill(0);
     // Each row's weight, shifted to the largest exponent (zero past 31 bits).
+    // floor(p * g / 2^32) from g's halves in u32 arithmetic (p <= 2^15, g < 2^32).
+    let (gh, gl) = ((g >> 16) as u32, (g & 0xFFFF) as u32);
     let weight = |j: usize, p: i32| {
-        let w = ((p as u64 * g) >> 32) as i32;
+        let p = p as u32;
+        let w = ((p * gh + ((p * gl) >> 16)) >> 16) as i32;
         let shift = e_max - rows(j).1;
         if shift >= 31 {
             0

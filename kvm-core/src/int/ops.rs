@@ -5,7 +5,7 @@
 
 use crate::int::fixed::{bit_len, div_round, isqrt, shr32, shr_round};
 use crate::kernels;
-use crate::quant::{i8_row, FX};
+use crate::quant::{i8_row, mul_wide, FX};
 use crate::tensor::{Matrix, Vector};
 
 /// `x` as a product's input: `out[c] = round(x[c] * 2^-s)` for the least `s >= 0` that
@@ -146,9 +146,9 @@ pub(crate) fn layer_norm(x: &mut [i32], e_x: i32, w: Vector<'_>, b: Vector<'_>) 
     let k = u - 2;
     for ((v, w), b) in x.iter_mut().zip(w.iter_fixed()).zip(b.iter_fixed()) {
         // z = d' / std(d') in fixed point: |d'| <= sqrt(n) std(d'), so |z| < 2^26
-        let dz = i64::from(dev(*v)) * i64::from(inv);
+        let dz = mul_wide(dev(*v), inv);
         let z = if k >= 1 { (dz + (1 << (k - 1))) >> k } else { shr_round(dz, k) } as i32;
-        let y = ((i64::from(z) * i64::from(w) + (1 << 15)) >> 16) + i64::from(b);
+        let y = ((mul_wide(z, w) + (1 << 15)) >> 16) + i64::from(b);
         *v = y.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
     }
 }
