@@ -31,13 +31,20 @@ fn main() {
     for (cfg, _) in PROBES {
         println!("cargo::rustc-check-cfg=cfg({cfg})");
     }
+    println!("cargo::rustc-check-cfg=cfg(kvm_armv6m)");
     if env::var("CARGO_CFG_TARGET_ARCH").as_deref() != Ok("arm") {
         return;
     }
+    let mut smull = false;
     for (cfg, asm) in PROBES {
         if assembles(cfg, asm) {
             println!("cargo:rustc-cfg={cfg}");
+            smull |= cfg == "kvm_arm_smull";
         }
+    }
+    // Thumb-1 only (ARMv6-M, Armv8-M Baseline): no `smull` is the telling absence.
+    if !smull {
+        println!("cargo:rustc-cfg=kvm_armv6m");
     }
 }
 

@@ -18,12 +18,14 @@
 mod aarch64;
 // The dsp kernels also on the host, for their tests, which run their arithmetic on
 // emulated instructions.
-#[cfg(any(kvm_arm_dsp, kvm_mve, test))]
+#[cfg(any(kvm_arm_dsp, kvm_mve, kvm_armv6m, test))]
 mod arm;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod attend;
 mod gemm;
 mod prefetch;
+#[cfg(target_arch = "riscv32")]
+mod riscv32;
 pub mod scalar;
 mod table;
 pub mod tier;

@@ -298,18 +298,31 @@ pub fn dequant_group<G: RowGroup>(group: &[G], r: usize, out: &mut [f32]) {
 /// for the quantizer's weights; a file's -128 can wrap one, alike in every tier), added in
 /// i64.
 pub fn matvec_i8(w: &crate::tensor::Matrix<'_>, x: &[i16], s: i32, y: &mut [i32]) {
+    matvec_i8_with(dot4_i8, w, x, s, y);
+}
+
+/// [`matvec_i8`]'s walk over the rows with `tile` for four rows' partial sums (wrapping
+/// `sum q * x` of at most 512 products each), so that a core can bring its own tile.
+#[inline]
+pub(crate) fn matvec_i8_with(
+    tile: impl Fn([&[i8]; 4], &[i16]) -> [i32; 4],
+    w: &crate::tensor::Matrix<'_>,
+    x: &[i16],
+    s: i32,
+    y: &mut [i32],
+) {
     let (rb, cols) = (w.row_bytes(), w.cols);
     let x = &x[..cols.min(x.len())];
     let row = |r: usize| crate::quant::i8_row(w.data, rb, r);
     let done = y.len() / 4 * 4;
-    for (ys, tile) in y.chunks_exact_mut(4).zip(w.data.chunks_exact(4 * rb)) {
-        let (r01, r23) = tile.split_at(2 * rb);
+    for (ys, tile_bytes) in y.chunks_exact_mut(4).zip(w.data.chunks_exact(4 * rb)) {
+        let (r01, r23) = tile_bytes.split_at(2 * rb);
         let (r0, r1) = r01.split_at(rb);
         let (r2, r3) = r23.split_at(rb);
         let rows = [r0, r1, r2, r3].map(crate::quant::i8_split);
         if x.len() <= 512 {
             // One partial sum a row: the product of two i32s.
-            let part = dot4_i8(rows.map(|(_, q)| q), x);
+            let part = tile(rows.map(|(_, q)| q), x);
             for ((y, p), (scale, _)) in ys.iter_mut().zip(part).zip(rows) {
                 *y = crate::quant::requant32(p, scale, s);
             }
@@ -318,7 +331,7 @@ pub fn matvec_i8(w: &crate::tensor::Matrix<'_>, x: &[i16], s: i32, y: &mut [i32]
         let mut acc = [0i64; 4];
         for (c, xs) in x.chunks(512).enumerate() {
             let q = rows.map(|(_, q)| &q[c * 512..c * 512 + xs.len()]);
-            let part = dot4_i8(q, xs);
+            let part = tile(q, xs);
             for (a, p) in acc.iter_mut().zip(part) {
                 *a += i64::from(p);
             }

@@ -3,7 +3,7 @@
 
 #[cfg(target_arch = "aarch64")]
 use super::aarch64;
-#[cfg(any(kvm_arm_dsp, kvm_mve))]
+#[cfg(any(kvm_arm_dsp, kvm_mve, kvm_armv6m))]
 use super::arm;
 #[cfg(target_arch = "x86_64")]
 use super::attend::AttendMany;
@@ -117,7 +117,14 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         find: scalar::find,
         exp_sub: scalar::exp_sub,
         narrow_f16: scalar::narrow_f16,
+        #[cfg(not(any(kvm_armv6m, target_arch = "riscv32")))]
         matvec_i8: scalar::matvec_i8,
+        // Cores without SIMD run the oracle's walk with a tile in assembly, where the
+        // compiler's spills cost about twice the instructions (`arm::v6m`, `riscv32`).
+        #[cfg(kvm_armv6m)]
+        matvec_i8: arm::v6m::matvec_i8,
+        #[cfg(target_arch = "riscv32")]
+        matvec_i8: super::riscv32::matvec_i8,
         f32: Attention::single(scalar::dots, scalar::weighted_sum),
         f16: Attention::single(scalar::dots, scalar::weighted_sum),
         i8: Attention::single(scalar::dots, scalar::weighted_sum),

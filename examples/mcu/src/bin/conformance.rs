@@ -15,7 +15,8 @@
 //! small enough for subnormal products; weights at an odd address; the float formats
 //! (which the microcontroller tiers leave to scalar); attention's dot products and weighted
 //! sums over f32, f16 and i8 rows; the activation quantizer; softmax's maximum, argmax and
-//! exponentials; f16 narrowing.
+//! exponentials; f16 narrowing; the integer numerics' product (`matvec_i8`, the assembly
+//! tiles of ARMv6-M and RV32 included) against exact sums.
 //!
 //! Output over semihosting: `kvm-conformance: tier <name>`, one line per mismatch (the
 //! first few of each kind), then `kvm-conformance: <n> checks, <m> mismatches` and the time
@@ -108,6 +109,7 @@ fn main() -> ! {
         products(&mut c, w, buf, dtype);
     }
     extremes(&mut c, w, buf);
+    integer_products(&mut c, w);
     attention(&mut c, buf);
     elementwise(&mut c, buf);
     let ticks = arch::ticks() - t0;
@@ -513,6 +515,74 @@ fn extremes(c: &mut Checks, wb: &mut [u8; W_LEN], buf: &mut Scratch) {
             buf.x[..cols].fill(act);
             let Ok(m) = Matrix::new(dtype, rows, cols, &wb[..len]) else { continue };
             compare_products(c, buf, &m, 1, format_args!("{dtype:?} quants {quant:#04x}, activations {act}"));
+        }
+    }
+}
+
+/// The integer numerics' product over i8 rows (docs/integer.md) of many shapes, one to three
+/// 512-column partial sums, weights at +-127 and inputs at the i16 extremes among random
+/// ones: the tier against scalar, and scalar against `round(sum q x * m * 2^(s - sh))` from
+/// exact i64 sums, saturated.
+fn integer_products(c: &mut Checks, wb: &mut [u8; W_LEN]) {
+    c.kind("integer products");
+    let mut x = [0i16; 1036];
+    let (mut got, mut want) = ([0i32; 17], [0i32; 17]);
+    // i8 rows are whole multiples of 4 columns; the tiles' tails take the rest of 8
+    for cols in [4, 8, 12, 16, 20, 28, 36, 128, 516, 1036] {
+        for rows in [1, 3, 4, 5, 8, 9, 17] {
+            let rb = 4 + cols;
+            let mut rng = Rng::new((cols * 37 + rows) as u32);
+            for (r, row) in wb[..rows * rb].chunks_exact_mut(rb).enumerate() {
+                // m in [2^14, 2^15), shifts that round, and ones that saturate
+                let m = (1u16 << 14) | (rng.next() >> 18) as u16;
+                let sh = [12u16, 20, 27, 35, 50][r % 5];
+                row[..2].copy_from_slice(&m.to_le_bytes());
+                row[2..4].copy_from_slice(&sh.to_le_bytes());
+                for (i, q) in row[4..].iter_mut().enumerate() {
+                    *q = match (r + i) % 13 {
+                        0 => 127,
+                        1 => 0x81, // -127
+                        _ => match (rng.next() >> 24) as u8 {
+                            0x80 => 0x81,
+                            b => b,
+                        },
+                    };
+                }
+            }
+            for (i, v) in x[..cols].iter_mut().enumerate() {
+                *v = match i % 17 {
+                    0 => i16::MAX,
+                    1 => i16::MIN,
+                    _ => (rng.next() >> 16) as i16,
+                };
+            }
+            let Ok(w) = Matrix::new(DType::I8, rows, cols, &wb[..rows * rb]) else {
+                c.expect(false, format_args!("i8 [{rows}, {cols}] is not a valid matrix"));
+                continue;
+            };
+            for s in [0, 3] {
+                scalar(|| kernels::matvec_i8(&w, &x[..cols], s, &mut want[..rows]));
+                kernels::matvec_i8(&w, &x[..cols], s, &mut got[..rows]);
+                for r in 0..rows {
+                    let row = &wb[r * rb..(r + 1) * rb];
+                    let m = i128::from(u16::from_le_bytes([row[0], row[1]]));
+                    let k = i32::from(u16::from_le_bytes([row[2], row[3]])) - s;
+                    let acc: i64 = row[4..].iter().zip(&x).map(|(&q, &v)| i64::from(q as i8) * i64::from(v)).sum();
+                    let reference = ((i128::from(acc) * m + (1i128 << (k - 1))) >> k)
+                        .clamp(i128::from(i32::MIN), i128::from(i32::MAX)) as i32;
+                    c.expect(
+                        got[r] == want[r],
+                        format_args!("matvec_i8 [{rows}, {cols}] s {s} row {r}: tier {} scalar {}", got[r], want[r]),
+                    );
+                    c.expect(
+                        want[r] == reference,
+                        format_args!(
+                            "matvec_i8 [{rows}, {cols}] s {s} row {r}: scalar {} reference {reference}",
+                            want[r]
+                        ),
+                    );
+                }
+            }
         }
     }
 }

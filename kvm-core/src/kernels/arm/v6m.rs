@@ -1,0 +1,131 @@
+//! ARMv6-M (Cortex-M0/M0+, RP2040 class; also Armv8-M Baseline): the integer numerics'
+//! product tile in assembly. The compiler's code for [`super::super::scalar`]'s four-row
+//! tile spills most of its values (Thumb-1 reaches 8 registers in loads and multiplies),
+//! about 7 instructions a product; this one keeps the four sums in `r8`-`r11` and spends a
+//! load, a multiply and an add a product, plus a load of the input and two index steps a
+//! column. Integer sums are exact, so it gives the oracle's bits.
+
+use crate::tensor::Matrix;
+
+/// One column of the tile: the input `x[c]`, its four products into the sums, then the
+/// next column (the last `adds` sets the flags the loops branch on).
+macro_rules! column {
+    () => {
+        concat!(
+            "ldrsh r6, [r5, r4]\n",
+            "ldrsb r7, [r0, r4]\n",
+            "muls r7, r6, r7\n",
+            "add r8, r7\n",
+            "ldrsb r7, [r1, r4]\n",
+            "muls r7, r6, r7\n",
+            "add r9, r7\n",
+            "ldrsb r7, [r2, r4]\n",
+            "muls r7, r6, r7\n",
+            "add r10, r7\n",
+            "ldrsb r7, [r3, r4]\n",
+            "muls r7, r6, r7\n",
+            "add r11, r7\n",
+            "adds r5, #1\n",
+            "adds r4, #1",
+        )
+    };
+}
+
+core::arch::global_asm!(
+    // kvm_v6m_dot4_i8(rows: *const [*const i8; 4], x: *const i16, n: usize, out: *mut [i32; 4])
+    //
+    // out[r] = sum_{c < n} rows[r][c] * x[c] (wrapping i32), four columns a turn, then one.
+    // Registers in the loops: r0-r3 the rows (each + n), r4 = c - n (counts up to 0),
+    // r5 = x + n + (c - n) (so that [r5, r4] is x + 2c), r6 the input, r7 a product,
+    // r8-r11 the sums, r12 where the four-column turns stop.
+    ".pushsection .text.kvm_v6m_dot4_i8,\"ax\",%progbits",
+    ".thumb",
+    ".global kvm_v6m_dot4_i8",
+    ".type kvm_v6m_dot4_i8,%function",
+    ".p2align 1",
+    ".thumb_func",
+    "kvm_v6m_dot4_i8:",
+    "    push {{r4-r7, lr}}",
+    "    mov r4, r8",
+    "    mov r5, r9",
+    "    mov r6, r10",
+    "    mov r7, r11",
+    "    push {{r3-r7}}",
+    // r12 = -(n mod 4): the four-column turns run while r4 < r12
+    "    movs r6, #3",
+    "    ands r6, r2",
+    "    rsbs r6, r6, #0",
+    "    mov r12, r6",
+    "    adds r5, r1, r2",
+    "    rsbs r4, r2, #0",
+    "    ldr r3, [r0, #12]",
+    "    adds r3, r3, r2",
+    "    ldr r1, [r0, #4]",
+    "    adds r1, r1, r2",
+    "    ldr r6, [r0, #8]",
+    "    adds r6, r6, r2",
+    "    ldr r0, [r0, #0]",
+    "    adds r0, r0, r2",
+    "    mov r2, r6",
+    "    movs r6, #0",
+    "    mov r8, r6",
+    "    mov r9, r6",
+    "    mov r10, r6",
+    "    mov r11, r6",
+    "    cmp r4, r12",
+    "    bge 3f",
+    "2:",
+    column!(),
+    column!(),
+    column!(),
+    column!(),
+    "    cmp r4, r12",
+    "    blt 2b",
+    // The last n mod 4 columns, one a turn.
+    "3:",
+    "    cmp r4, #0",
+    "    bge 5f",
+    "4:",
+    column!(),
+    "    bne 4b",
+    "5:",
+    "    pop {{r3}}",
+    "    mov r4, r8",
+    "    str r4, [r3, #0]",
+    "    mov r4, r9",
+    "    str r4, [r3, #4]",
+    "    mov r4, r10",
+    "    str r4, [r3, #8]",
+    "    mov r4, r11",
+    "    str r4, [r3, #12]",
+    "    pop {{r4-r7}}",
+    "    mov r8, r4",
+    "    mov r9, r5",
+    "    mov r10, r6",
+    "    mov r11, r7",
+    "    pop {{r4-r7, pc}}",
+    ".size kvm_v6m_dot4_i8, . - kvm_v6m_dot4_i8",
+    ".popsection",
+);
+
+extern "C" {
+    fn kvm_v6m_dot4_i8(rows: *const [*const i8; 4], x: *const i16, n: usize, out: *mut [i32; 4]);
+}
+
+/// `sum q * x` of four rows against one input, each sum wrapping in i32 (as the scalar
+/// tile's).
+#[inline]
+fn dot4_i8(q: [&[i8]; 4], x: &[i16]) -> [i32; 4] {
+    let n = q.iter().fold(x.len(), |n, q| n.min(q.len()));
+    let rows = q.map(<[i8]>::as_ptr);
+    let mut out = [0i32; 4];
+    // SAFETY: each row and `x` hold at least `n` elements, read at `[0, n)` only; `out`
+    // is four i32s; the function keeps the AAPCS (r4-r11 restored, the stack balanced).
+    unsafe { kvm_v6m_dot4_i8(&rows, x.as_ptr(), n, &mut out) };
+    out
+}
+
+/// [`super::super::matvec_i8`] with the assembly tile.
+pub(crate) fn matvec_i8(w: &Matrix<'_>, x: &[i16], s: i32, y: &mut [i32]) {
+    super::super::scalar::matvec_i8_with(dot4_i8, w, x, s, y);
+}
