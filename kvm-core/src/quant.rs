@@ -144,14 +144,49 @@ mod int_tests {
             }
         }
     }
+
+    #[test]
+    fn requant32_is_the_wide_rounding() {
+        let wide = |acc: i32, m: i32, k: i32| {
+            let p = i64::from(acc) * i64::from(m);
+            match k {
+                1..=62 => ((p + (1 << (k - 1))) >> k).clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32,
+                _ => shr32(p, k),
+            }
+        };
+        let mut s = 0x2545_F491u32;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s
+        };
+        let accs = [i32::MIN, i32::MIN + 1, -65537, -65536, -32769, -1, 0, 1, 65535, 65536, i32::MAX];
+        for k in -3..70 {
+            for m in [0, 1, 1 << 14, (1 << 15) - 1, 1 << 15, 40_000, 65_535] {
+                for acc in accs.iter().copied().chain((0..50).map(|_| next() as i32 >> (next() % 32))) {
+                    // requant32's input exponent s and head shift sh differ by k
+                    assert_eq!(requant32(acc, (m, k + 5), 5), wide(acc, m, k), "acc {acc} m {m} k {k}");
+                }
+            }
+        }
+    }
 }
 
 /// [`requant`] of a sum that is an i32 (a row of at most 512 products): the same value,
 /// from a product of two i32s.
 #[inline]
 pub fn requant32(acc: i32, (m, sh): (i32, i32), s: i32) -> i32 {
-    let p = mul_wide(acc, m);
     let k = sh - s;
+    if (17..=46).contains(&k) && (0..1 << 15).contains(&m) {
+        // The usual shifts, in i32 arithmetic (a core without a 64-bit multiply or shift
+        // pays a library call for each): acc = hi * 2^16 + lo, and round(acc * m / 2^k) =
+        // floor((hi m + floor(lo m / 2^16) + 2^(k-17)) / 2^(k-16)), every term below 2^30.
+        let hi = (acc >> 16) * m;
+        let lo = ((acc & 0xFFFF) as u32 * m as u32) >> 16;
+        return (hi + lo as i32 + (1 << (k - 17))) >> (k - 16);
+    }
+    let p = mul_wide(acc, m);
     if (1..=62).contains(&k) {
         // |p| < 2^46: no overflow in the rounding add
         ((p + (1 << (k - 1))) >> k).clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32

@@ -123,8 +123,15 @@ pub(crate) fn layer_norm(x: &mut [i32], e_x: i32, w: Vector<'_>, b: Vector<'_>) 
     let mean = div_round(sum, n);
     let max = (i64::from(hi) - mean).max(mean - i64::from(lo)).unsigned_abs();
     let p = (bit_len(max) - 15).max(0);
-    // |x - mean| <= 2^32: no overflow in i64, and d' below 2^15
-    let dev = |v: i32| (if p == 0 { i64::from(v) - mean } else { (i64::from(v) - mean + (1 << (p - 1))) >> p }) as i32;
+    // |x - mean| <= 2^32: no overflow in i64, and d' below 2^15; in i32 arithmetic (no
+    // 64-bit shift, a library call on 32-bit cores) where every deviation is below 2^30
+    let narrow = max < 1 << 30;
+    let dev = |v: i32| match (narrow, p) {
+        (true, 0) => v.wrapping_sub(mean as i32),
+        (true, _) => (v.wrapping_sub(mean as i32) + (1 << (p - 1))) >> p,
+        (false, 0) => (i64::from(v) - mean) as i32,
+        (false, _) => ((i64::from(v) - mean + (1 << (p - 1))) >> p) as i32,
+    };
     let ss: u64 = x.iter().map(|&v| u64::from(dev(v).unsigned_abs().pow(2))).sum();
     // var of d' in units of 2^-16 (at most 2^46): floor(ss * 2^16 / n), by shifts for a
     // width that is a power of two
@@ -146,11 +153,25 @@ pub(crate) fn layer_norm(x: &mut [i32], e_x: i32, w: Vector<'_>, b: Vector<'_>) 
     let k = u - 2;
     for ((v, w), b) in x.iter_mut().zip(w.iter_fixed()).zip(b.iter_fixed()) {
         // z = d' / std(d') in fixed point: |d'| <= sqrt(n) std(d'), so |z| < 2^26
-        let dz = mul_wide(dev(*v), inv);
-        let z = if k >= 1 { (dz + (1 << (k - 1))) >> k } else { shr_round(dz, k) } as i32;
+        let z = round_product(dev(*v), inv, k);
         let y = ((mul_wide(z, w) + (1 << 15)) >> 16) + i64::from(b);
         *v = y.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
     }
+}
+
+/// `shr_round(d * inv, k)` for `|d| <= 2^15` and `0 < inv <= 2^30` (a LayerNorm's
+/// deviation and reciprocal), as an i32; for the usual `k` in i32 arithmetic: with `inv =
+/// ih * 2^15 + il`, `floor((ih d * 2^15 + il d + 2^(k-1)) / 2^k) = floor((ih d +
+/// floor((il d + 2^(k-1)) / 2^15)) / 2^(k-15))`, every term below 2^31.
+#[inline]
+fn round_product(d: i32, inv: i32, k: i32) -> i32 {
+    if (15..=31).contains(&k) {
+        let (ih, il) = (inv >> 15, inv & 0x7FFF);
+        let c = d * il + (1 << (k - 1));
+        return (d * ih + (c >> 15)) >> (k - 15);
+    }
+    let dz = mul_wide(d, inv);
+    (if k >= 1 { (dz + (1 << (k - 1))) >> k } else { shr_round(dz, k) }) as i32
 }
 
 /// `|x|` of a fixed-point vector, in fixed point.
@@ -211,6 +232,21 @@ mod tests {
             for i in 0..n {
                 let want = (xr[i] - mean) / libm::sqrt(var + 1e-5) * f64::from(w[i]) + f64::from(b[i]);
                 assert!((real(xi[i]) - want).abs() < 2e-3, "n {n} scale {scale} i {i}: {} vs {want}", real(xi[i]));
+            }
+        }
+    }
+
+    #[test]
+    fn round_product_is_the_wide_rounding() {
+        let mut rng = Pcg32::new(11);
+        let ds = [-(1 << 15), -32767, -1, 0, 1, 32767, 1 << 15];
+        let invs = [1, (1 << 29) + 1, (1 << 30) - 1, 1 << 30];
+        for k in -2..40 {
+            for i in 0..400 {
+                let d = if i < 7 { ds[i] } else { (rng.next_u32() % 65537) as i32 - 32768 };
+                let inv = if i % 5 < 4 { invs[i % 4] } else { (rng.next_u32() >> 2).max(1) as i32 };
+                let want = shr_round(i64::from(d) * i64::from(inv), k) as i32;
+                assert_eq!(round_product(d, inv, k), want, "d {d} inv {inv} k {k}");
             }
         }
     }
