@@ -208,6 +208,7 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         matmul: run::<arm::dsp::Dsp, 1, 4, 1>,
         quantize_act: <arm::dsp::Dsp as Kernels>::quantize_act,
         dequant_row: scalar::dequant_row,
+        matvec_i8: arm::dsp_int::matvec_i8,
         f32: Attention::single(arm::fpu::dots, arm::fpu::weighted_sum),
         ..SCALAR_ENTRIES
     };
@@ -219,6 +220,8 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         matmul: run::<arm::helium::Helium, 1, 1, 1>,
         quantize_act: <arm::helium::Helium as Kernels>::quantize_act,
         dequant_row: arm::helium::Helium::dequant_row,
+        #[cfg(kvm_arm_dsp)]
+        matvec_i8: arm::dsp_int::matvec_i8,
         f32: Attention::single(arm::fpu::dots, arm::fpu::weighted_sum),
         ..SCALAR_ENTRIES
     };

@@ -9,7 +9,8 @@ use crate::tensor::Matrix;
 
 /// One column of the tile: the input `x[c]`, its four products into the sums, then the
 /// next column (the last `adds` sets the flags the loops branch on).
-macro_rules! column {
+#[rustfmt::skip]
+macro_rules! col {
     () => {
         concat!(
             "ldrsh r6, [r5, r4]\n",
@@ -75,10 +76,10 @@ core::arch::global_asm!(
     "    cmp r4, r12",
     "    bge 3f",
     "2:",
-    column!(),
-    column!(),
-    column!(),
-    column!(),
+    col!(),
+    col!(),
+    col!(),
+    col!(),
     "    cmp r4, r12",
     "    blt 2b",
     // The last n mod 4 columns, one a turn.
@@ -86,7 +87,7 @@ core::arch::global_asm!(
     "    cmp r4, #0",
     "    bge 5f",
     "4:",
-    column!(),
+    col!(),
     "    bne 4b",
     "5:",
     "    pop {{r3}}",
