@@ -9,7 +9,7 @@ use super::arm;
 use super::attend::AttendMany;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use super::attend::{self, Attend};
-use super::walk::{prepared, rows, run};
+use super::walk::{self, prepared, rows, run};
 #[cfg(target_arch = "x86_64")]
 use super::x86_64;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
@@ -150,7 +150,7 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         find: x86_64::avx2::find,
         exp_sub: attend::exp_sub::<x86_64::avx2::Avx2>,
         narrow_f16: x86_64::avx2::narrow_f16,
-        matvec_i8: scalar::matvec_i8,
+        matvec_i8: walk::matvec_i8::<x86_64::avx2::Avx2, 4>,
         f32: Attention::many::<x86_64::avx2::Avx2, 8, 2, 2, 2>(),
         f16: Attention::many::<x86_64::avx2::Avx2, 8, 2, 2, 2>(),
         i8: Attention::many::<x86_64::avx2::Avx2, 8, 2, 2, 2>(),
