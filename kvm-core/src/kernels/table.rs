@@ -165,7 +165,7 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         find: x86_64::avx512::find,
         exp_sub: attend::exp_sub::<x86_64::avx512::Avx512>,
         narrow_f16: x86_64::avx2::narrow_f16,
-        matvec_i8: scalar::matvec_i8,
+        matvec_i8: walk::matvec_i8::<x86_64::avx512::Avx512, 4>,
         f32: Attention::many::<x86_64::avx512::Avx512, 8, 4, 4, 4>(),
         f16: Attention::many::<x86_64::avx512::Avx512, 8, 4, 4, 4>(),
         i8: Attention::many::<x86_64::avx512::Avx512, 8, 4, 4, 4>(),

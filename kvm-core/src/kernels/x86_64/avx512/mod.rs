@@ -12,6 +12,7 @@
 mod attention;
 mod float;
 mod gemm;
+mod int;
 mod quant;
 mod softmax;
 mod tier;
