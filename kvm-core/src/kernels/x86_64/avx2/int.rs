@@ -4,6 +4,7 @@
 //! scalar oracle's partial sums are.
 
 use super::Avx2;
+use crate::kernels::x86_64::{prefetch, software_streams, tile_ahead};
 use crate::kernels::IntKernel;
 use core::arch::x86_64::*;
 
@@ -13,11 +14,15 @@ impl IntKernel for Avx2 {
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn sums<const R: usize>(q: [&[i8]; R], x: &[i16]) -> [i32; R] {
         debug_assert!(x.len().is_multiple_of(Self::LANES) && q.iter().all(|q| q.len() >= x.len()));
+        let hints = software_streams();
         let mut acc = [_mm256_setzero_si256(); R];
         for c in (0..x.len()).step_by(Self::LANES) {
             // SAFETY: `x` holds `c + 16` values, unaligned.
             let xv = unsafe { _mm256_loadu_si256(x.as_ptr().add(c).cast()) };
             for r in 0..R {
+                if hints && c % 64 == 0 {
+                    prefetch(q[r].as_ptr().wrapping_add(c).cast(), tile_ahead::<R>());
+                }
                 // SAFETY: `q[r]` holds at least `x.len()` weights; rows start 4 bytes past
                 // a row's start, so the load is unaligned.
                 let wv = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(q[r].as_ptr().add(c).cast()) });
