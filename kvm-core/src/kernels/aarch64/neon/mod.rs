@@ -19,6 +19,7 @@
 mod attention;
 mod float;
 mod gemm;
+mod int;
 mod quant;
 mod rows;
 mod softmax;
