@@ -375,6 +375,22 @@ pub(crate) trait GroupKernel {
     }
 }
 
+/// One tier's tile of the integer numerics' product ([`matvec_i8`]), which `walk`'s driver
+/// runs over a matrix in partial sums of 512 columns, with the oracle's scalar code for the
+/// columns past the last whole step.
+pub(crate) trait IntKernel {
+    /// Columns one step of [`IntKernel::sums`] takes.
+    const LANES: usize;
+
+    /// Returns `out[r] = sum_c q[r][c] * x[c]` over the columns of `x`, each sum in i32,
+    /// wrapping (as the scalar oracle's partial sums).
+    ///
+    /// # Safety
+    /// The CPU supports the tier; `x.len()` is a multiple of [`IntKernel::LANES`] and every
+    /// `q[r]` holds at least `x.len()` weights.
+    unsafe fn sums<const R: usize>(q: [&[i8]; R], x: &[i16]) -> [i32; R];
+}
+
 /// Everything a tier supplies; [`run`] turns it into `matvec`/`matmul`.
 pub(crate) trait Kernels {
     type F32: Kernel<Act = f32>;

@@ -374,7 +374,7 @@ fn dot4_i8(q: [&[i8]; 4], x: &[i16]) -> [i32; 4] {
 
 /// `sum q * x` of one row (at most 512 products).
 #[inline]
-fn dot_i8(q: &[i8], x: &[i16]) -> i32 {
+pub(crate) fn dot_i8(q: &[i8], x: &[i16]) -> i32 {
     q.iter().zip(x).fold(0i32, |a, (&w, &v)| a.wrapping_add(i32::from(w) * i32::from(v)))
 }
 

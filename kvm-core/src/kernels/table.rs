@@ -9,7 +9,7 @@ use super::arm;
 use super::attend::AttendMany;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use super::attend::{self, Attend};
-use super::walk::{prepared, rows, run};
+use super::walk::{self, prepared, rows, run};
 #[cfg(target_arch = "x86_64")]
 use super::x86_64;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
@@ -107,6 +107,9 @@ pub(super) fn table(tier: Tier) -> &'static Table {
     // pass over the rows for a 128-wide head on AVX-512), 4 on NEON (its f16 loads give
     // pairs); multi-query dots in 2 x 2 tiles on AVX2 (a dot's 16 lanes take two of its 16
     // registers) and 4 x 4 on AVX-512, four queries' sums over 2 and 4 vectors.
+    // The integer numerics' products (`walk::matvec_i8`) take 8 rows on x86_64, as the
+    // float decode tiles, each its own run of the matrix (an i8 row has no blocks to
+    // interleave); NEON's 4, as its other tiles.
     // The scalar tier; the Cortex-M tiers take its entries but for their integer products.
     const SCALAR_ENTRIES: Table = Table {
         decode: decode::<scalar::Scalar, 1, 1>(),
@@ -150,7 +153,7 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         find: x86_64::avx2::find,
         exp_sub: attend::exp_sub::<x86_64::avx2::Avx2>,
         narrow_f16: x86_64::avx2::narrow_f16,
-        matvec_i8: scalar::matvec_i8,
+        matvec_i8: walk::matvec_i8::<x86_64::avx2::Avx2, 8>,
         f32: Attention::many::<x86_64::avx2::Avx2, 8, 2, 2, 2>(),
         f16: Attention::many::<x86_64::avx2::Avx2, 8, 2, 2, 2>(),
         i8: Attention::many::<x86_64::avx2::Avx2, 8, 2, 2, 2>(),
@@ -165,7 +168,7 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         find: x86_64::avx512::find,
         exp_sub: attend::exp_sub::<x86_64::avx512::Avx512>,
         narrow_f16: x86_64::avx2::narrow_f16,
-        matvec_i8: scalar::matvec_i8,
+        matvec_i8: walk::matvec_i8::<x86_64::avx512::Avx512, 8>,
         f32: Attention::many::<x86_64::avx512::Avx512, 8, 4, 4, 4>(),
         f16: Attention::many::<x86_64::avx512::Avx512, 8, 4, 4, 4>(),
         i8: Attention::many::<x86_64::avx512::Avx512, 8, 4, 4, 4>(),
@@ -180,7 +183,7 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         find: aarch64::neon::find,
         exp_sub: attend::exp_sub::<aarch64::neon::Neon>,
         narrow_f16: aarch64::neon::narrow_f16,
-        matvec_i8: scalar::matvec_i8,
+        matvec_i8: walk::matvec_i8::<aarch64::neon::Neon, 4>,
         f32: Attention::of::<aarch64::neon::Neon, 4>(),
         f16: Attention::of::<aarch64::neon::Neon, 4>(),
         i8: Attention::of::<aarch64::neon::Neon, 4>(),
@@ -195,7 +198,7 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         find: aarch64::neon::find,
         exp_sub: attend::exp_sub::<aarch64::neon::Neon>,
         narrow_f16: aarch64::neon::narrow_f16,
-        matvec_i8: scalar::matvec_i8,
+        matvec_i8: walk::matvec_i8::<aarch64::neon::NeonDot, 4>,
         f32: Attention::of::<aarch64::neon::Neon, 4>(),
         f16: Attention::of::<aarch64::neon::Neon, 4>(),
         i8: Attention::of::<aarch64::neon::Neon, 4>(),

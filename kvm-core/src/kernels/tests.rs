@@ -949,12 +949,18 @@ fn compiled_tier_is_supported() {
 }
 
 /// The integer numerics' product of every tier the CPU has against an exact i64
-/// reference, on odd row counts, widths past one 512-product partial sum, extreme weights
-/// and inputs, and input exponents either side of the rows' shifts.
+/// reference, on every row count around the tiles, widths around the vectors' (an i8 row
+/// holds whole words: multiples of 4, each a SIMD body and a scalar tail) and past one or
+/// two 512-product partial sums, extreme weights and inputs, and input exponents either
+/// side of the rows' shifts.
 #[test]
 fn integer_products_are_exact_in_every_tier() {
+    let widths = [4usize, 12, 28, 36, 60, 68, 508, 516, 1020, 1028];
+    let odd = widths.into_iter().flat_map(|cols| (1..=9).map(move |rows| (rows, cols)));
+    let shapes: Vec<(usize, usize)> =
+        odd.chain([(1, 4), (3, 32), (5, 132), (7, 1028), (9, 2052), (4, 512), (13, 516), (17, 1536)]).collect();
     for t in supported_tiers() {
-        for (rows, cols) in [(1usize, 4usize), (3, 32), (5, 132), (7, 1028), (9, 2052), (4, 512), (13, 516)] {
+        for &(rows, cols) in &shapes {
             let src = values(rows * cols, (rows * 7 + cols) as u32);
             let mut data = vec![0u8; DType::I8.matrix_bytes(rows, cols).unwrap()];
             quantize_matrix(DType::I8, cols, &src, &mut data).unwrap();
@@ -983,6 +989,31 @@ fn integer_products_are_exact_in_every_tier() {
                     assert_eq!(g, crate::quant::requant(acc, scale, s), "{t:?} [{rows}, {cols}] row {r}, s {s}");
                 }
             }
+        }
+    }
+}
+
+/// A file's -128 weights against `i16::MIN` inputs fill a 512-product partial sum to 2^31,
+/// which wraps in i32 (the scalar oracle's sums do; the quantizer never writes -128):
+/// every tier gives the oracle's bits, on one, two and a part of partial sums.
+#[test]
+fn integer_products_wrap_as_the_oracle_in_every_tier() {
+    for (rows, cols) in [(5usize, 512usize), (6, 1024), (9, 1040)] {
+        let rb = DType::I8.row_bytes(cols).unwrap();
+        let mut data = vec![0x80u8; rows * rb]; // -128
+        for (r, row) in data.chunks_exact_mut(rb).enumerate() {
+            // m = 2^14 + r, sh = 40: heads the validator takes.
+            row[..4].copy_from_slice(&[(r as u8), 0x40, 40, 0]);
+        }
+        let w = Matrix::new(DType::I8, rows, cols, &data).unwrap();
+        let xs = vec![i16::MIN; cols];
+        let mut want = vec![0i32; rows];
+        scalar::matvec_i8(&w, &xs, 0, &mut want);
+        for t in supported_tiers() {
+            let mut got = vec![0i32; rows];
+            // SAFETY: the CPU supports `t`.
+            unsafe { (table(t).matvec_i8)(&w, &xs, 0, &mut got) };
+            assert_eq!(got, want, "{t:?} [{rows}, {cols}]");
         }
     }
 }

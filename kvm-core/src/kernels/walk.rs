@@ -1,7 +1,7 @@
 //! The tile driver: one walk over a matrix in tiles of weight rows by tokens (or groups of
 //! interleaved rows), shared by every tier, so a tier's code holds only arithmetic.
 
-use super::{act_scratch_len, prefetch_lines, Access, GroupKernel, Kernel, Kernels};
+use super::{act_scratch_len, prefetch_lines, Access, GroupKernel, IntKernel, Kernel, Kernels};
 use crate::quant::{DType, X16};
 use crate::tensor::Matrix;
 
@@ -339,4 +339,66 @@ fn store<const R: usize, const T: usize>(out: &[[f32; T]; R], ys: &mut [f32], ld
             ys[(t0 + j) * ld + r] = v;
         }
     }
+}
+
+/// The columns of one partial sum of [`super::matvec_i8`]: at most 512 products of an i8
+/// weight and an i16 input, whose i32 sum the scalar oracle takes wrapping.
+const I8_PART: usize = 512;
+
+/// [`super::matvec_i8`] with tier `K`'s integer tile: `R` rows at a time from `R` equal
+/// runs of the matrix (as [`tiles`]), then the rows left over one by one; each row's
+/// products in partial sums of [`I8_PART`] columns, the tile over whole multiples of
+/// [`IntKernel::LANES`] and the scalar oracle's dot over the rest, added in i64, then
+/// requantized as the oracle does. Wrapping i32 sums do not depend on their order, so the
+/// bits are the oracle's.
+///
+/// # Safety
+/// The CPU supports `K`'s tier.
+pub(super) unsafe fn matvec_i8<K: IntKernel, const R: usize>(w: &Matrix<'_>, x: &[i16], s: i32, y: &mut [i32]) {
+    let (rb, cols) = (w.row_bytes(), w.cols);
+    let x = &x[..cols.min(x.len())];
+    let rows = y.len().min(w.data.len() / rb.max(1));
+    let q = rows / R;
+    let row = |r: usize| crate::quant::i8_row(w.data, rb, r);
+    for i in 0..q {
+        let rs: [usize; R] = core::array::from_fn(|j| j * q + i);
+        // SAFETY: forwarded.
+        let out = unsafe { i8_tile::<K, R>(core::array::from_fn(|j| row(rs[j])), x, s) };
+        for (r, o) in rs.into_iter().zip(out) {
+            y[r] = o;
+        }
+    }
+    for (r, y) in y.iter_mut().enumerate().take(rows).skip(R * q) {
+        // SAFETY: forwarded.
+        [*y] = unsafe { i8_tile::<K, 1>([row(r)], x, s) };
+    }
+}
+
+/// The outputs of `R` rows (each its scale and weights) against `x` ([`matvec_i8`]).
+///
+/// # Safety
+/// The CPU supports `K`'s tier.
+#[inline(always)]
+unsafe fn i8_tile<K: IntKernel, const R: usize>(rows: [((i32, i32), &[i8]); R], x: &[i16], s: i32) -> [i32; R] {
+    let mut acc = [0i64; R];
+    for (c, xs) in x.chunks(I8_PART).enumerate() {
+        let qs: [&[i8]; R] = core::array::from_fn(|r| &rows[r].1[c * I8_PART..][..xs.len()]);
+        let body = xs.len() - xs.len() % K::LANES;
+        // SAFETY: the caller guarantees the tier; each row holds `xs.len()` weights from here
+        // and `body` is whole steps.
+        let mut part = unsafe { K::sums::<R>(qs, &xs[..body]) };
+        if body < xs.len() {
+            for (p, q) in part.iter_mut().zip(qs) {
+                *p = p.wrapping_add(super::scalar::dot_i8(&q[body..], &xs[body..]));
+            }
+        }
+        if x.len() <= I8_PART {
+            // One partial sum a row: the oracle's product of two i32s.
+            return core::array::from_fn(|r| crate::quant::requant32(part[r], rows[r].0, s));
+        }
+        for (a, p) in acc.iter_mut().zip(part) {
+            *a += i64::from(p);
+        }
+    }
+    core::array::from_fn(|r| crate::quant::requant(acc[r], rows[r].0, s))
 }

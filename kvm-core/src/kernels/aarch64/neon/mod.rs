@@ -15,10 +15,13 @@
 //! the activation quad they meet is one lane: `sdot` by element, or that quad broadcast for
 //! the widening multiplies ([`Interleaved`](quant::Interleaved)). The two tiers share everything but that one
 //! step, and give the scalar tier's bits (see [`Quant`](quant::Quant)).
+//! The integer numerics' product ([`int`]), widening multiplies of i8 weights by the
+//! i16 input, is the same in both.
 
 mod attention;
 mod float;
 mod gemm;
+mod int;
 mod quant;
 mod rows;
 mod softmax;

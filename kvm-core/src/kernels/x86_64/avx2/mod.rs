@@ -8,10 +8,13 @@
 //! integer block sums equal the scalar ones bit for bit.
 //! Row-interleaved q4_0x16 and q8_0x16 groups ([`Interleaved`](quant::Interleaved)) put one row in each i32
 //! lane instead, so their block sums need no folding.
+//! The integer numerics' product ([`int`]) widens 16 i8 weights at a time to meet the i16
+//! input in `madd`.
 
 mod attention;
 mod float;
 mod gemm;
+mod int;
 mod quant;
 mod rows;
 mod softmax;

@@ -8,10 +8,13 @@
 //! and row decoding are the AVX2 ones. f32p weights rebuild 16 at a time ([`Packed`](float::Packed)): a
 //! byte spread (one `vpermb` where the CPU has VBMI), a lookup of their exponent nibbles
 //! in a 16-entry table per row, one ternary-logic merge.
+//! The integer numerics' product ([`int`]) widens 32 i8 weights at a time to meet the i16
+//! input in VNNI's `vpdpwssd`.
 
 mod attention;
 mod float;
 mod gemm;
+mod int;
 mod quant;
 mod softmax;
 mod tier;
