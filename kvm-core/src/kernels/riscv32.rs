@@ -1,11 +1,9 @@
 //! 32-bit RISC-V without vector units (RV32IMC, ESP32-C3 class): the integer numerics'
-//! product tile in assembly. The compiler's code for [`super::scalar`]'s four-row tile
+//! product tile in assembly. The compiler's code for the scalar tier's four-row tile
 //! hoists every load of a turn and spills around them (about 4.1 instructions a product);
 //! this one spends a load, a multiply and an add a product, plus a load of the input a
 //! column and five pointer steps every eight columns. Integer sums are exact, so it gives
 //! the oracle's bits.
-
-use crate::tensor::Matrix;
 
 /// Column `$w` of an eight-column turn (`$x` = its input's byte offset): the input, then
 /// its four products into the sums.
@@ -98,20 +96,24 @@ extern "C" {
     fn kvm_rv32_dot4_i8(rows: *const [*const i8; 4], x: *const i16, n: usize, out: *mut [i32; 4]);
 }
 
-/// `sum q * x` of four rows against one input, each sum wrapping in i32 (as the scalar
-/// tile's).
-#[inline]
-fn dot4_i8(q: [&[i8]; 4], x: &[i16]) -> [i32; 4] {
-    let n = q.iter().fold(x.len(), |n, q| n.min(q.len()));
-    let rows = q.map(<[i8]>::as_ptr);
-    let mut out = [0i32; 4];
-    // SAFETY: each row and `x` hold at least `n` elements, read at `[0, n)` only; `out`
-    // is four i32s; the function clobbers only caller-saved registers (a0-a7, t0-t6).
-    unsafe { kvm_rv32_dot4_i8(&rows, x.as_ptr(), n, &mut out) };
-    out
-}
+/// The RV32 tile for `walk::matvec_i8`.
+#[derive(Debug)]
+pub(crate) struct Rv32;
 
-/// [`super::matvec_i8`] with the assembly tile.
-pub(crate) fn matvec_i8(w: &Matrix<'_>, x: &[i16], s: i32, y: &mut [i32]) {
-    super::scalar::matvec_i8_with(dot4_i8, w, x, s, y);
+impl super::IntKernel for Rv32 {
+    const LANES: usize = 1;
+
+    /// Four rows in the assembly; another count (the rows left over) by the scalar dot.
+    unsafe fn sums<const R: usize>(q: [&[i8]; R], x: &[i16]) -> [i32; R] {
+        let Ok(&rows) = <&[&[i8]; 4]>::try_from(&q[..]) else {
+            return q.map(|q| super::scalar::dot_i8(q, x));
+        };
+        let rows = rows.map(<[i8]>::as_ptr);
+        let mut out = [0i32; 4];
+        // SAFETY: each row holds at least `x.len()` weights (the caller's contract), read
+        // at `[0, x.len())` only, as `x`; `out` is four i32s; the function clobbers only
+        // caller-saved registers (a0-a7, t0-t6).
+        unsafe { kvm_rv32_dot4_i8(&rows, x.as_ptr(), x.len(), &mut out) };
+        core::array::from_fn(|r| out[r])
+    }
 }

@@ -292,84 +292,32 @@ pub fn dequant_group<G: RowGroup>(group: &[G], r: usize, out: &mut [f32]) {
     }
 }
 
-/// Reference [`super::matvec_i8`]: four rows at a time (each input value loaded once for
-/// them, which on a core without SIMD leaves a load, a multiply and an add a product),
-/// each row's products summed exactly: i32 partial sums of 512 (below 2^31 in magnitude
-/// for the quantizer's weights; a file's -128 can wrap one, alike in every tier), added in
-/// i64.
-pub fn matvec_i8(w: &crate::tensor::Matrix<'_>, x: &[i16], s: i32, y: &mut [i32]) {
-    matvec_i8_with(dot4_i8, w, x, s, y);
-}
+/// The reference tile of [`super::matvec_i8`] (walked by `walk::matvec_i8`, four rows at a
+/// time: each input value loaded once for them, which on a core without SIMD leaves a
+/// load, a multiply and an add a product), each row's products summed exactly: i32
+/// partial sums of 512 (below 2^31 in magnitude for the quantizer's weights; a file's
+/// -128 can wrap one, alike in every tier), added in i64.
+impl super::IntKernel for Scalar {
+    const LANES: usize = 1;
 
-/// [`matvec_i8`]'s walk over the rows with `tile` for four rows' partial sums (wrapping
-/// `sum q * x` of at most 512 products each), so that a core can bring its own tile.
-#[inline]
-pub(crate) fn matvec_i8_with(
-    tile: impl Fn([&[i8]; 4], &[i16]) -> [i32; 4],
-    w: &crate::tensor::Matrix<'_>,
-    x: &[i16],
-    s: i32,
-    y: &mut [i32],
-) {
-    let (rb, cols) = (w.row_bytes(), w.cols);
-    let x = &x[..cols.min(x.len())];
-    let row = |r: usize| crate::quant::i8_row(w.data, rb, r);
-    let done = y.len() / 4 * 4;
-    for (ys, tile_bytes) in y.chunks_exact_mut(4).zip(w.data.chunks_exact(4 * rb)) {
-        let (r01, r23) = tile_bytes.split_at(2 * rb);
-        let (r0, r1) = r01.split_at(rb);
-        let (r2, r3) = r23.split_at(rb);
-        let rows = [r0, r1, r2, r3].map(crate::quant::i8_split);
-        if x.len() <= 512 {
-            // One partial sum a row: the product of two i32s.
-            let part = tile(rows.map(|(_, q)| q), x);
-            for ((y, p), (scale, _)) in ys.iter_mut().zip(part).zip(rows) {
-                *y = crate::quant::requant32(p, scale, s);
-            }
-            continue;
-        }
-        let mut acc = [0i64; 4];
-        for (c, xs) in x.chunks(512).enumerate() {
-            let q = rows.map(|(_, q)| &q[c * 512..c * 512 + xs.len()]);
-            let part = tile(q, xs);
-            for (a, p) in acc.iter_mut().zip(part) {
-                *a += i64::from(p);
+    unsafe fn sums<const R: usize>(q: [&[i8]; R], x: &[i16]) -> [i32; R] {
+        // Four columns a turn, so that each pointer steps once for 4 R products.
+        const COLS: usize = 4;
+        let mut a = [0i32; R];
+        let body = x.len() / COLS * COLS;
+        for (c, v) in x[..body].chunks_exact(COLS).enumerate() {
+            for (a, q) in a.iter_mut().zip(q) {
+                let w = &q[c * COLS..][..COLS];
+                for (&w, &v) in w.iter().zip(v) {
+                    *a = a.wrapping_add(i32::from(w) * i32::from(v));
+                }
             }
         }
-        for ((y, a), (scale, _)) in ys.iter_mut().zip(acc).zip(rows) {
-            *y = crate::quant::requant(a, scale, s);
+        for (a, q) in a.iter_mut().zip(q) {
+            *a = a.wrapping_add(dot_i8(&q[body..], &x[body..]));
         }
+        a
     }
-    for (r, y) in y.iter_mut().enumerate().skip(done) {
-        let (scale, q) = row(r);
-        let acc: i64 = q.chunks(512).zip(x.chunks(512)).map(|(q, x)| i64::from(dot_i8(q, x))).sum();
-        *y = crate::quant::requant(acc, scale, s);
-    }
-}
-
-/// `sum q * x` of four rows against one input (at most 512 products), four columns a
-/// turn (so that each pointer steps once for sixteen products).
-#[inline]
-fn dot4_i8(q: [&[i8]; 4], x: &[i16]) -> [i32; 4] {
-    const COLS: usize = 4;
-    let mut a = [0i32; 4];
-    let xs = x.chunks_exact(COLS);
-    let tail = xs.remainder().len();
-    let [q0, q1, q2, q3] = q.map(|q| q.chunks_exact(COLS));
-    for ((((v, w0), w1), w2), w3) in xs.zip(q0).zip(q1).zip(q2).zip(q3) {
-        for c in 0..COLS {
-            let v = i32::from(v[c]);
-            a[0] = a[0].wrapping_add(i32::from(w0[c]) * v);
-            a[1] = a[1].wrapping_add(i32::from(w1[c]) * v);
-            a[2] = a[2].wrapping_add(i32::from(w2[c]) * v);
-            a[3] = a[3].wrapping_add(i32::from(w3[c]) * v);
-        }
-    }
-    let at = x.len() - tail;
-    for (i, q) in q.iter().enumerate() {
-        a[i] = a[i].wrapping_add(dot_i8(&q[at..], &x[at..]));
-    }
-    a
 }
 
 /// `sum q * x` of one row (at most 512 products).

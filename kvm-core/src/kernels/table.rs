@@ -121,13 +121,13 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         exp_sub: scalar::exp_sub,
         narrow_f16: scalar::narrow_f16,
         #[cfg(not(any(kvm_armv6m, target_arch = "riscv32")))]
-        matvec_i8: scalar::matvec_i8,
-        // Cores without SIMD run the oracle's walk with a tile in assembly, where the
-        // compiler's spills cost about twice the instructions (`arm::v6m`, `riscv32`).
+        matvec_i8: walk::matvec_i8::<scalar::Scalar, 4>,
+        // Cores without SIMD take a tile in assembly, where the compiler's spills cost
+        // about twice the instructions (`arm::v6m`, `riscv32`).
         #[cfg(kvm_armv6m)]
-        matvec_i8: arm::v6m::matvec_i8,
+        matvec_i8: walk::matvec_i8::<arm::v6m::V6m, 4>,
         #[cfg(target_arch = "riscv32")]
-        matvec_i8: super::riscv32::matvec_i8,
+        matvec_i8: walk::matvec_i8::<super::riscv32::Rv32, 4>,
         f32: Attention::single(scalar::dots, scalar::weighted_sum),
         f16: Attention::single(scalar::dots, scalar::weighted_sum),
         i8: Attention::single(scalar::dots, scalar::weighted_sum),
@@ -211,7 +211,7 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         matmul: run::<arm::dsp::Dsp, 1, 4, 1>,
         quantize_act: <arm::dsp::Dsp as Kernels>::quantize_act,
         dequant_row: scalar::dequant_row,
-        matvec_i8: arm::dsp_int::matvec_i8,
+        matvec_i8: walk::matvec_i8::<arm::dsp_int::DspInt, 4>,
         f32: Attention::single(arm::fpu::dots, arm::fpu::weighted_sum),
         ..SCALAR_ENTRIES
     };
@@ -224,7 +224,7 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         quantize_act: <arm::helium::Helium as Kernels>::quantize_act,
         dequant_row: arm::helium::Helium::dequant_row,
         #[cfg(kvm_arm_dsp)]
-        matvec_i8: arm::dsp_int::matvec_i8,
+        matvec_i8: walk::matvec_i8::<arm::dsp_int::DspInt, 4>,
         f32: Attention::single(arm::fpu::dots, arm::fpu::weighted_sum),
         ..SCALAR_ENTRIES
     };

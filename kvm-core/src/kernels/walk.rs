@@ -380,23 +380,28 @@ pub(super) unsafe fn matvec_i8<K: IntKernel, const R: usize>(w: &Matrix<'_>, x: 
 /// The CPU supports `K`'s tier.
 #[inline(always)]
 unsafe fn i8_tile<K: IntKernel, const R: usize>(rows: [((i32, i32), &[i8]); R], x: &[i16], s: i32) -> [i32; R] {
-    let mut acc = [0i64; R];
-    for (c, xs) in x.chunks(I8_PART).enumerate() {
+    // Part `c`'s sums: the tile over whole steps, the oracle's dot over the rest.
+    let part = |c: usize, xs: &[i16]| {
         let qs: [&[i8]; R] = core::array::from_fn(|r| &rows[r].1[c * I8_PART..][..xs.len()]);
         let body = xs.len() - xs.len() % K::LANES;
-        // SAFETY: the caller guarantees the tier; each row holds `xs.len()` weights from here
-        // and `body` is whole steps.
-        let mut part = unsafe { K::sums::<R>(qs, &xs[..body]) };
+        // SAFETY: the caller guarantees the tier; each row holds `xs.len()` weights from
+        // here and `body` is whole steps.
+        let mut sums = unsafe { K::sums::<R>(qs, &xs[..body]) };
         if body < xs.len() {
-            for (p, q) in part.iter_mut().zip(qs) {
+            for (p, q) in sums.iter_mut().zip(qs) {
                 *p = p.wrapping_add(super::scalar::dot_i8(&q[body..], &xs[body..]));
             }
         }
-        if x.len() <= I8_PART {
-            // One partial sum a row: the oracle's product of two i32s.
-            return core::array::from_fn(|r| crate::quant::requant32(part[r], rows[r].0, s));
-        }
-        for (a, p) in acc.iter_mut().zip(part) {
+        sums
+    };
+    if x.len() <= I8_PART {
+        // One partial sum a row: the oracle's product of two i32s.
+        let sums = part(0, x);
+        return core::array::from_fn(|r| crate::quant::requant32(sums[r], rows[r].0, s));
+    }
+    let mut acc = [0i64; R];
+    for (c, xs) in x.chunks(I8_PART).enumerate() {
+        for (a, p) in acc.iter_mut().zip(part(c, xs)) {
             *a += i64::from(p);
         }
     }

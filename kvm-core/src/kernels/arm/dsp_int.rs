@@ -3,13 +3,12 @@
 //! four weights spreads into bytes 0, 2 and 1, 3 (`sxtb16`), which meet the input's pairs
 //! `(x0, x2)` and `(x1, x3)` (`pkhbt`, `pkhtb`, made once a column quad for the four rows).
 //! On Arm the column quads are assembly (the compiler's version kept the row pointers on
-//! the stack, about 3.2 instructions a product against this one's 1.6); elsewhere, and for data off a
-//! 4-byte boundary, the same sums in Rust over [`super::dsp::op`]'s emulated instructions.
+//! the stack, about 3.2 instructions a product against this one's 1.6); elsewhere, and
+//! for data off a 4-byte boundary, the same sums in Rust over [`super::dsp::op`]'s
+//! emulated instructions.
 //! Sums wrap in i32 as the scalar tile's, so the bits are the oracle's.
 
 use super::dsp::op;
-use crate::kernels::scalar;
-use crate::tensor::Matrix;
 
 /// One row of the assembly's column quad: its four weights (post-incremented), then the
 /// two products into its sum.
@@ -72,40 +71,37 @@ fn quads(q: [&[i8]; 4], x: &[i16], n: usize, acc: &mut [i32; 4]) {
     }
 }
 
-/// [`super::super::matvec_i8`]: the scalar walk with [`dot4_i8`].
-pub(crate) fn matvec_i8(w: &Matrix<'_>, x: &[i16], s: i32, y: &mut [i32]) {
-    scalar::matvec_i8_with(dot4_i8, w, x, s, y);
-}
+/// The DSP tier's integer tile for `walk::matvec_i8`.
+#[derive(Debug)]
+pub(crate) struct DspInt;
 
-/// Four rows' `sum q * x`, wrapping in i32: whole column quads in two `smlad`s a row, the
-/// last columns one product at a time.
-fn dot4_i8(q: [&[i8]; 4], x: &[i16]) -> [i32; 4] {
-    let n = q.iter().fold(x.len(), |n, q| n.min(q.len())) / 4 * 4;
-    let mut acc = [0i32; 4];
-    #[cfg(kvm_arm_dsp)]
-    let done = q.iter().all(|q| q.as_ptr().cast::<u32>().is_aligned()) && x.as_ptr().cast::<u32>().is_aligned() && {
-        quads(q, x, n, &mut acc);
-        true
-    };
-    #[cfg(not(kvm_arm_dsp))]
-    let done = false;
-    if !done {
-        let [q0, q1, q2, q3] = q.map(|q| q[..n].chunks_exact(4));
-        for ((((xs, w0), w1), w2), w3) in x[..n].chunks_exact(4).zip(q0).zip(q1).zip(q2).zip(q3) {
+impl crate::kernels::IntKernel for DspInt {
+    const LANES: usize = 4;
+
+    /// Four rows on 4-byte boundaries in the assembly; otherwise (the rows left over, data
+    /// off the boundary, a host test) the same sums over the emulated instructions.
+    unsafe fn sums<const R: usize>(q: [&[i8]; R], x: &[i16]) -> [i32; R] {
+        let mut acc = [0i32; R];
+        #[cfg(kvm_arm_dsp)]
+        if let Ok(&rows) = <&[&[i8]; 4]>::try_from(&q[..]) {
+            if rows.iter().all(|q| q.as_ptr().cast::<u32>().is_aligned()) && x.as_ptr().cast::<u32>().is_aligned() {
+                let mut four = [0i32; 4];
+                quads(rows, x, x.len(), &mut four);
+                return core::array::from_fn(|r| four[r]);
+            }
+        }
+        for (i, xs) in x.chunks_exact(4).enumerate() {
             let pair = |a: i16, b: i16| u32::from(a as u16) | u32::from(b as u16) << 16;
             let (even, odd) = (pair(xs[0], xs[2]), pair(xs[1], xs[3]));
-            for (a, w) in acc.iter_mut().zip([w0, w1, w2, w3]) {
+            for (a, q) in acc.iter_mut().zip(q) {
+                let w = &q[4 * i..4 * i + 4];
                 let w = u32::from_le_bytes([w[0] as u8, w[1] as u8, w[2] as u8, w[3] as u8]);
                 *a = op::smlad(op::sxtb16(w), even, *a);
                 *a = op::smlad(op::sxtb16_ror8(w), odd, *a);
             }
         }
+        acc
     }
-    for (a, q) in acc.iter_mut().zip(q) {
-        let tail = q.iter().zip(x).skip(n);
-        *a = tail.fold(*a, |a, (&w, &v)| a.wrapping_add(i32::from(w) * i32::from(v)));
-    }
-    acc
 }
 
 #[cfg(test)]
@@ -116,7 +112,10 @@ mod tests {
     use std::vec::Vec;
 
     use super::*;
+    use crate::kernels::scalar::Scalar;
+    use crate::kernels::walk::matvec_i8;
     use crate::quant::DType;
+    use crate::tensor::Matrix;
 
     #[test]
     fn gives_the_scalar_bits() {
@@ -141,8 +140,11 @@ mod tests {
             let w = Matrix::new(DType::I8, rows, cols, &data).unwrap();
             let x: Vec<i16> = bytes(2 * cols).chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect();
             let (mut want, mut got) = (vec![0i32; rows], vec![1i32; rows]);
-            scalar::matvec_i8(&w, &x, 2, &mut want);
-            matvec_i8(&w, &x, 2, &mut got);
+            // SAFETY: both tiles are plain Rust on the host.
+            unsafe {
+                matvec_i8::<Scalar, 4>(&w, &x, 2, &mut want);
+                matvec_i8::<DspInt, 4>(&w, &x, 2, &mut got);
+            }
             assert_eq!(got, want, "[{rows}, {cols}]");
         }
     }

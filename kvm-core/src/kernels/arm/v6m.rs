@@ -1,11 +1,9 @@
 //! ARMv6-M (Cortex-M0/M0+, RP2040 class; also Armv8-M Baseline): the integer numerics'
-//! product tile in assembly. The compiler's code for [`super::super::scalar`]'s four-row
+//! product tile in assembly. The compiler's code for the scalar tier's four-row
 //! tile spills most of its values (Thumb-1 reaches 8 registers in loads and multiplies),
 //! about 7 instructions a product; this one keeps the four sums in `r8`-`r11` and spends a
 //! load, a multiply and an add a product, plus a load of the input and two index steps a
 //! column. Integer sums are exact, so it gives the oracle's bits.
-
-use crate::tensor::Matrix;
 
 /// One column of the tile: the input `x[c]`, its four products into the sums, then the
 /// next column (the last `adds` sets the flags the loops branch on).
@@ -113,20 +111,24 @@ extern "C" {
     fn kvm_v6m_dot4_i8(rows: *const [*const i8; 4], x: *const i16, n: usize, out: *mut [i32; 4]);
 }
 
-/// `sum q * x` of four rows against one input, each sum wrapping in i32 (as the scalar
-/// tile's).
-#[inline]
-fn dot4_i8(q: [&[i8]; 4], x: &[i16]) -> [i32; 4] {
-    let n = q.iter().fold(x.len(), |n, q| n.min(q.len()));
-    let rows = q.map(<[i8]>::as_ptr);
-    let mut out = [0i32; 4];
-    // SAFETY: each row and `x` hold at least `n` elements, read at `[0, n)` only; `out`
-    // is four i32s; the function keeps the AAPCS (r4-r11 restored, the stack balanced).
-    unsafe { kvm_v6m_dot4_i8(&rows, x.as_ptr(), n, &mut out) };
-    out
-}
+/// The ARMv6-M tile for `walk::matvec_i8`.
+#[derive(Debug)]
+pub(crate) struct V6m;
 
-/// [`super::super::matvec_i8`] with the assembly tile.
-pub(crate) fn matvec_i8(w: &Matrix<'_>, x: &[i16], s: i32, y: &mut [i32]) {
-    super::super::scalar::matvec_i8_with(dot4_i8, w, x, s, y);
+impl crate::kernels::IntKernel for V6m {
+    const LANES: usize = 1;
+
+    /// Four rows in the assembly; another count (the rows left over) by the scalar dot.
+    unsafe fn sums<const R: usize>(q: [&[i8]; R], x: &[i16]) -> [i32; R] {
+        let Ok(&rows) = <&[&[i8]; 4]>::try_from(&q[..]) else {
+            return q.map(|q| crate::kernels::scalar::dot_i8(q, x));
+        };
+        let rows = rows.map(<[i8]>::as_ptr);
+        let mut out = [0i32; 4];
+        // SAFETY: each row holds at least `x.len()` weights (the caller's contract), read
+        // at `[0, x.len())` only, as `x`; `out` is four i32s; the function keeps the AAPCS
+        // (r4-r11 restored, the stack balanced).
+        unsafe { kvm_v6m_dot4_i8(&rows, x.as_ptr(), x.len(), &mut out) };
+        core::array::from_fn(|r| out[r])
+    }
 }
