@@ -16,7 +16,8 @@
 #   MODEL           the .kvm file to flash (default: models/tiny-kjv-q8_0.kvm)
 #   --numerics N    float (default) or int: with int, instead of MODEL, convert
 #                   models/tiny-kjv with kvm-export --numerics int (docs/integer.md: every
-#                   step in integers) into examples/mcu/target/ and flash that
+#                   step in integers; with --ram-kib, also --cache q8 --slot-reads
+#                   recomputed) into examples/mcu/target/ and flash that
 #   --dtype D       instead of MODEL, convert models/tiny-kjv with kvm-export --dtype D
 #                   into examples/mcu/target/ and flash that
 #   --cache C       with --dtype: export with --cache C (f32, f16, q8); with --heap: the
@@ -24,9 +25,8 @@
 #   --heap          the `heap` build: the model is not linked in but loaded into the
 #                   board's model slot, and the arena comes from an embedded-alloc heap
 #   --ram-kib K     link with the board's RAM region cut to K KiB: statics plus the
-#                   reserved stack that do not fit fail the build. Without MODEL,
-#                   --dtype or --numerics int, flashes the 256 KiB configuration of
-#                   tiny-kjv (README.md)
+#                   reserved stack that do not fit fail the build. Without MODEL or
+#                   --dtype, flashes the 256 KiB configuration of tiny-kjv (README.md)
 #   --echo-prompt   print the prompt before the continuation, as `kvm generate` does
 #   --out FILE      write the text (exactly the bytes between the markers) to FILE
 #   --expect FILE   fail (exit 3) unless the text is exactly FILE's bytes
@@ -117,8 +117,12 @@ case "$numerics" in
     int)
         [[ -z "$model" && -z "$dtype" && -z "$cache" ]] || { echo "run-qemu.sh: --numerics int converts tiny-kjv itself: no MODEL, --dtype or --cache" >&2; exit 2; }
         mkdir -p "$here/target"
-        model="$here/target/tiny-kjv-int.kvm"
-        (cd "$root" && cargo run --quiet --release -p kvm-export -- convert models/tiny-kjv -o "$model" --numerics int --quiet) || exit 2
+        # With --ram-kib, the integer 256 KiB configuration: i8 attention rows, slot reads
+        # recomputed (docs/integer.md).
+        small=()
+        [[ -z "$ram_kib" ]] || small=(--cache q8 --slot-reads recomputed)
+        model="$here/target/tiny-kjv-int${ram_kib:+-256k}.kvm"
+        (cd "$root" && cargo run --quiet --release -p kvm-export -- convert models/tiny-kjv -o "$model" --numerics int ${small[@]+"${small[@]}"} --quiet) || exit 2
         ;;
     *) echo "run-qemu.sh: --numerics is float or int, not '$numerics'" >&2; exit 2 ;;
 esac

@@ -245,7 +245,7 @@ impl<'m, 'a> Session<'m, 'a> {
         let cfg = *self.model.config();
         let vocab = cfg.vocab_len as usize;
         let (counters, layers, scratch) = lay.regions(self.arena);
-        let mut s = IntScratch::carve(scratch, &cfg, lay.state_len);
+        let (mut s, reads) = IntScratch::carve(scratch, &cfg, lay.state_len);
         let mut at = counters_in(counters);
         let mut out = logits;
         for (i, &token) in tokens.iter().enumerate() {
@@ -255,7 +255,7 @@ impl<'m, 'a> Session<'m, 'a> {
                 Logits::All(_) => true,
             };
             let pass = IntPass { model: &self.model, rope: &self.rope, alt_rope: &self.alt_rope, lay: &lay, at, phase };
-            at = pass.step(token, layers, &mut s, want);
+            at = pass.step(token, (&mut *layers, &mut *reads), &mut s, want);
             if let Logits::All(rows) = &mut out {
                 rows[i * vocab..(i + 1) * vocab].copy_from_slice(&s.logits[..vocab]);
             }

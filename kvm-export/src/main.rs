@@ -54,7 +54,8 @@ struct Storage {
     /// The numerics sessions of the file compute with: float (the reference's, in the
     /// storage above) or int (docs/integer.md: every operation in integers, for
     /// microcontrollers without an FPU; matrices are stored as i8 rows, vectors as
-    /// fixed point, and --dtype, --tensor-dtype, --cache and --slot-reads do not apply).
+    /// fixed point, and --dtype and --tensor-dtype do not apply; --cache is f32 for i16
+    /// attention rows or q8 for i8 ones).
     #[arg(long, default_value = "float", value_name = "float|int")]
     numerics: String,
     /// Per-tensor override, ROLE=DTYPE (roles: embed, lm_head, wq, wk, wv, wo, up, down, vgate1, vgate2, gate); repeatable.
@@ -155,14 +156,20 @@ fn parse_policy(storage: &Storage) -> Result<Policy> {
     match numerics.as_str() {
         "float" => {}
         "int" => {
-            let defaults = dtype == "f32" && overrides.is_empty() && cache == "f32" && slot_reads == "stored";
-            if !defaults || *no_repack {
-                bail!(
-                    "--numerics int stores every matrix as i8 rows and its sessions keep their own \
-                     cache: drop --dtype, --tensor-dtype, --no-repack, --cache and --slot-reads"
-                );
+            if dtype != "f32" || !overrides.is_empty() || *no_repack {
+                bail!("--numerics int stores every matrix as i8 rows: drop --dtype, --tensor-dtype and --no-repack");
             }
-            return Ok(Policy::int());
+            // Its attention rows: i16 (the default, `f32`) or i8 (`q8`).
+            let cache = match cache.as_str() {
+                "f32" => CacheDtype::F32,
+                "q8" => CacheDtype::Q8,
+                other => {
+                    bail!("--numerics int keeps attention rows as i16 (--cache f32) or i8 (--cache q8), not `{other}`")
+                }
+            };
+            let reads = SlotReads::from_name(slot_reads)
+                .ok_or_else(|| anyhow!("unknown --slot-reads `{slot_reads}` (expected stored or recomputed)"))?;
+            return Ok(Policy { cache, reads, ..Policy::int() });
         }
         other => bail!("unknown --numerics `{other}` (expected float or int)"),
     }

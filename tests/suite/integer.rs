@@ -1,8 +1,10 @@
-//! The integer numerics (docs/integer.md): tiny-kjv's bits per byte next to f32's, every
-//! golden case's top tokens next to the reference's, a batch equal to its tokens one by
-//! one, and a snapshot that continues bit for bit.
+//! The integer numerics (docs/integer.md): tiny-kjv's bits per byte next to f32's (i16
+//! and i8 attention rows), every golden case's top tokens next to the reference's,
+//! recomputed slot reads equal to stored ones, a batch equal to its tokens one by one, and
+//! a snapshot that continues bit for bit.
 
 use crate::common::*;
+use kvm_core::cache::{CacheDtype, SlotReads};
 use kvm_core::exec::Serial;
 use kvm_core::forward::Logits;
 use kvm_core::quant::DType;
@@ -29,6 +31,50 @@ fn tiny_kjv_bits_per_byte_are_within_a_percent_of_f32() {
         let ratio = nats_per_byte(intm, &text) / nats_per_byte(f32m, &text);
         eprintln!("{file}: int {ratio:.5}x f32");
         assert!(ratio <= 1.01, "{file}: integer bits per byte {ratio}x f32");
+    }
+}
+
+/// The 256 KiB configuration's storage (docs/integer.md): i8 attention rows (`--cache
+/// q8`) stay within 1.01x f32's bits per byte too.
+#[test]
+fn tiny_kjv_i8_rows_are_within_a_percent_of_f32() {
+    let dir = repo().join("models/tiny-kjv");
+    let q8 = Policy { cache: CacheDtype::Q8, reads: SlotReads::Recomputed, ..Policy::int() };
+    let (f32b, intb) = (convert_to_bytes(&dir, DType::F32), convert_with(&dir, &q8));
+    let (f32m, intm) = (Model::from_bytes(&f32b).unwrap(), Model::from_bytes(&intb).unwrap());
+    assert_eq!((intm.cache(), intm.slot_reads()), (CacheDtype::Q8, SlotReads::Recomputed));
+    for file in ["dev_train_6k.txt", "dev_unseen_12k.txt"] {
+        let text = std::fs::read(dir.join("reference").join(file)).unwrap();
+        let ratio = nats_per_byte(intm, &text) / nats_per_byte(f32m, &text);
+        eprintln!("{file}: int, i8 rows {ratio:.5}x f32");
+        assert!(ratio <= 1.01, "{file}: integer bits per byte with i8 rows {ratio}x f32");
+    }
+}
+
+/// Slot reads recomputed at each layer give the stored ones' bits, with i16 and i8 rows,
+/// on every golden case (folds, merges, growable states, hybrids), past several folds.
+#[test]
+fn recomputed_slot_reads_give_the_stored_bits() {
+    for name in golden_cases() {
+        let dir = golden_dir(&name);
+        for cache in [CacheDtype::F32, CacheDtype::Q8] {
+            let logits = |reads: SlotReads| {
+                let blob = convert_with(&dir, &Policy { cache, reads, ..Policy::int() });
+                let model = Model::from_bytes(&blob).unwrap();
+                let vocab = model.config().vocab_len;
+                let mut arena = Arena::new(model.arena_len());
+                let mut session = Session::new(model, arena.bytes_mut()).unwrap();
+                let mut bits = vec![];
+                for t in 0..400u32 {
+                    session.step((t * 13 + 5) % vocab, Phase::Prefill, true).unwrap();
+                    bits.extend(session.logits().iter().map(|v| v.to_bits()));
+                }
+                (bits, model.arena_len())
+            };
+            let ((stored, big), (recomputed, small)) = (logits(SlotReads::Stored), logits(SlotReads::Recomputed));
+            assert!(small < big, "{name} {cache:?}: arena {small} recomputed, {big} stored");
+            assert!(stored == recomputed, "{name} {cache:?}: recomputed slot reads change the logits");
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 //! state, or an alternate layer's over its ring) and the MLP, then the head. The same
 //! steps as [`crate::forward`], each a comment.
 
+use crate::cache::SlotReads;
 use crate::config::flags;
 use crate::format::Role;
 use crate::int::fixed::{fixed_of, isqrt, mul_fx, one_plus_elu, shr32, sigmoid, tanh, ONE};
@@ -103,7 +104,14 @@ impl IntPass<'_, '_> {
     /// Feeds token `token` (at `self.at.pos`) through the network, updating every layer
     /// in `layers`; with `logits`, the token's logits (f32 of the fixed-point values) go
     /// to `s.logits`.
-    pub(crate) fn step(&self, token: u32, layers: &mut [f32], s: &mut IntScratch<'_>, logits: bool) -> Counters {
+    /// `reads` holds one layer's slot read rows where they are recomputed (else empty).
+    pub(crate) fn step(
+        &self,
+        token: u32,
+        (layers, reads): (&mut [f32], &mut [f32]),
+        s: &mut IntScratch<'_>,
+        logits: bool,
+    ) -> Counters {
         let (model, cfg) = (self.model, self.model.config());
         let t = self.at.pos;
         let plan = Plan::new(cfg, self.lay.state_len, self.at, self.phase);
@@ -124,7 +132,9 @@ impl IntPass<'_, '_> {
 
         for l in 0..cfg.n_layers as usize {
             let (words, sizes) = self.lay.layer_words(layers, l);
-            let mut st = IntLayer::carve(words, sizes, cfg, self.lay.state_len, cfg.is_alt(l));
+            let reads = (self.lay.reads == SlotReads::Recomputed).then_some(&mut *reads);
+            let rows = (self.lay.state_len, self.lay.int_rows());
+            let mut st = IntLayer::carve(words, reads, sizes, cfg, rows, cfg.is_alt(l));
             // x = x + residual_scale * Attn(LN_attn(x))
             s.a.copy_from_slice(s.x);
             layer_norm(s.a, 0, model.vector(Role::LnAttnW, l), model.vector(Role::LnAttnB, l));
@@ -223,6 +233,13 @@ impl IntPass<'_, '_> {
         let temps =
             cfg.has(flags::HEAD_TEMPS).then(|| (model.vector(Role::FrontTemp, l), model.vector(Role::StateTemp, l)));
         let ln_sk = (model.vector(Role::LnSkW, l), model.vector(Role::LnSkB, l));
+        // Recomputed slot reads: every slot's rows from its sums, before the updates
+        if !alt && self.lay.reads == SlotReads::Recomputed {
+            for h in 0..h_n {
+                let mut head = KvmHead { st: &mut *st, h, cfg, state_len: self.lay.state_len, ln_sk };
+                (0..plan.slots_before).for_each(|slot| head.refresh(slot, true, &mut hs));
+            }
+        }
         for h in 0..h_n {
             let q = &s.q[h * dk..(h + 1) * dk];
             let (k, v) = (&s.k[h * dk..(h + 1) * dk], &s.v[h * dv..(h + 1) * dv]);

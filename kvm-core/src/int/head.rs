@@ -5,9 +5,9 @@
 
 use crate::config::{flags, Config};
 use crate::int::fixed::{exp_neg, isqrt, mul_fx, sat32, shr32, shr_round, ONE};
-use crate::int::ops::{dot_rows, layer_norm, norm, to_row};
+use crate::int::ops::{dot_row, layer_norm, norm, to_row};
 use crate::quant::FX;
-use crate::state::arena_int::{IntLayer, IntRows};
+use crate::state::arena_int::{IntLayer, IntRows, Row};
 use crate::state::plan::Plan;
 use crate::state::update::mark_least;
 use crate::tensor::Vector;
@@ -40,10 +40,12 @@ pub(crate) struct KvmHead<'l, 's> {
     pub ln_sk: (Vector<'l>, Vector<'l>),
 }
 
-/// Rows `rows` in fixed point: `out[c] = m[c] * 2^e`.
-fn widen(m: &[i16], e: i32, out: &mut [i32]) {
-    for (o, &v) in out.iter_mut().zip(m) {
-        *o = shr32(i64::from(v), -e);
+/// A row in fixed point: `out[c] = m[c] * 2^e`.
+fn widen(m: Row<'_>, e: i32, out: &mut [i32]) {
+    let put = |o: &mut i32, v: i32| *o = shr32(i64::from(v), -e);
+    match m {
+        Row::I16(m) => out.iter_mut().zip(m).for_each(|(o, &v)| put(o, i32::from(v))),
+        Row::I8(m) => out.iter_mut().zip(m).for_each(|(o, &v)| put(o, i32::from(v))),
     }
 }
 
@@ -118,48 +120,46 @@ impl KvmHead<'_, '_> {
             self.refresh(slot, true, s);
         }
         let ri = self.ring(plan.t);
-        let (m_k, e_k) = self.st.wk.row_mut(ri);
-        *e_k = to_row(k, 0, m_k);
-        let (m_v, e_v) = self.st.wv.row_mut(ri);
-        *e_v = to_row(v, 0, m_v);
+        push(&mut self.st.wk, ri, k, &mut s.row[..k.len()]);
+        push(&mut self.st.wv, ri, v, &mut s.row[..v.len()]);
         self.st.wm[ri] = m;
     }
 
     /// Recomputes what reads of slot `s` see: with `key`, `nk = LN_s_k(sk)`; and the value
     /// (`sv / |sv| * r` with vlens, else `sv / r`).
-    fn refresh(&mut self, slot: usize, key: bool, s: &mut HeadScratch<'_>) {
+    pub(crate) fn refresh(&mut self, slot: usize, key: bool, s: &mut HeadScratch<'_>) {
         let (i, dk, dv) = (self.slot(slot), self.dk(), self.dv());
         let [r, e_k, e_v] = [self.st.sr[3 * i], self.st.sr[3 * i + 1], self.st.sr[3 * i + 2]];
         if key {
             let w = &mut s.wide[..dk];
             w.copy_from_slice(&self.st.sk[i * dk..(i + 1) * dk]);
             layer_norm(w, e_k, self.ln_sk.0, self.ln_sk.1);
-            let (m, e) = self.st.nk.row_mut(i);
-            *e = to_row(w, 0, m);
+            push(&mut self.st.nk, i, w, &mut s.row[..dk]);
         }
         // The value sum as a row of mantissas `M` of norm below 2^15.
         let row = &mut s.row[..dv];
         let e_m = to_row(&self.st.sv[i * dv..(i + 1) * dv], e_v, row);
-        let (out, e_out) = self.st.nv.row_mut(i);
-        if self.cfg.has(flags::VLENS) {
+        // The row a read sees, in place of `M`.
+        let e_out = if self.cfg.has(flags::VLENS) {
             // M / |M| * r: r cut to 14 bits (r' * 2^e_out), then M * r' / |M|
             let n2: u64 = row.iter().map(|&x| (i64::from(x) * i64::from(x)) as u64).sum();
             let nrm = isqrt(n2 << 32).max(1); // |M| * 2^16
             let er = (64 - u64::from(r.unsigned_abs()).leading_zeros() as i32 - 14).max(-16);
             let r14 = shr_round(i64::from(r), er);
             let g = ((r14 << 46) / nrm as i64).min(i64::from(i32::MAX)); // r' * 2^30 / |M|
-            for (o, &x) in out.iter_mut().zip(row.iter()) {
-                *o = sat32(shr_round(i64::from(x) * g, 30)).clamp(-32768, 32767) as i16;
+            for x in row.iter_mut() {
+                *x = sat32(shr_round(i64::from(*x) * g, 30)).clamp(-32768, 32767) as i16;
             }
-            *e_out = er;
+            er
         } else {
             // r is the fold count (at least 1)
             let count = i64::from(r.max(1));
-            for (o, &x) in out.iter_mut().zip(row.iter()) {
-                *o = crate::int::fixed::div_round(i64::from(x), count) as i16;
+            for x in row.iter_mut() {
+                *x = crate::int::fixed::div_round(i64::from(*x), count) as i16;
             }
-            *e_out = e_m;
-        }
+            e_m
+        };
+        self.st.nv.set(i, row, e_out);
     }
 
     /// The best similarity of row `(m, e)` to slots `[from, to)`'s keys, and the first
@@ -168,7 +168,7 @@ impl KvmHead<'_, '_> {
         let mut best: Option<(i64, usize)> = None;
         for s in from..to {
             let (k, e_k) = self.st.nk.row(self.slot(s));
-            let sim = similarity(dot_rows(m, k), e + e_k);
+            let sim = similarity(dot_row(m, k), e + e_k);
             if best.is_none_or(|(b, _)| sim > b) {
                 best = Some((sim, s));
             }
@@ -307,7 +307,7 @@ impl KvmHead<'_, '_> {
                 (&self.st.wk, self.ring(plan.window_begin + j - n_state), a.0)
             };
             let (k, e_k) = keys.row(r);
-            *sc = score(dot_rows(row, k), mult, e_q + e_k);
+            *sc = score(dot_row(row, k), mult, e_q + e_k);
         }
         let rows = |j: usize| {
             if j < n_state {
@@ -329,7 +329,7 @@ fn score(dot: i32, mult: i32, e: i32) -> i32 {
 /// `out = sum_j softmax(scores)_j * value_j` (fixed point), `rows(j)` value `j`'s row:
 /// `p_j = exp(s_j - max)` in Q15, normalised to weights that sum to at most 2^15 (each
 /// floored), shifted to the largest value exponent, then the exact sums.
-fn weighted_sum<'r>(scores: &mut [i32], rows: impl Fn(usize) -> (&'r [i16], i32), out: &mut [i32]) {
+fn weighted_sum<'r>(scores: &mut [i32], rows: impl Fn(usize) -> (Row<'r>, i32), out: &mut [i32]) {
     let max = scores.iter().copied().max().unwrap_or(0);
     let mut sum = 0u64;
     for sc in scores.iter_mut() {
@@ -360,22 +360,46 @@ fn weighted_sum<'r>(scores: &mut [i32], rows: impl Fn(usize) -> (&'r [i16], i32)
     for k in 0..pairs {
         let (j0, j1) = (2 * k, 2 * k + 1);
         let (w0, w1) = (weight(j0, scores[j0]), weight(j1, scores[j1]));
-        let (v0, v1) = (rows(j0).0, rows(j1).0);
-        for ((a, &x0), &x1) in acc.iter_mut().zip(v0).zip(v1) {
-            *a = a.wrapping_add(w0 * i32::from(x0)).wrapping_add(w1 * i32::from(x1));
+        match (rows(j0).0, rows(j1).0) {
+            (Row::I16(v0), Row::I16(v1)) => add_pair(acc, (w0, v0), (w1, v1)),
+            (Row::I8(v0), Row::I8(v1)) => add_pair(acc, (w0, v0), (w1, v1)),
+            (v0, v1) => {
+                add_row(acc, w0, v0);
+                add_row(acc, w1, v1);
+            }
         }
     }
     if scores.len() % 2 == 1 {
         let j = scores.len() - 1;
-        let w = weight(j, scores[j]);
-        for (a, &x) in acc.iter_mut().zip(rows(j).0) {
-            *a = a.wrapping_add(w * i32::from(x));
-        }
+        add_row(acc, weight(j, scores[j]), rows(j).0);
     }
     // sum real = acc * 2^-15 * 2^(e_max - FX), in fixed point acc * 2^(e_max - 15)
     for a in acc.iter_mut() {
         *a = shr32(i64::from(*a), 15 - e_max);
     }
+}
+
+/// `acc += w0 v0 + w1 v1` (exact in i32: see [`weighted_sum`]).
+#[inline]
+fn add_pair<T: Copy + Into<i32>>(acc: &mut [i32], (w0, v0): (i32, &[T]), (w1, v1): (i32, &[T])) {
+    for ((a, &x0), &x1) in acc.iter_mut().zip(v0).zip(v1) {
+        *a = a.wrapping_add(w0 * x0.into()).wrapping_add(w1 * x1.into());
+    }
+}
+
+/// `acc += w v` for a row of either width.
+fn add_row(acc: &mut [i32], w: i32, v: Row<'_>) {
+    let add = |a: &mut i32, x: i32| *a = a.wrapping_add(w * x);
+    match v {
+        Row::I16(v) => acc.iter_mut().zip(v).for_each(|(a, &x)| add(a, i32::from(x))),
+        Row::I8(v) => acc.iter_mut().zip(v).for_each(|(a, &x)| add(a, i32::from(x))),
+    }
+}
+
+/// Stores `x` (fixed point) as row `r` of `rows`, through `tmp` (its mantissas).
+fn push(rows: &mut IntRows<'_>, r: usize, x: &[i32], tmp: &mut [i16]) {
+    let e = to_row(x, 0, tmp);
+    rows.set(r, tmp, e);
 }
 
 /// A sliding-window layer's head (spec §5): its ring of the last `Wa` keys and values.
@@ -402,17 +426,15 @@ impl SwaHead<'_, '_> {
         out: &mut [i32],
     ) {
         let ri = self.ring(t);
-        let (m_k, e_k) = self.st.wk.row_mut(ri);
-        *e_k = to_row(k, 0, m_k);
-        let (m_v, e_v) = self.st.wv.row_mut(ri);
-        *e_v = to_row(v, 0, m_v);
+        push(&mut self.st.wk, ri, k, &mut s.row[..k.len()]);
+        push(&mut self.st.wv, ri, v, &mut s.row[..v.len()]);
         let begin = (t + 1).saturating_sub(self.window);
         let row = &mut s.row[..q.len()];
         let e_q = to_row(q, 0, row);
         let scores = &mut s.scores[..t + 1 - begin];
         for (j, sc) in scores.iter_mut().enumerate() {
             let (k, e_k) = self.st.wk.row(self.ring(begin + j));
-            *sc = score(dot_rows(row, k), mult, e_q + e_k);
+            *sc = score(dot_row(row, k), mult, e_q + e_k);
         }
         let wv: &IntRows<'_> = &self.st.wv;
         weighted_sum(scores, |j| wv.row(self.h * self.window + (begin + j) % self.window), out);

@@ -6,6 +6,7 @@
 use crate::int::fixed::{bit_len, div_round, isqrt, shr32, shr_round};
 use crate::kernels;
 use crate::quant::{i8_row, mul_wide, FX};
+use crate::state::arena_int::Row;
 use crate::tensor::{Matrix, Vector};
 
 /// `x` as a product's input: `out[c] = round(x[c] * 2^-s)` for the least `s >= 0` that
@@ -102,6 +103,15 @@ pub(crate) fn dot_rows(a: &[i16], b: &[i16]) -> i32 {
         let q = (i32::from(x[2]) * i32::from(y[2])).wrapping_add(i32::from(x[3]) * i32::from(y[3]));
         s.wrapping_add(p.wrapping_add(q))
     })
+}
+
+/// [`dot_rows`] of a query row and a stored row of either width.
+#[inline]
+pub(crate) fn dot_row(a: &[i16], b: Row<'_>) -> i32 {
+    match b {
+        Row::I16(b) => dot_rows(a, b),
+        Row::I8(b) => a.iter().zip(b).fold(0i32, |s, (&x, &y)| s.wrapping_add(i32::from(x) * i32::from(y))),
+    }
 }
 
 /// `round(1e-5 * 2^48)`: LayerNorm's epsilon in the units of [`layer_norm`]'s variance.

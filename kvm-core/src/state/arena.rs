@@ -34,6 +34,7 @@ use crate::cache::{CacheDtype, Parts, Rows, RowsMut, RowsParts, SlotReads};
 use crate::config::Config;
 use crate::error::{ConfigField, Error, Result};
 use crate::kernels;
+use crate::state::arena_int::RowWidth;
 use crate::state::plan::SEGMENT_LEN;
 pub use crate::state::words::ARENA_ALIGN;
 use crate::state::words::{pad, take, LAYER_PARTS, UNIT};
@@ -170,10 +171,15 @@ impl Layout {
         let step_len = sum(&step_sizes).ok_or(too_big)?;
         let n_layers = cfg.n_layers as usize;
         let int = cfg.has(crate::config::flags::INT_NUMERICS);
-        let (cache, reads) = if int { (CacheDtype::F32, SlotReads::Stored) } else { (cache, reads) };
+        // An integer session's rows are i16, or i8 for the q8 cache (no f16).
+        let width = match (int, cache) {
+            (true, CacheDtype::F16) => return Err(Error::BadConfig(ConfigField::CacheDtype)),
+            (_, CacheDtype::Q8) => RowWidth::I8,
+            _ => RowWidth::I16,
+        };
         let (layer_sizes, alt_sizes, part_widths) = match int {
             true => {
-                let (kvm, alt) = crate::state::arena_int::layer_words(cfg, state_len).ok_or(too_big)?;
+                let (kvm, alt) = crate::state::arena_int::layer_words(cfg, state_len, width, reads).ok_or(too_big)?;
                 (kvm, alt, [1; LAYER_PARTS])
             }
             false => (layer_sizes, alt_sizes, part_widths),
@@ -198,11 +204,13 @@ impl Layout {
         };
         let layer_words = core::array::from_fn::<_, LAYER_PARTS, _>(|i| lay.layer_part_words(i));
         lay.layer_len = sum(&layer_words).ok_or(too_big)?;
-        let alt_words =
-            core::array::from_fn::<_, LAYER_PARTS, _>(|i| Self::part_words(cache, &part_widths, i, alt_sizes[i]));
+        let alt_words = core::array::from_fn::<_, LAYER_PARTS, _>(|i| match int {
+            true => alt_sizes[i],
+            false => Self::part_words(cache, &part_widths, i, alt_sizes[i]),
+        });
         lay.alt_len = sum(&alt_words).ok_or(too_big)?;
         lay.scratch_len = match int {
-            true => crate::state::arena_int::scratch_words(cfg, state_len).ok_or(too_big)?,
+            true => crate::state::arena_int::scratch_words(cfg, state_len, width, reads).ok_or(too_big)?,
             false => step_len.checked_add(lay.acts_len(1).ok_or(too_big)?).ok_or(too_big)?,
         };
         let n_alt = cfg.alt_before(n_layers);
@@ -226,7 +234,10 @@ impl Layout {
     /// recomputed).
     #[inline]
     fn layer_part_words(&self, i: usize) -> usize {
-        if self.reads == SlotReads::Recomputed && Self::SLOT_READS.contains(&i) {
+        if self.int {
+            // `arena_int::layer_words` sized them in words.
+            self.layer_sizes[i]
+        } else if self.reads == SlotReads::Recomputed && Self::SLOT_READS.contains(&i) {
             0
         } else {
             Self::part_words(self.cache, &self.part_widths, i, self.layer_sizes[i])
@@ -297,6 +308,16 @@ impl Layout {
         let (at, len) = self.layer_span(l);
         let sizes = if self.is_alt(l) { &self.alt_sizes } else { &self.layer_sizes };
         LayerState::carve(&mut layers[at..at + len], reads, self, sizes)
+    }
+
+    /// An integer session's attention rows: i8 for the q8 cache, else i16.
+    #[inline]
+    pub(crate) fn int_rows(&self) -> RowWidth {
+        if self.cache == CacheDtype::Q8 {
+            RowWidth::I8
+        } else {
+            RowWidth::I16
+        }
     }
 
     /// Whether this is an integer-numerics session's layout.

@@ -13,33 +13,55 @@
 //! layer          prev_q, prev_k, prev_v, prev_m i32
 //! ```
 //!
-//! A `rows` part holds its rows' i16 mantissas, two a word, then one i32 exponent per row
-//! ([`IntRows`]).
+//! A `rows` part holds its rows' mantissas, i16 two a word (or i8 four a word, for a file
+//! exported with `--cache q8`), then one i32 exponent per row ([`IntRows`]). With
+//! [`SlotReads::Recomputed`] a KVM layer's nk and nv are not in its state: one layer's
+//! worth sits at the end of the scratch, refreshed when each layer's attention begins.
 
+use crate::cache::SlotReads;
 use crate::config::Config;
+use crate::int::ops::rshr;
 use crate::state::words::{pad, take, LAYER_PARTS};
 
-/// Words of `rows` rows of `d` i16 mantissas (`d` even) and their exponents.
-#[inline]
-fn rows_words(rows: usize, d: usize) -> Option<usize> {
-    rows.checked_mul(d / 2 + 1)
+/// The mantissas of a session's attention rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RowWidth {
+    /// i16: the default.
+    I16,
+    /// i8 (`--cache q8`): each row the i16 one rounded to at most 7 bits.
+    I8,
 }
 
-/// The words of each part of a KVM layer's state and of an alternate layer's, and their
-/// row widths (1: sized in words), for [`crate::state::Layout`].
-pub(crate) fn layer_words(cfg: &Config, state_len: usize) -> Option<([usize; LAYER_PARTS], [usize; LAYER_PARTS])> {
+impl RowWidth {
+    /// Words of `rows` rows of `d` mantissas (`d` a multiple of 4) and their exponents.
+    #[inline]
+    fn words(self, rows: usize, d: usize) -> Option<usize> {
+        rows.checked_mul(d / if self == RowWidth::I16 { 2 } else { 4 } + 1)
+    }
+}
+
+/// The words of each part of a KVM layer's state and of an alternate layer's, for
+/// [`crate::state::Layout`]: rows of `width`, and no nk or nv where `reads` recomputes
+/// them.
+pub(crate) fn layer_words(
+    cfg: &Config,
+    state_len: usize,
+    width: RowWidth,
+    reads: SlotReads,
+) -> Option<([usize; LAYER_PARTS], [usize; LAYER_PARTS])> {
     let h = cfg.n_heads as usize;
     let (dk, dv, d) = (cfg.d_qk as usize, cfg.d_v as usize, cfg.d_model as usize);
     let (hs, hw) = (h.checked_mul(state_len)?, h.checked_mul(cfg.window_len())?);
     let (qd, vd) = (cfg.q_dim(), cfg.v_dim());
+    let stored = |n: Option<usize>| if reads == SlotReads::Recomputed { Some(0) } else { n };
     let kvm = [
         hs.checked_mul(dk)?,
         hs.checked_mul(dv)?,
         hs.checked_mul(3)?,
-        rows_words(hs, dk)?,
-        rows_words(hs, dv)?,
-        rows_words(hw, dk)?,
-        rows_words(hw, dv)?,
+        stored(width.words(hs, dk))?,
+        stored(width.words(hs, dv))?,
+        width.words(hw, dk)?,
+        width.words(hw, dv)?,
         hw,
         qd,
         qd,
@@ -47,36 +69,86 @@ pub(crate) fn layer_words(cfg: &Config, state_len: usize) -> Option<([usize; LAY
         d,
     ];
     let ha = h.checked_mul(if cfg.is_hybrid() { cfg.alt_window as usize } else { 0 })?;
-    let alt = [0, 0, 0, 0, 0, rows_words(ha, dk)?, rows_words(ha, dv)?, 0, qd, qd, vd, d];
+    let alt = [0, 0, 0, 0, 0, width.words(ha, dk)?, width.words(ha, dv)?, 0, qd, qd, vd, d];
     Some((kvm, alt))
 }
 
-/// Rows of i16 mantissas with one exponent each: row `r` is `m[r] * 2^(e[r] - FX)`.
+/// Words of one layer's nk and nv where they are recomputed (else none).
+fn read_words(cfg: &Config, state_len: usize, width: RowWidth, reads: SlotReads) -> Option<[usize; 2]> {
+    if reads == SlotReads::Stored {
+        return Some([0, 0]);
+    }
+    let hs = (cfg.n_heads as usize).checked_mul(state_len)?;
+    Some([width.words(hs, cfg.d_qk as usize)?, width.words(hs, cfg.d_v as usize)?])
+}
+
+/// A row's mantissas: `m[c] * 2^(e - FX)` with the row's exponent `e`.
+#[derive(Clone, Copy)]
+pub(crate) enum Row<'a> {
+    I16(&'a [i16]),
+    I8(&'a [i8]),
+}
+
+/// The mantissas of [`IntRows`].
+enum Mantissas<'s> {
+    I16(&'s mut [i16]),
+    I8(&'s mut [i8]),
+}
+
+/// Rows of mantissas with one exponent each: row `r` is `m[r] * 2^(e[r] - FX)`.
 pub(crate) struct IntRows<'s> {
     /// `[rows, d]`
-    pub m: &'s mut [i16],
+    m: Mantissas<'s>,
     /// `[rows]`
-    pub e: &'s mut [i32],
-    pub d: usize,
+    e: &'s mut [i32],
+    d: usize,
 }
 
 impl<'s> IntRows<'s> {
-    /// `rows` rows of width `d` in `words` ([`rows_words`] of them).
-    fn carve(words: &'s mut [f32], rows: usize, d: usize) -> Self {
-        let (m, e) = words.split_at_mut(rows * d / 2);
-        IntRows { m: bytemuck::cast_slice_mut(m), e: bytemuck::cast_slice_mut(e), d }
+    /// `rows` rows of width `d` in `words` ([`RowWidth::words`] of them).
+    fn carve(words: &'s mut [f32], rows: usize, d: usize, width: RowWidth) -> Self {
+        let per = if width == RowWidth::I16 { 2 } else { 4 };
+        let (m, e) = words.split_at_mut(rows * d / per);
+        let m = match width {
+            RowWidth::I16 => Mantissas::I16(bytemuck::cast_slice_mut(m)),
+            RowWidth::I8 => Mantissas::I8(bytemuck::cast_slice_mut(m)),
+        };
+        IntRows { m, e: bytemuck::cast_slice_mut(e), d }
     }
 
     /// Row `r`'s mantissas and exponent.
     #[inline]
-    pub(crate) fn row(&self, r: usize) -> (&[i16], i32) {
-        (&self.m[r * self.d..(r + 1) * self.d], self.e[r])
+    pub(crate) fn row(&self, r: usize) -> (Row<'_>, i32) {
+        let at = r * self.d..(r + 1) * self.d;
+        let m = match &self.m {
+            Mantissas::I16(m) => Row::I16(&m[at]),
+            Mantissas::I8(m) => Row::I8(&m[at]),
+        };
+        (m, self.e[r])
     }
 
-    /// Row `r`'s mantissas and exponent, to write.
+    /// Stores row `r` as `m * 2^(e - FX)` (`m` of width `d`): as it is, or for i8 rows
+    /// rounded by the least shift that brings every mantissa within +-127.
     #[inline]
-    pub(crate) fn row_mut(&mut self, r: usize) -> (&mut [i16], &mut i32) {
-        (&mut self.m[r * self.d..(r + 1) * self.d], &mut self.e[r])
+    pub(crate) fn set(&mut self, r: usize, m: &[i16], e: i32) {
+        let at = r * self.d..(r + 1) * self.d;
+        match &mut self.m {
+            Mantissas::I16(out) => {
+                out[at].copy_from_slice(m);
+                self.e[r] = e;
+            }
+            Mantissas::I8(out) => {
+                let max = m.iter().fold(0i32, |a, &v| a.max(i32::from(v).abs()));
+                let mut k = (32 - max.leading_zeros() as i32 - 7).max(0);
+                if rshr(max, k) > 127 {
+                    k += 1;
+                }
+                for (o, &v) in out[at].iter_mut().zip(m) {
+                    *o = rshr(i32::from(v), k).clamp(-127, 127) as i8;
+                }
+                self.e[r] = e + k;
+            }
+        }
     }
 }
 
@@ -102,11 +174,14 @@ impl<'s> IntLayer<'s> {
     /// The layer of `cfg` whose parts are `words` long, carved from `buf`; an alternate
     /// layer (`alt`) rings `alt_window` tokens, a KVM layer `window_len` and holds
     /// `state_len` slots.
+    /// `reads` is where a KVM layer's nk and nv are when they are recomputed (one layer's
+    /// worth of scratch), else `None` (they are in `buf`).
     pub(crate) fn carve(
         mut buf: &'s mut [f32],
+        reads: Option<&'s mut [f32]>,
         words: &[usize; LAYER_PARTS],
         cfg: &Config,
-        state_len: usize,
+        (state_len, width): (usize, RowWidth),
         alt: bool,
     ) -> Self {
         let h = cfg.n_heads as usize;
@@ -115,11 +190,16 @@ impl<'s> IntLayer<'s> {
         let slots = if alt { 0 } else { h * state_len };
         let mut ints = |i: usize| -> &'s mut [i32] { bytemuck::cast_slice_mut(take(&mut buf, words[i])) };
         let (sk, sv, sr) = (ints(0), ints(1), ints(2));
-        let rows = |buf: &mut &'s mut [f32], i: usize, n: usize, d: usize| IntRows::carve(take(buf, words[i]), n, d);
-        let nk = rows(&mut buf, 3, slots, dk);
-        let nv = rows(&mut buf, 4, slots, dv);
-        let wk = rows(&mut buf, 5, ring, dk);
-        let wv = rows(&mut buf, 6, ring, dv);
+        let rows = |buf: &mut &'s mut [f32], n: usize, d: usize| {
+            let len = width.words(n, d).unwrap_or(0);
+            IntRows::carve(take(buf, len), n, d, width)
+        };
+        let (nk, nv) = match reads {
+            Some(mut reads) if !alt => (rows(&mut reads, slots, dk), rows(&mut reads, slots, dv)),
+            _ => (rows(&mut buf, slots, dk), rows(&mut buf, slots, dv)),
+        };
+        let wk = rows(&mut buf, ring, dk);
+        let wv = rows(&mut buf, ring, dv);
         let mut ints = |i: usize| -> &'s mut [i32] { bytemuck::cast_slice_mut(take(&mut buf, words[i])) };
         IntLayer {
             sk,
@@ -173,9 +253,12 @@ fn scratch_parts(cfg: &Config, state_len: usize) -> Option<[usize; SCRATCH_PARTS
 
 const SCRATCH_PARTS: usize = 22;
 
-/// Words of an integer step's scratch.
-pub(crate) fn scratch_words(cfg: &Config, state_len: usize) -> Option<usize> {
-    scratch_parts(cfg, state_len)?.iter().try_fold(0usize, |acc, &n| acc.checked_add(pad(n)))
+/// Words of an integer step's scratch: its parts, then one layer's recomputed nk and nv
+/// (none where they are stored).
+pub(crate) fn scratch_words(cfg: &Config, state_len: usize, width: RowWidth, reads: SlotReads) -> Option<usize> {
+    let parts = scratch_parts(cfg, state_len)?;
+    let [nk, nv] = read_words(cfg, state_len, width, reads)?;
+    parts.iter().chain(&[nk, nv]).try_fold(0usize, |acc, &n| acc.checked_add(pad(n)))
 }
 
 /// An integer step's scratch, carved from the arena's.
@@ -206,8 +289,8 @@ pub(crate) struct IntScratch<'s> {
 
 impl<'s> IntScratch<'s> {
     /// The scratch of a session of `cfg` holding `state_len` slots, from `buf`
-    /// ([`scratch_words`] long).
-    pub(crate) fn carve(mut buf: &'s mut [f32], cfg: &Config, state_len: usize) -> Self {
+    /// ([`scratch_words`] long), and the rest of `buf`: the recomputed reads' rows.
+    pub(crate) fn carve(mut buf: &'s mut [f32], cfg: &Config, state_len: usize) -> (Self, &'s mut [f32]) {
         let parts = scratch_parts(cfg, state_len).unwrap_or([0; SCRATCH_PARTS]);
         let mut i = 0;
         let mut next = || {
@@ -227,7 +310,7 @@ impl<'s> IntScratch<'s> {
         let index: &mut [u32] = bytemuck::cast_slice_mut(next());
         let rope: &mut [i32] = bytemuck::cast_slice_mut(next());
         let alt_rope: &mut [i32] = bytemuck::cast_slice_mut(next());
-        IntScratch {
+        let scratch = IntScratch {
             logits,
             x,
             a,
@@ -250,6 +333,7 @@ impl<'s> IntScratch<'s> {
             index,
             rope,
             alt_rope,
-        }
+        };
+        (scratch, buf)
     }
 }

@@ -96,14 +96,21 @@ pub fn run(path: &Path) -> Result<()> {
     // One line per cache dtype, as `--cache` (or `kvm_model_set_cache`) would pick it: the
     // core's arena and the C API's, which adds the session handle, the sampler's scratch
     // and room for the logits (`kvm_arena_size`).
+    // An integer model's rows are i16 (`--cache f32`) or i8 (`q8`), never f16.
+    let int = c.has(flags::INT_NUMERICS);
     for cache in CacheDtype::ALL {
-        let m = model.with_cache(cache)?;
+        let Ok(m) = model.with_cache(cache) else { continue };
         let state = Layout::new(c, h.state_capacity as usize, cache, h.reads).map_or(0, |l| l.snapshot_len());
         let c_api = kvm_runtime::capi::arena_size(&m).unwrap_or(0);
         let default = if cache == h.cache { ", the file's default" } else { "" };
+        let name = match (int, cache) {
+            (true, CacheDtype::Q8) => "i8",
+            (true, _) => "i16",
+            _ => cache.name(),
+        };
         println!(
             "arena {:<8} {} bytes ({state} of state), {c_api} through the C API{default}",
-            format!("({})", cache.name()),
+            format!("({name})"),
             m.arena_len()
         );
     }

@@ -106,7 +106,9 @@ impl CacheArg {
     pub fn apply<'m>(&self, model: Model<'m>) -> anyhow::Result<Model<'m>> {
         let int = model.config().has(kvm_core::config::flags::INT_NUMERICS);
         Ok(match self.cache {
-            Some(_) if int => bail!("--cache: a model of the integer numerics keeps its own attention rows (i16)"),
+            Some(CacheDtype::F16) if int => {
+                bail!("--cache f16: a model of the integer numerics keeps attention rows as i16 (f32) or i8 (q8)")
+            }
             Some(c) => model.with_cache(c)?,
             None => model,
         })
