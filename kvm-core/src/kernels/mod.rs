@@ -389,6 +389,42 @@ pub(crate) trait IntKernel {
     /// The CPU supports the tier; `x.len()` is a multiple of [`IntKernel::LANES`] and every
     /// `q[r]` holds at least `x.len()` weights.
     unsafe fn sums<const R: usize>(q: [&[i8]; R], x: &[i16]) -> [i32; R];
+
+    /// Whether `walk`'s driver hands this tier a mostly zero input (the MLP's `relu(h)^2`)
+    /// as the list of its nonzero columns ([`IntKernel::sparse_sums`]): for cores without
+    /// SIMD, where a skipped column saves a load, a multiply and an add a row.
+    const SPARSE: bool = false;
+
+    /// Returns `out[r] = sum q[r][c] * v` over the nonzero columns `(c, v)` of an input
+    /// (each a [`NonZero`]), wrapping in i32: an input's products but for its zeros,
+    /// which leave the sums as they are.
+    ///
+    /// # Safety
+    /// The CPU supports the tier; every `q[r]` holds a weight at each column of `nz`.
+    unsafe fn sparse_sums<const R: usize>(q: [&[i8]; R], nz: &[NonZero]) -> [i32; R] {
+        portable_sparse(q, nz)
+    }
+}
+
+/// [`IntKernel::sparse_sums`] in plain Rust: a listed column's value meets each row's
+/// weight there.
+pub(crate) fn portable_sparse<const R: usize>(q: [&[i8]; R], nz: &[NonZero]) -> [i32; R] {
+    let mut out = [0i32; R];
+    for &NonZero { c, v } in nz {
+        for (o, q) in out.iter_mut().zip(q) {
+            *o = o.wrapping_add(i32::from(q[usize::from(c)]) * i32::from(v));
+        }
+    }
+    out
+}
+
+/// A nonzero column `c` of a product's input, its value `v` (the column in the low half
+/// of a little-endian word, for the assembly tiles).
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub(crate) struct NonZero {
+    pub(crate) c: u16,
+    pub(crate) v: i16,
 }
 
 /// Everything a tier supplies; [`run`] turns it into `matvec`/`matmul`.

@@ -5,6 +5,8 @@
 //! column and five pointer steps every eight columns. Integer sums are exact, so it gives
 //! the oracle's bits.
 
+use super::{portable_sparse, NonZero};
+
 /// Column `$w` of an eight-column turn (`$x` = its input's byte offset): the input, then
 /// its four products into the sums.
 #[rustfmt::skip]
@@ -92,8 +94,65 @@ core::arch::global_asm!(
     ".popsection",
 );
 
+/// Row `$row`'s product with the listed column (its byte offset in a2, its value in t6)
+/// into sum `$sum`.
+#[rustfmt::skip]
+macro_rules! listed {
+    ($row:literal, $sum:literal) => {
+        concat!(
+            "add a0, ", $row, ", a2\n",
+            "lb a0, 0(a0)\n",
+            "mul a0, a0, t6\n",
+            "add ", $sum, ", ", $sum, ", a0",
+        )
+    };
+}
+
+core::arch::global_asm!(
+    // kvm_rv32_sparse4_i8(rows: *const [*const i8; 4], nz: *const NonZero, n: usize, out: *mut [i32; 4])
+    //
+    // out[r] = sum over the n >= 1 listed columns (c, v) of rows[r][c] * v (wrapping i32).
+    // Registers: t0-t3 the rows, a1 the list, t5 its end, a2 a column, t6 its value, a0 a
+    // product, a4-a7 the sums.
+    ".pushsection .text.kvm_rv32_sparse4_i8,\"ax\",@progbits",
+    ".globl kvm_rv32_sparse4_i8",
+    ".type kvm_rv32_sparse4_i8,@function",
+    ".p2align 1",
+    ".option push",
+    ".option arch, +m",
+    "kvm_rv32_sparse4_i8:",
+    "    lw t0, 0(a0)",
+    "    lw t1, 4(a0)",
+    "    lw t2, 8(a0)",
+    "    lw t3, 12(a0)",
+    "    li a4, 0",
+    "    li a5, 0",
+    "    li a6, 0",
+    "    li a7, 0",
+    "    slli a2, a2, 2",
+    "    add t5, a1, a2",
+    "2:",
+    "    lhu a2, 0(a1)",
+    "    lh t6, 2(a1)",
+    listed!("t0", "a4"),
+    listed!("t1", "a5"),
+    listed!("t2", "a6"),
+    listed!("t3", "a7"),
+    "    addi a1, a1, 4",
+    "    bne a1, t5, 2b",
+    "    sw a4, 0(a3)",
+    "    sw a5, 4(a3)",
+    "    sw a6, 8(a3)",
+    "    sw a7, 12(a3)",
+    "    ret",
+    ".option pop",
+    ".size kvm_rv32_sparse4_i8, . - kvm_rv32_sparse4_i8",
+    ".popsection",
+);
+
 extern "C" {
     fn kvm_rv32_dot4_i8(rows: *const [*const i8; 4], x: *const i16, n: usize, out: *mut [i32; 4]);
+    fn kvm_rv32_sparse4_i8(rows: *const [*const i8; 4], nz: *const NonZero, n: usize, out: *mut [i32; 4]);
 }
 
 /// The RV32 tile for `walk::matvec_i8`.
@@ -114,6 +173,26 @@ impl super::IntKernel for Rv32 {
         // at `[0, x.len())` only, as `x`; `out` is four i32s; the function clobbers only
         // caller-saved registers (a0-a7, t0-t6).
         unsafe { kvm_rv32_dot4_i8(&rows, x.as_ptr(), x.len(), &mut out) };
+        core::array::from_fn(|r| out[r])
+    }
+
+    const SPARSE: bool = true;
+
+    /// Four rows over at least one listed column in the assembly; otherwise the portable
+    /// loop.
+    unsafe fn sparse_sums<const R: usize>(q: [&[i8]; R], nz: &[NonZero]) -> [i32; R] {
+        let Ok(&rows) = <&[&[i8]; 4]>::try_from(&q[..]) else {
+            return portable_sparse(q, nz);
+        };
+        if nz.is_empty() {
+            return [0; R];
+        }
+        let rows = rows.map(<[i8]>::as_ptr);
+        let mut out = [0i32; 4];
+        // SAFETY: every row holds a weight at each listed column (the caller's contract);
+        // the list holds `nz.len() >= 1` words; `out` is four i32s; the function clobbers
+        // only caller-saved registers.
+        unsafe { kvm_rv32_sparse4_i8(&rows, nz.as_ptr(), nz.len(), &mut out) };
         core::array::from_fn(|r| out[r])
     }
 }

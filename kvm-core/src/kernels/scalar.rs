@@ -299,6 +299,7 @@ pub fn dequant_group<G: RowGroup>(group: &[G], r: usize, out: &mut [f32]) {
 /// -128 can wrap one, alike in every tier), added in i64.
 impl super::IntKernel for Scalar {
     const LANES: usize = 1;
+    const SPARSE: bool = true;
 
     unsafe fn sums<const R: usize>(q: [&[i8]; R], x: &[i16]) -> [i32; R] {
         // Four columns a turn, so that each pointer steps once for 4 R products.

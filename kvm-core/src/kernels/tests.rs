@@ -970,7 +970,7 @@ fn integer_products_are_exact_in_every_tier() {
                 *q = 0x81; // -127
             }
             let w = Matrix::new(DType::I8, rows, cols, &data).unwrap();
-            let xs: Vec<i16> = values(cols, cols as u32)
+            let dense: Vec<i16> = values(cols, cols as u32)
                 .iter()
                 .enumerate()
                 .map(|(i, &v)| match i % 11 {
@@ -979,14 +979,20 @@ fn integer_products_are_exact_in_every_tier() {
                     _ => (v * 4000.0) as i16,
                 })
                 .collect();
-            for s in [0, 3, 40] {
-                let mut got = vec![0i32; rows];
-                // SAFETY: the CPU supports `t`.
-                unsafe { (table(t).matvec_i8)(&w, &xs, s, &mut got) };
-                for (r, &g) in got.iter().enumerate() {
-                    let (scale, q) = crate::quant::i8_row(&data, rb, r);
-                    let acc: i64 = q.iter().zip(&xs).map(|(&a, &b)| i64::from(a) * i64::from(b)).sum();
-                    assert_eq!(g, crate::quant::requant(acc, scale, s), "{t:?} [{rows}, {cols}] row {r}, s {s}");
+            // Mostly zero, as relu(h)^2 is: the sparse tiers' listed columns (none at all
+            // for the last).
+            let sparse: Vec<i16> = dense.iter().enumerate().map(|(i, &v)| if i % 4 == 1 { v } else { 0 }).collect();
+            for xs in [dense, sparse, vec![0; cols]] {
+                for s in [0, 3, 40] {
+                    let mut got = vec![0i32; rows];
+                    // SAFETY: the CPU supports `t`.
+                    unsafe { (table(t).matvec_i8)(&w, &xs, s, &mut got) };
+                    for (r, &g) in got.iter().enumerate() {
+                        let (scale, q) = crate::quant::i8_row(&data, rb, r);
+                        let acc: i64 = q.iter().zip(&xs).map(|(&a, &b)| i64::from(a) * i64::from(b)).sum();
+                        let want = crate::quant::requant(acc, scale, s);
+                        assert_eq!(g, want, "{t:?} [{rows}, {cols}] row {r}, s {s}");
+                    }
                 }
             }
         }

@@ -1,7 +1,7 @@
 //! The tile driver: one walk over a matrix in tiles of weight rows by tokens (or groups of
 //! interleaved rows), shared by every tier, so a tier's code holds only arithmetic.
 
-use super::{act_scratch_len, prefetch_lines, Access, GroupKernel, IntKernel, Kernel, Kernels};
+use super::{act_scratch_len, prefetch_lines, Access, GroupKernel, IntKernel, Kernel, Kernels, NonZero};
 use crate::quant::{DType, X16};
 use crate::tensor::Matrix;
 
@@ -360,18 +360,69 @@ pub(super) unsafe fn matvec_i8<K: IntKernel, const R: usize>(w: &Matrix<'_>, x: 
     let rows = y.len().min(w.data.len() / rb.max(1));
     let q = rows / R;
     let row = |r: usize| crate::quant::i8_row(w.data, rb, r);
+    let mut list = [NonZero::default(); SPARSE_MAX];
+    let nz = match K::SPARSE {
+        true => nonzeros(x, &mut list),
+        false => None,
+    };
     for i in 0..q {
         let rs: [usize; R] = core::array::from_fn(|j| j * q + i);
-        // SAFETY: forwarded.
-        let out = unsafe { i8_tile::<K, R>(core::array::from_fn(|j| row(rs[j])), x, s) };
+        let tile = core::array::from_fn(|j| row(rs[j]));
+        // SAFETY: forwarded; a list's columns are below `x.len()`, which every row holds.
+        let out = unsafe {
+            match nz {
+                Some(nz) => sparse_tile::<K, R>(tile, nz, s),
+                None => i8_tile::<K, R>(tile, x, s),
+            }
+        };
         for (r, o) in rs.into_iter().zip(out) {
             y[r] = o;
         }
     }
     for (r, y) in y.iter_mut().enumerate().take(rows).skip(R * q) {
-        // SAFETY: forwarded.
-        [*y] = unsafe { i8_tile::<K, 1>([row(r)], x, s) };
+        // SAFETY: as above.
+        [*y] = unsafe {
+            match nz {
+                Some(nz) => sparse_tile::<K, 1>([row(r)], nz, s),
+                None => i8_tile::<K, 1>([row(r)], x, s),
+            }
+        };
     }
+}
+
+/// Nonzero columns a sparse product lists at most (4 bytes each, on the stack).
+const SPARSE_MAX: usize = 256;
+
+/// The nonzero columns of `x` in `list`, where an input of one partial sum is at least
+/// half zeros and they fit (else `None`: the dense tiles).
+fn nonzeros<'l>(x: &[i16], list: &'l mut [NonZero; SPARSE_MAX]) -> Option<&'l [NonZero]> {
+    if x.len() > I8_PART {
+        return None;
+    }
+    let n = x.iter().filter(|&&v| v != 0).count();
+    if 2 * n > x.len() || n > SPARSE_MAX {
+        return None;
+    }
+    let cols = x.iter().enumerate().filter(|&(_, &v)| v != 0);
+    for (e, (c, &v)) in list.iter_mut().zip(cols) {
+        *e = NonZero { c: c as u16, v };
+    }
+    Some(&list[..n])
+}
+
+/// [`i8_tile`] of a listed input (one partial sum).
+///
+/// # Safety
+/// The CPU supports `K`'s tier; each row holds a weight at every listed column.
+#[inline(always)]
+unsafe fn sparse_tile<K: IntKernel, const R: usize>(
+    rows: [((i32, i32), &[i8]); R],
+    nz: &[NonZero],
+    s: i32,
+) -> [i32; R] {
+    // SAFETY: forwarded.
+    let sums = unsafe { K::sparse_sums::<R>(rows.map(|(_, q)| q), nz) };
+    core::array::from_fn(|r| crate::quant::requant32(sums[r], rows[r].0, s))
 }
 
 /// The outputs of `R` rows (each its scale and weights) against `x` ([`matvec_i8`]).

@@ -5,6 +5,8 @@
 //! load, a multiply and an add a product, plus a load of the input and two index steps a
 //! column. Integer sums are exact, so it gives the oracle's bits.
 
+use crate::kernels::{portable_sparse, NonZero};
+
 /// One column of the tile: the input `x[c]`, its four products into the sums, then the
 /// next column (the last `adds` sets the flags the loops branch on).
 #[rustfmt::skip]
@@ -107,8 +109,78 @@ core::arch::global_asm!(
     ".popsection",
 );
 
+core::arch::global_asm!(
+    // kvm_v6m_sparse4_i8(rows: *const [*const i8; 4], nz: *const NonZero, n: usize, out: *mut [i32; 4])
+    //
+    // out[r] = sum over the n >= 1 listed columns (c, v) of rows[r][c] * v (wrapping i32).
+    // Registers in the loop: r0-r3 the rows, r4 the list, r12 its end, r6 a column's word
+    // and then its value, r7 its column, r5 a product, r8-r11 the sums.
+    ".pushsection .text.kvm_v6m_sparse4_i8,\"ax\",%progbits",
+    ".thumb",
+    ".global kvm_v6m_sparse4_i8",
+    ".type kvm_v6m_sparse4_i8,%function",
+    ".p2align 1",
+    ".thumb_func",
+    "kvm_v6m_sparse4_i8:",
+    "    push {{r4-r7, lr}}",
+    "    mov r4, r8",
+    "    mov r5, r9",
+    "    mov r6, r10",
+    "    mov r7, r11",
+    "    push {{r3-r7}}",
+    "    lsls r2, r2, #2",
+    "    adds r4, r1, r2",
+    "    mov r12, r4",
+    "    mov r4, r1",
+    "    ldr r3, [r0, #12]",
+    "    ldr r2, [r0, #8]",
+    "    ldr r1, [r0, #4]",
+    "    ldr r0, [r0, #0]",
+    "    movs r6, #0",
+    "    mov r8, r6",
+    "    mov r9, r6",
+    "    mov r10, r6",
+    "    mov r11, r6",
+    "2:",
+    "    ldm r4!, {{r6}}",
+    "    uxth r7, r6",
+    "    asrs r6, r6, #16",
+    "    ldrsb r5, [r0, r7]",
+    "    muls r5, r6, r5",
+    "    add r8, r5",
+    "    ldrsb r5, [r1, r7]",
+    "    muls r5, r6, r5",
+    "    add r9, r5",
+    "    ldrsb r5, [r2, r7]",
+    "    muls r5, r6, r5",
+    "    add r10, r5",
+    "    ldrsb r5, [r3, r7]",
+    "    muls r5, r6, r5",
+    "    add r11, r5",
+    "    cmp r4, r12",
+    "    bne 2b",
+    "    pop {{r3}}",
+    "    mov r4, r8",
+    "    str r4, [r3, #0]",
+    "    mov r4, r9",
+    "    str r4, [r3, #4]",
+    "    mov r4, r10",
+    "    str r4, [r3, #8]",
+    "    mov r4, r11",
+    "    str r4, [r3, #12]",
+    "    pop {{r4-r7}}",
+    "    mov r8, r4",
+    "    mov r9, r5",
+    "    mov r10, r6",
+    "    mov r11, r7",
+    "    pop {{r4-r7, pc}}",
+    ".size kvm_v6m_sparse4_i8, . - kvm_v6m_sparse4_i8",
+    ".popsection",
+);
+
 extern "C" {
     fn kvm_v6m_dot4_i8(rows: *const [*const i8; 4], x: *const i16, n: usize, out: *mut [i32; 4]);
+    fn kvm_v6m_sparse4_i8(rows: *const [*const i8; 4], nz: *const NonZero, n: usize, out: *mut [i32; 4]);
 }
 
 /// The ARMv6-M tile for `walk::matvec_i8`.
@@ -129,6 +201,26 @@ impl crate::kernels::IntKernel for V6m {
         // at `[0, x.len())` only, as `x`; `out` is four i32s; the function keeps the AAPCS
         // (r4-r11 restored, the stack balanced).
         unsafe { kvm_v6m_dot4_i8(&rows, x.as_ptr(), x.len(), &mut out) };
+        core::array::from_fn(|r| out[r])
+    }
+
+    const SPARSE: bool = true;
+
+    /// Four rows over at least one listed column in the assembly; otherwise the portable
+    /// loop.
+    unsafe fn sparse_sums<const R: usize>(q: [&[i8]; R], nz: &[NonZero]) -> [i32; R] {
+        let Ok(&rows) = <&[&[i8]; 4]>::try_from(&q[..]) else {
+            return portable_sparse(q, nz);
+        };
+        if nz.is_empty() {
+            return [0; R];
+        }
+        let rows = rows.map(<[i8]>::as_ptr);
+        let mut out = [0i32; 4];
+        // SAFETY: every row holds a weight at each listed column (the caller's contract);
+        // the list holds `nz.len() >= 1` words; `out` is four i32s; the function keeps the
+        // AAPCS.
+        unsafe { kvm_v6m_sparse4_i8(&rows, nz.as_ptr(), nz.len(), &mut out) };
         core::array::from_fn(|r| out[r])
     }
 }
