@@ -100,7 +100,7 @@ extern "C" {
 #[derive(Debug)]
 pub(crate) struct Rv32;
 
-impl super::IntKernel for Rv32 {
+impl super::traits::IntKernel for Rv32 {
     const LANES: usize = 1;
 
     /// Four rows in the assembly; another count (the rows left over) by the scalar dot.

@@ -9,34 +9,16 @@ use super::arm;
 use super::attend::AttendMany;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use super::attend::{self, Attend};
+use super::scalar;
+use super::tier::Tier;
+#[cfg(target_arch = "x86_64")]
+use super::tier::{streaming, Streaming};
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+use super::traits::Stored;
+use super::traits::{Attention, Decode, Kernels, Table};
 use super::walk::{self, prepared, rows, run};
 #[cfg(target_arch = "x86_64")]
 use super::x86_64;
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-use super::Stored;
-use super::{scalar, Kernels, Tier};
-#[cfg(target_arch = "x86_64")]
-use super::{streaming, Streaming};
-use crate::quant::DType;
-use crate::tensor::Matrix;
-use half::f16;
-
-/// A multi-query [`super::dots_many`] kernel: `rows`, `xs`, `d`, `out`.
-pub(super) type DotsMany<T> = unsafe fn(&[T], &[f32], usize, &mut [f32]);
-
-/// A multi-query [`super::weighted_sum_many`] kernel: `ps`, `stride`, `rows`, `d`, `outs`.
-pub(super) type WeightedSumMany<T> = unsafe fn(&[f32], usize, &[T], usize, &mut [f32]);
-
-/// A tier's attention entries for rows stored as `T`.
-pub(super) struct Attention<T: 'static> {
-    pub(super) dots: unsafe fn(&[T], &[f32], &mut [f32]),
-    pub(super) weighted_sum: unsafe fn(&[f32], &[T], &mut [f32]),
-    /// The multi-query [`super::dots_many`] kernel (`rows`, `xs`, `d`, `out`; `d > 0`, at least
-    /// one row), where the tier has one.
-    pub(super) dots_many: Option<DotsMany<T>>,
-    /// The multi-query [`super::weighted_sum_many`] kernel (`d > 0`), where the tier has one.
-    pub(super) weighted_sum_many: Option<WeightedSumMany<T>>,
-}
 
 impl<T: 'static> Attention<T> {
     /// One query at a time: `dots` and `weighted_sum`, no multi-query kernels.
@@ -66,31 +48,6 @@ impl<T: Stored + 'static> Attention<T> {
             ..Attention::of::<A, V>()
         }
     }
-}
-
-/// A tier's entry points, picked once per call by [`table`] (tract's kernel table).
-pub(super) struct Table {
-    pub(super) decode: Decode,
-    pub(super) matmul: unsafe fn(&Matrix<'_>, &[f32], &mut [f32], &mut [u8]),
-    pub(super) quantize_act: unsafe fn(&[f32], &mut [u8]),
-    pub(super) dequant_row: unsafe fn(DType, &[u8], &mut [f32]),
-    pub(super) max: unsafe fn(&[f32]) -> f32,
-    pub(super) find: unsafe fn(&[f32], f32) -> Option<usize>,
-    pub(super) exp_sub: unsafe fn(&mut [f32], f32),
-    pub(super) narrow_f16: unsafe fn(&[f32], &mut [f16]),
-    /// The integer numerics' product ([`super::matvec_i8`]).
-    pub(super) matvec_i8: unsafe fn(&Matrix<'_>, &[i16], i32, &mut [i32]),
-    pub(super) f32: Attention<f32>,
-    pub(super) f16: Attention<f16>,
-    pub(super) i8: Attention<i8>,
-}
-
-/// A tier's one-token products, with tiles of `RF` rows for float weights and `RQ` for
-/// integer ones ([`decode`]).
-pub(super) struct Decode {
-    pub(super) matvec: unsafe fn(&Matrix<'_>, &[f32], &mut [f32], &mut [u8]),
-    pub(super) matvec_prepared: unsafe fn(&Matrix<'_>, &[f32], &[u8], &mut [f32]),
-    pub(super) rows: fn(DType) -> usize,
 }
 
 /// The [`Decode`] entries of tier `K` with `RF`-row float tiles and `RQ`-row integer ones.

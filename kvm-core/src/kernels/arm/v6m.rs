@@ -115,7 +115,7 @@ extern "C" {
 #[derive(Debug)]
 pub(crate) struct V6m;
 
-impl crate::kernels::IntKernel for V6m {
+impl crate::kernels::traits::IntKernel for V6m {
     const LANES: usize = 1;
 
     /// Four rows in the assembly; another count (the rows left over) by the scalar dot.
