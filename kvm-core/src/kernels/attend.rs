@@ -12,7 +12,8 @@
 //! [`scalar::dots`]' or [`scalar::weighted_sum`]'s canonical order, so the bits are the
 //! scalar tier's whatever the tile shapes.
 
-use super::{scalar, Stored};
+use super::scalar;
+use super::traits::Stored;
 
 /// A SIMD tier's target features, entered once per kernel call.
 pub(crate) trait Isa {

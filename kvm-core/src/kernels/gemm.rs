@@ -22,13 +22,13 @@
 //! lanes, give slightly different ones).
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-use super::{prefetch_lines, Access, Kernels};
+use super::prefetch::{prefetch_lines, Access};
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+use super::traits::Kernels;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use crate::quant::DType;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use crate::tensor::Matrix;
-
-/// [`run`] of one tier: `(w, xs, ys, ld, scratch) -> ran`.
-pub(crate) type RunFn = unsafe fn(&Matrix<'_>, &[f32], &mut [f32], usize, &mut [u8]) -> bool;
 
 /// Tokens in a block of the transposed batch: the most a tile takes at a time.
 pub(crate) const BLOCK: usize = 64;

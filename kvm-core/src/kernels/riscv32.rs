@@ -5,7 +5,7 @@
 //! column and five pointer steps every eight columns. Integer sums are exact, so it gives
 //! the oracle's bits.
 
-use super::{portable_sparse, NonZero};
+use super::traits::{portable_sparse, NonZero};
 
 /// Column `$w` of an eight-column turn (`$x` = its input's byte offset): the input, then
 /// its four products into the sums.
@@ -159,7 +159,7 @@ extern "C" {
 #[derive(Debug)]
 pub(crate) struct Rv32;
 
-impl super::IntKernel for Rv32 {
+impl super::traits::IntKernel for Rv32 {
     const LANES: usize = 1;
 
     /// Four rows in the assembly; another count (the rows left over) by the scalar dot.

@@ -12,8 +12,7 @@ use core::mem::MaybeUninit;
 
 use half::f16;
 
-use super::GroupKernel;
-use super::{FloatType, Kernel, Kernels, Stored, BF16, F16, F32, F32P};
+use super::traits::{FloatType, GroupKernel, Kernel, Kernels, Stored, BF16, F16, F32, F32P};
 use crate::quant::{
     bf16_le, f16_le, f32p_row, BlockQ4_0, BlockQ8_0, DType, F32PSpill, Group, GroupQ4_0x16, GroupQ8_0x16, I8Head,
     RowGroup, FX, QK, X16,
@@ -297,7 +296,7 @@ pub fn dequant_group<G: RowGroup>(group: &[G], r: usize, out: &mut [f32]) {
 /// load, a multiply and an add a product), each row's products summed exactly: i32
 /// partial sums of 512 (below 2^31 in magnitude for the quantizer's weights; a file's
 /// -128 can wrap one, alike in every tier), added in i64.
-impl super::IntKernel for Scalar {
+impl super::traits::IntKernel for Scalar {
     const LANES: usize = 1;
     const SPARSE: bool = true;
 
@@ -518,22 +517,10 @@ pub fn narrow_f16(x: &[f32], out: &mut [f16]) {
 }
 
 /// The f32 value of the f16 with bits `h`, exactly, as `vcvtph2ps` / `fcvtl` give it
-/// (NaNs quieted), in integer operations and one exact multiply: the scalar tier's
-/// widening of f16 cache rows, branch-light where `half` would check the CPU per value.
+/// (NaNs quieted): the scalar tier's widening of f16 cache rows ([`Stored::widen`]).
 #[inline(always)]
 pub fn widen_f16(h: u16) -> f32 {
-    let sign = u32::from(h & 0x8000) << 16;
-    let mag = u32::from(h & 0x7fff);
-    let bits = match mag >> 10 {
-        // Zero and subnormals: m * 2^-24, an exact integer conversion and power-of-two scaling.
-        0 => (mag as f32 * f32::from_bits((127 - 24) << 23)).to_bits(),
-        // Infinity, or a quiet NaN keeping the payload.
-        0x1f if mag & 0x3ff == 0 => 0x7f80_0000,
-        0x1f => 0x7fc0_0000 | (mag & 0x3ff) << 13,
-        // Normals: re-bias the exponent (15 -> 127).
-        _ => (mag << 13) + ((127 - 15) << 23),
-    };
-    f32::from_bits(sign | bits)
+    f16::from_bits(h).widen()
 }
 
 /// The largest of `x`, NaNs ignored (as `f32::max` does; `-inf` if none is left), in

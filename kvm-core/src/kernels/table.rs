@@ -1,5 +1,6 @@
-//! The dispatch table (tract's kernel table): each tier's entry points, with the tile
-//! shapes it runs at, picked once per call from the active [`Tier`].
+//! The dispatch table (tract's kernel table): each tier's entry points, built by one
+//! constructor from the tier's type ([`Table::of`]) and its tile shapes, picked once per call
+//! from the active [`Tier`].
 
 #[cfg(target_arch = "aarch64")]
 use super::aarch64;
@@ -8,35 +9,19 @@ use super::arm;
 #[cfg(target_arch = "x86_64")]
 use super::attend::AttendMany;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-use super::attend::{self, Attend};
+use super::attend::{self, Attend, Exp};
+use super::scalar;
+use super::tier::Tier;
+#[cfg(target_arch = "x86_64")]
+use super::tier::{streaming, Streaming};
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+use super::traits::Stored;
+use super::traits::{Attention, Decode, Kernels, Table};
 use super::walk::{self, prepared, rows, run};
 #[cfg(target_arch = "x86_64")]
 use super::x86_64;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-use super::Stored;
-use super::{scalar, Kernels, Tier};
-#[cfg(target_arch = "x86_64")]
-use super::{streaming, Streaming};
-use crate::quant::DType;
-use crate::tensor::Matrix;
 use half::f16;
-
-/// A multi-query [`super::dots_many`] kernel: `rows`, `xs`, `d`, `out`.
-pub(super) type DotsMany<T> = unsafe fn(&[T], &[f32], usize, &mut [f32]);
-
-/// A multi-query [`super::weighted_sum_many`] kernel: `ps`, `stride`, `rows`, `d`, `outs`.
-pub(super) type WeightedSumMany<T> = unsafe fn(&[f32], usize, &[T], usize, &mut [f32]);
-
-/// A tier's attention entries for rows stored as `T`.
-pub(super) struct Attention<T: 'static> {
-    pub(super) dots: unsafe fn(&[T], &[f32], &mut [f32]),
-    pub(super) weighted_sum: unsafe fn(&[f32], &[T], &mut [f32]),
-    /// The multi-query [`super::dots_many`] kernel (`rows`, `xs`, `d`, `out`; `d > 0`, at least
-    /// one row), where the tier has one.
-    pub(super) dots_many: Option<DotsMany<T>>,
-    /// The multi-query [`super::weighted_sum_many`] kernel (`d > 0`), where the tier has one.
-    pub(super) weighted_sum_many: Option<WeightedSumMany<T>>,
-}
 
 impl<T: 'static> Attention<T> {
     /// One query at a time: `dots` and `weighted_sum`, no multi-query kernels.
@@ -68,34 +53,64 @@ impl<T: Stored + 'static> Attention<T> {
     }
 }
 
-/// A tier's entry points, picked once per call by [`table`] (tract's kernel table).
-pub(super) struct Table {
-    pub(super) decode: Decode,
-    pub(super) matmul: unsafe fn(&Matrix<'_>, &[f32], &mut [f32], &mut [u8]),
-    pub(super) quantize_act: unsafe fn(&[f32], &mut [u8]),
-    pub(super) dequant_row: unsafe fn(DType, &[u8], &mut [f32]),
-    pub(super) max: unsafe fn(&[f32]) -> f32,
-    pub(super) find: unsafe fn(&[f32], f32) -> Option<usize>,
-    pub(super) exp_sub: unsafe fn(&mut [f32], f32),
-    pub(super) narrow_f16: unsafe fn(&[f32], &mut [f16]),
-    /// The integer numerics' product ([`super::matvec_i8`]).
-    pub(super) matvec_i8: unsafe fn(&Matrix<'_>, &[i16], i32, &mut [i32]),
-    pub(super) f32: Attention<f32>,
-    pub(super) f16: Attention<f16>,
-    pub(super) i8: Attention<i8>,
-}
-
-/// A tier's one-token products, with tiles of `RF` rows for float weights and `RQ` for
-/// integer ones ([`decode`]).
-pub(super) struct Decode {
-    pub(super) matvec: unsafe fn(&Matrix<'_>, &[f32], &mut [f32], &mut [u8]),
-    pub(super) matvec_prepared: unsafe fn(&Matrix<'_>, &[f32], &[u8], &mut [f32]),
-    pub(super) rows: fn(DType) -> usize,
-}
-
 /// The [`Decode`] entries of tier `K` with `RF`-row float tiles and `RQ`-row integer ones.
 const fn decode<K: Kernels, const RF: usize, const RQ: usize>() -> Decode {
     Decode { matvec: run::<K, RF, RQ, 1>, matvec_prepared: prepared::<K, RF, RQ, 1>, rows: rows::<K, RF, RQ> }
+}
+
+impl Table {
+    /// Tier `K`'s table: its products, one token in tiles of `RF` rows (float weights) and
+    /// `RQ` (integer ones), a batch through the same tiles a token at a time, its activation
+    /// quantizer and row decoder; the rest the scalar tier's, for a tier to replace where it
+    /// has its own (a batch's token tiles, the integer numerics' tile, softmax, attention).
+    const fn of<K: Kernels, const RF: usize, const RQ: usize>() -> Table {
+        Table {
+            decode: decode::<K, RF, RQ>(),
+            matmul: run::<K, RF, RQ, 1>,
+            quantize_act: K::quantize_act,
+            dequant_row: K::dequant_row,
+            max: scalar::max,
+            find: scalar::find,
+            exp_sub: scalar::exp_sub,
+            narrow_f16: scalar::narrow_f16,
+            matvec_i8: walk::matvec_i8::<scalar::Scalar, 4>,
+            f32: Attention::single(scalar::dots, scalar::weighted_sum),
+            f16: Attention::single(scalar::dots, scalar::weighted_sum),
+            i8: Attention::single(scalar::dots, scalar::weighted_sum),
+        }
+    }
+
+    /// `self` with SIMD tier `A`'s softmax exponentials and one-query attention
+    /// ([`Attention::of`], weighted sums `V` vectors of columns wide).
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    const fn attend<A: Exp + Attend<f32> + Attend<f16> + Attend<i8>, const V: usize>(self) -> Table {
+        Table {
+            exp_sub: attend::exp_sub::<A>,
+            f32: Attention::of::<A, V>(),
+            f16: Attention::of::<A, V>(),
+            i8: Attention::of::<A, V>(),
+            ..self
+        }
+    }
+
+    /// [`Table::attend`] with `A`'s multi-query tiles too ([`Attention::many`]).
+    #[cfg(target_arch = "x86_64")]
+    const fn attend_many<
+        A: Exp + AttendMany<f32> + AttendMany<f16> + AttendMany<i8>,
+        const V: usize,
+        const R: usize,
+        const Q: usize,
+        const MV: usize,
+    >(
+        self,
+    ) -> Table {
+        Table {
+            f32: Attention::many::<A, V, R, Q, MV>(),
+            f16: Attention::many::<A, V, R, Q, MV>(),
+            i8: Attention::many::<A, V, R, Q, MV>(),
+            ..self.attend::<A, V>()
+        }
+    }
 }
 
 /// The table of `tier`; a tier of another architecture gets the scalar one.
@@ -103,34 +118,21 @@ pub(super) fn table(tier: Tier) -> &'static Table {
     // Tile shapes (rows for float, rows for integer weights; tokens for matmul): each
     // activation load serves a tile's rows, which stream from as many runs of the matrix;
     // AVX2's tiles stop where its 16 registers would spill (docs/perf.md, "Kernels").
-    // Attention's (`Attention::of`, `many`): weighted sums 8 vectors of columns wide (one
+    // Attention's (`attend`, `attend_many`): weighted sums 8 vectors of columns wide (one
     // pass over the rows for a 128-wide head on AVX-512), 4 on NEON (its f16 loads give
     // pairs); multi-query dots in 2 x 2 tiles on AVX2 (a dot's 16 lanes take two of its 16
     // registers) and 4 x 4 on AVX-512, four queries' sums over 2 and 4 vectors.
     // The integer numerics' products (`walk::matvec_i8`) take 8 rows on x86_64, as the
     // float decode tiles, each its own run of the matrix (an i8 row has no blocks to
     // interleave); NEON's 4, as its other tiles.
-    // The scalar tier; the Cortex-M tiers take its entries but for their integer products.
     const SCALAR_ENTRIES: Table = Table {
-        decode: decode::<scalar::Scalar, 1, 1>(),
-        matmul: run::<scalar::Scalar, 1, 1, 1>,
-        quantize_act: <scalar::Scalar as Kernels>::quantize_act,
-        dequant_row: scalar::Scalar::dequant_row,
-        max: scalar::max,
-        find: scalar::find,
-        exp_sub: scalar::exp_sub,
-        narrow_f16: scalar::narrow_f16,
-        #[cfg(not(any(kvm_armv6m, target_arch = "riscv32")))]
-        matvec_i8: walk::matvec_i8::<scalar::Scalar, 4>,
         // Cores without SIMD take a tile in assembly, where the compiler's spills cost
         // about twice the instructions (`arm::v6m`, `riscv32`).
         #[cfg(kvm_armv6m)]
         matvec_i8: walk::matvec_i8::<arm::v6m::V6m, 4>,
         #[cfg(target_arch = "riscv32")]
         matvec_i8: walk::matvec_i8::<super::riscv32::Rv32, 4>,
-        f32: Attention::single(scalar::dots, scalar::weighted_sum),
-        f16: Attention::single(scalar::dots, scalar::weighted_sum),
-        i8: Attention::single(scalar::dots, scalar::weighted_sum),
+        ..Table::of::<scalar::Scalar, 1, 1>()
     };
     static SCALAR: Table = SCALAR_ENTRIES;
     // The float decode tiles take 4 rows, not 8, where the hardware prefetchers stream
@@ -145,88 +147,58 @@ pub(super) fn table(tier: Tier) -> &'static Table {
     static AVX512: Table = AVX512_ENTRIES;
     #[cfg(target_arch = "x86_64")]
     const AVX2_ENTRIES: Table = Table {
-        decode: decode::<x86_64::avx2::Avx2, 8, 4>(),
         matmul: run::<x86_64::avx2::Avx2, 2, 2, 4>,
-        quantize_act: <x86_64::avx2::Avx2 as Kernels>::quantize_act,
-        dequant_row: x86_64::avx2::Avx2::dequant_row,
+        matvec_i8: walk::matvec_i8::<x86_64::avx2::Avx2, 8>,
         max: x86_64::avx2::max,
         find: x86_64::avx2::find,
-        exp_sub: attend::exp_sub::<x86_64::avx2::Avx2>,
         narrow_f16: x86_64::avx2::narrow_f16,
-        matvec_i8: walk::matvec_i8::<x86_64::avx2::Avx2, 8>,
-        f32: Attention::many::<x86_64::avx2::Avx2, 8, 2, 2, 2>(),
-        f16: Attention::many::<x86_64::avx2::Avx2, 8, 2, 2, 2>(),
-        i8: Attention::many::<x86_64::avx2::Avx2, 8, 2, 2, 2>(),
+        ..Table::of::<x86_64::avx2::Avx2, 8, 4>().attend_many::<x86_64::avx2::Avx2, 8, 2, 2, 2>()
     };
     #[cfg(target_arch = "x86_64")]
     const AVX512_ENTRIES: Table = Table {
-        decode: decode::<x86_64::avx512::Avx512, 8, 16>(),
         matmul: run::<x86_64::avx512::Avx512, 4, 4, 4>,
-        quantize_act: <x86_64::avx512::Avx512 as Kernels>::quantize_act,
-        dequant_row: x86_64::avx512::Avx512::dequant_row,
+        matvec_i8: walk::matvec_i8::<x86_64::avx512::Avx512, 8>,
         max: x86_64::avx512::max,
         find: x86_64::avx512::find,
-        exp_sub: attend::exp_sub::<x86_64::avx512::Avx512>,
         narrow_f16: x86_64::avx2::narrow_f16,
-        matvec_i8: walk::matvec_i8::<x86_64::avx512::Avx512, 8>,
-        f32: Attention::many::<x86_64::avx512::Avx512, 8, 4, 4, 4>(),
-        f16: Attention::many::<x86_64::avx512::Avx512, 8, 4, 4, 4>(),
-        i8: Attention::many::<x86_64::avx512::Avx512, 8, 4, 4, 4>(),
+        ..Table::of::<x86_64::avx512::Avx512, 8, 16>().attend_many::<x86_64::avx512::Avx512, 8, 4, 4, 4>()
     };
+    // The two NEON tiers differ only in their integer block products; attention and softmax
+    // are the same code, `Neon`'s.
     #[cfg(target_arch = "aarch64")]
     static NEON: Table = Table {
-        decode: decode::<aarch64::neon::Neon, 4, 4>(),
         matmul: run::<aarch64::neon::Neon, 4, 4, 4>,
-        quantize_act: <aarch64::neon::Neon as Kernels>::quantize_act,
-        dequant_row: aarch64::neon::Neon::dequant_row,
+        matvec_i8: walk::matvec_i8::<aarch64::neon::Neon, 4>,
         max: aarch64::neon::max,
         find: aarch64::neon::find,
-        exp_sub: attend::exp_sub::<aarch64::neon::Neon>,
         narrow_f16: aarch64::neon::narrow_f16,
-        matvec_i8: walk::matvec_i8::<aarch64::neon::Neon, 4>,
-        f32: Attention::of::<aarch64::neon::Neon, 4>(),
-        f16: Attention::of::<aarch64::neon::Neon, 4>(),
-        i8: Attention::of::<aarch64::neon::Neon, 4>(),
+        ..Table::of::<aarch64::neon::Neon, 4, 4>().attend::<aarch64::neon::Neon, 4>()
     };
     #[cfg(target_arch = "aarch64")]
     static NEON_DOT: Table = Table {
-        decode: decode::<aarch64::neon::NeonDot, 4, 4>(),
         matmul: run::<aarch64::neon::NeonDot, 4, 4, 4>,
-        quantize_act: <aarch64::neon::NeonDot as Kernels>::quantize_act,
-        dequant_row: aarch64::neon::NeonDot::dequant_row,
+        matvec_i8: walk::matvec_i8::<aarch64::neon::NeonDot, 4>,
         max: aarch64::neon::max,
         find: aarch64::neon::find,
-        exp_sub: attend::exp_sub::<aarch64::neon::Neon>,
         narrow_f16: aarch64::neon::narrow_f16,
-        matvec_i8: walk::matvec_i8::<aarch64::neon::NeonDot, 4>,
-        f32: Attention::of::<aarch64::neon::Neon, 4>(),
-        f16: Attention::of::<aarch64::neon::Neon, 4>(),
-        i8: Attention::of::<aarch64::neon::Neon, 4>(),
+        ..Table::of::<aarch64::neon::NeonDot, 4, 4>().attend::<aarch64::neon::Neon, 4>()
     };
-    // Scalar but for the integer formats, their activation quantizer and attention over
-    // f32 rows (see `arm::dsp`, `arm::fpu`).
+    // Scalar but for the integer formats (one-row float tiles, four-row integer ones),
+    // their activation quantizer and attention over f32 rows (see `arm::dsp`, `arm::fpu`).
     #[cfg(kvm_arm_dsp)]
     static DSP: Table = Table {
-        decode: decode::<arm::dsp::Dsp, 1, 4>(),
-        matmul: run::<arm::dsp::Dsp, 1, 4, 1>,
-        quantize_act: <arm::dsp::Dsp as Kernels>::quantize_act,
-        dequant_row: scalar::dequant_row,
         matvec_i8: walk::matvec_i8::<arm::dsp_int::DspInt, 4>,
         f32: Attention::single(arm::fpu::dots, arm::fpu::weighted_sum),
-        ..SCALAR_ENTRIES
+        ..Table::of::<arm::dsp::Dsp, 1, 4>()
     };
     // Integer products and attention over f32 rows; the float kernels are the scalar ones
     // (see `arm::helium`).
     #[cfg(all(target_arch = "arm", kvm_mve))]
     static HELIUM: Table = Table {
-        decode: decode::<arm::helium::Helium, 1, 1>(),
-        matmul: run::<arm::helium::Helium, 1, 1, 1>,
-        quantize_act: <arm::helium::Helium as Kernels>::quantize_act,
-        dequant_row: arm::helium::Helium::dequant_row,
         #[cfg(kvm_arm_dsp)]
         matvec_i8: walk::matvec_i8::<arm::dsp_int::DspInt, 4>,
         f32: Attention::single(arm::fpu::dots, arm::fpu::weighted_sum),
-        ..SCALAR_ENTRIES
+        ..Table::of::<arm::helium::Helium, 1, 1>()
     };
     match tier {
         #[cfg(all(target_arch = "arm", kvm_mve))]

@@ -6,7 +6,8 @@ extern crate std;
 use std::vec;
 use std::vec::Vec;
 
-use super::table::{Attention, DotsMany, WeightedSumMany};
+use super::table::table;
+use super::traits::{Attention, DotsMany, Kernels, WeightedSumMany};
 use super::*;
 use crate::quant::{quantize_matrix, RowGroup};
 

@@ -1,7 +1,8 @@
 //! The tile driver: one walk over a matrix in tiles of weight rows by tokens (or groups of
 //! interleaved rows), shared by every tier, so a tier's code holds only arithmetic.
 
-use super::{act_scratch_len, prefetch_lines, Access, GroupKernel, IntKernel, Kernel, Kernels, NonZero};
+use super::prefetch::{prefetch_lines, Access};
+use super::traits::{act_scratch_len, GroupKernel, IntKernel, Kernel, Kernels, NonZero};
 use crate::quant::{DType, X16};
 use crate::tensor::Matrix;
 
@@ -182,8 +183,13 @@ unsafe fn groups<G: GroupKernel, const T: usize>(
     let n = (a.len() / stride).min(ys.len() / ld.max(1));
     let gb = X16 * rb;
     if n == 1 {
+        let a = &a[..stride];
         // SAFETY: forwarded.
-        return unsafe { G::single(w, gb, cols, &a[..stride], ys) };
+        if !unsafe { G::single(w, gb, cols, a, ys) } {
+            // SAFETY: forwarded.
+            unsafe { single_groups::<G>(w, gb, cols, a, ys) }
+        }
+        return;
     }
     let act = |t: usize| &a[t * stride..(t + 1) * stride];
     for (i, g) in w.chunks_exact(gb).enumerate() {
@@ -204,18 +210,12 @@ unsafe fn groups<G: GroupKernel, const T: usize>(
     }
 }
 
-/// [`GroupKernel::single`]'s default: [`single`] with [`STREAMS`] groups at a time when
-/// the kernel reads them side by side, else one.
+/// [`groups`] for one token where the kernel has no [`GroupKernel::single`]: [`single`]
+/// with [`STREAMS`] groups at a time when the kernel reads them side by side, else one.
 ///
 /// # Safety
 /// As [`tiles`].
-pub(super) unsafe fn single_groups<G: GroupKernel + ?Sized>(
-    w: &[u8],
-    gb: usize,
-    cols: usize,
-    a: &[u8],
-    ys: &mut [f32],
-) {
+unsafe fn single_groups<G: GroupKernel + ?Sized>(w: &[u8], gb: usize, cols: usize, a: &[u8], ys: &mut [f32]) {
     // SAFETY: (both arms) forwarded.
     unsafe {
         if G::SIDE_BY_SIDE {

@@ -33,7 +33,7 @@ use core::mem::MaybeUninit;
 
 use super::fpu::{reduce, Lanes};
 use crate::kernels::scalar::{self, LANES};
-use crate::kernels::{GroupKernel, Kernel, Kernels, BF16, F16, F32, F32P};
+use crate::kernels::traits::{GroupKernel, Kernel, Kernels, BF16, F16, F32, F32P};
 use crate::quant::{DType, QK, X16};
 
 /// The DSP tier.
@@ -816,12 +816,13 @@ impl<Q: Quant> GroupKernel for Groups<Q> {
         })
     }
 
-    unsafe fn single(w: &[u8], gb: usize, cols: usize, a: &[u8], ys: &mut [f32]) {
+    unsafe fn single(w: &[u8], gb: usize, cols: usize, a: &[u8], ys: &mut [f32]) -> bool {
         if !Q::dot_groups(w, a, cols, ys) {
             for (g, y) in w.chunks_exact(gb).zip(ys.chunks_exact_mut(X16)) {
                 y.copy_from_slice(&Q::scalar_group(g, a, cols));
             }
         }
+        true
     }
 }
 
@@ -833,8 +834,8 @@ mod tests {
     use std::vec::Vec;
 
     use super::*;
-    use crate::kernels::act_scratch_len;
     use crate::kernels::tests::values;
+    use crate::kernels::traits::act_scratch_len;
     use crate::kernels::walk::run;
     use crate::tensor::Matrix;
 

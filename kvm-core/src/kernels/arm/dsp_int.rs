@@ -75,7 +75,7 @@ fn quads(q: [&[i8]; 4], x: &[i16], n: usize, acc: &mut [i32; 4]) {
 #[derive(Debug)]
 pub(crate) struct DspInt;
 
-impl crate::kernels::IntKernel for DspInt {
+impl crate::kernels::traits::IntKernel for DspInt {
     const LANES: usize = 4;
     // A listed column is a load and a multiply-add (`mla`) a row.
     const SPARSE: bool = true;

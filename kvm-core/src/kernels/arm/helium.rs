@@ -28,7 +28,7 @@ use core::mem::MaybeUninit;
 
 use super::fpu::{reduce, Lanes};
 use crate::kernels::scalar::{self, reduce_lanes, LANES};
-use crate::kernels::{GroupKernel, Kernel, Kernels, BF16, F16, F32, F32P};
+use crate::kernels::traits::{GroupKernel, Kernel, Kernels, BF16, F16, F32, F32P};
 use crate::quant::{DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
 
 /// The Helium tier.
@@ -520,12 +520,12 @@ impl<B: GroupBlock> GroupKernel for Groups<B> {
         })
     }
 
-    unsafe fn single(w: &[u8], gb: usize, cols: usize, a: &[u8], ys: &mut [f32]) {
-        if !(w.as_ptr() as usize).is_multiple_of(4) {
-            // SAFETY: forwarded.
-            return unsafe { crate::kernels::walk::single_groups::<Self>(w, gb, cols, a, ys) };
+    unsafe fn single(w: &[u8], gb: usize, cols: usize, a: &[u8], ys: &mut [f32]) -> bool {
+        let aligned = (w.as_ptr() as usize).is_multiple_of(4);
+        if aligned {
+            // SAFETY: the caller guarantees the shapes; `w` is aligned.
+            unsafe { Self::dot(w, gb, a, cols / QK, ys) };
         }
-        // SAFETY: the caller guarantees the shapes; `w` is aligned.
-        unsafe { Self::dot(w, gb, a, cols / QK, ys) };
+        aligned
     }
 }

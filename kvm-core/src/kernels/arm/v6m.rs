@@ -5,7 +5,7 @@
 //! load, a multiply and an add a product, plus a load of the input and two index steps a
 //! column. Integer sums are exact, so it gives the oracle's bits.
 
-use crate::kernels::{portable_sparse, NonZero};
+use crate::kernels::traits::{portable_sparse, NonZero};
 
 /// One column of the tile: the input `x[c]`, its four products into the sums, then the
 /// next column (the last `adds` sets the flags the loops branch on).
@@ -187,7 +187,7 @@ extern "C" {
 #[derive(Debug)]
 pub(crate) struct V6m;
 
-impl crate::kernels::IntKernel for V6m {
+impl crate::kernels::traits::IntKernel for V6m {
     const LANES: usize = 1;
 
     /// Four rows in the assembly; another count (the rows left over) by the scalar dot.

@@ -4,6 +4,7 @@
 pub(crate) mod avx2;
 pub(crate) mod avx512;
 
+use super::tier::{streaming, Streaming};
 use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
 
 /// Prefetches the cache line `ahead` bytes past `p` (a hint: never faults).
@@ -23,7 +24,7 @@ pub(crate) fn prefetch(p: *const u8, ahead: usize) {
 /// Whether the float decode tiles prefetch their rows in software ([`Streaming::Software`]).
 #[inline]
 pub(crate) fn software_streams() -> bool {
-    crate::kernels::streaming() == crate::kernels::Streaming::Software
+    streaming() == Streaming::Software
 }
 
 /// Bytes a tile of `R` rows prefetches ahead in each of its runs: 32 KiB in flight in

@@ -3,7 +3,8 @@
 use super::float::Widen8;
 use super::tier::Neon;
 use crate::kernels::attend::Attend;
-use crate::kernels::{scalar, StoredType};
+use crate::kernels::scalar;
+use crate::kernels::traits::StoredType;
 use core::arch::aarch64::*;
 
 /// Attention's tiles (both NEON tiers): a dot's 16 canonical lanes as four vectors;

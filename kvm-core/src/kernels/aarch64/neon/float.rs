@@ -1,7 +1,8 @@
 //! The NEON tiers' float weights: exact widening loads 8 at a time (f16 with `fcvtl`), the
 //! f32 / f16 / bf16 tiles, and f32p rebuilt 4 at a time.
 
-use crate::kernels::{scalar, FloatType, Kernel, BF16, F16, F32, I8};
+use crate::kernels::scalar;
+use crate::kernels::traits::{FloatType, Kernel, BF16, F16, F32, I8};
 use crate::quant::{f32p_row, BlockF32P, QK};
 use core::arch::aarch64::*;
 use core::arch::asm;
@@ -25,7 +26,7 @@ pub(super) fn f16_to_f32<const HIGH: bool>(h: uint16x8_t) -> float32x4_t {
 }
 
 /// An element type whose 8 consecutive values widen exactly to two f32x4: the float
-/// dtypes of weight rows, and the attention state's rows ([`StoredType`](crate::kernels::StoredType), the q8 cache's
+/// dtypes of weight rows, and the attention state's rows ([`StoredType`](crate::kernels::traits::StoredType), the q8 cache's
 /// [`I8`] included).
 pub(crate) trait Widen8 {
     /// # Safety

@@ -2,7 +2,7 @@
 
 use super::tier::{Neon, NeonDot};
 use crate::kernels::gemm::{self, Gemm, BLOCK};
-use crate::kernels::Kernels;
+use crate::kernels::traits::Kernels;
 use core::arch::aarch64::*;
 
 /// The two tiers, whose float kernels are the same: one batch product ([`Gemm`]) for both.

@@ -5,7 +5,7 @@
 //! the scalar oracle's partial sums do.
 
 use super::tier::NeonTier;
-use crate::kernels::IntKernel;
+use crate::kernels::traits::IntKernel;
 use core::arch::aarch64::*;
 
 impl<D> IntKernel for NeonTier<D> {

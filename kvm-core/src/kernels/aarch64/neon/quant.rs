@@ -2,7 +2,8 @@
 //! with dotprod), and the row-interleaved q4_0x16 / q8_0x16 groups.
 
 use super::float::f16_to_f32;
-use crate::kernels::{scalar, GroupKernel, Kernel};
+use crate::kernels::scalar;
+use crate::kernels::traits::{GroupKernel, Kernel};
 use crate::quant::{DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
 use core::arch::aarch64::*;
 use core::arch::asm;

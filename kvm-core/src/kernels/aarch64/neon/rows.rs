@@ -2,7 +2,8 @@
 
 use super::float::{dequant_f32p, Widen8};
 use super::quant::{scale, Blocks32, Q4, Q8};
-use crate::kernels::{scalar, FloatType, BF16, F16, F32};
+use crate::kernels::scalar;
+use crate::kernels::traits::{FloatType, BF16, F16, F32};
 use crate::quant::{DType, QK};
 use core::arch::aarch64::*;
 use core::arch::asm;
@@ -16,7 +17,7 @@ use half::f16;
 #[target_feature(enable = "neon")]
 pub(super) unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
     let cols = x.len();
-    debug_assert_eq!(out.len(), crate::kernels::act_scratch_len(cols));
+    debug_assert_eq!(out.len(), crate::kernels::traits::act_scratch_len(cols));
     for (b, xs) in x.chunks_exact(QK).enumerate() {
         // SAFETY: `xs` holds 32 floats.
         let v: [float32x4_t; 8] = core::array::from_fn(|i| unsafe { vld1q_f32(xs.as_ptr().add(4 * i)) });

@@ -7,7 +7,7 @@ use crate::kernels::attend::Isa;
 use core::marker::PhantomData;
 
 use crate::kernels::gemm::{self, Gemm};
-use crate::kernels::{GroupKernel, Kernel, Kernels, BF16, F16, F32};
+use crate::kernels::traits::{GroupKernel, Kernel, Kernels, RunFn, BF16, F16, F32};
 use crate::quant::DType;
 
 /// A NEON tier whose integer block products are `D`'s: [`Mull`] ([`Neon`]) or [`SDot`]
@@ -47,7 +47,7 @@ where
         unsafe { dequant_row(dtype, row, out) }
     }
 
-    const GEMM: Option<gemm::RunFn> = Some(gemm::run::<Self>);
+    const GEMM: Option<RunFn> = Some(gemm::run::<Self>);
 }
 
 impl Isa for Neon {

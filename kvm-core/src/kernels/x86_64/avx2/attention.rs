@@ -3,8 +3,9 @@
 use super::float::Widen8;
 use super::tier::Avx2;
 use crate::kernels::attend::{Attend, AttendMany};
+use crate::kernels::scalar;
+use crate::kernels::traits::StoredType;
 use crate::kernels::x86_64::prefetch_ahead;
-use crate::kernels::{scalar, StoredType};
 use core::arch::x86_64::*;
 
 /// Attention's tiles: a dot's 16 canonical lanes as two vectors; weighted sums of 8

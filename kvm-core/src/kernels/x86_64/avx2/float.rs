@@ -1,13 +1,14 @@
 //! The AVX2 tier's float weights: exact widening loads 8 at a time, and the f32 / f16 / bf16 and
 //! f32p tiles.
 
-use crate::kernels::{scalar, FloatType, Kernel, BF16, F16, F32, I8};
+use crate::kernels::scalar;
+use crate::kernels::traits::{FloatType, Kernel, BF16, F16, F32, I8};
 use crate::quant::{f32p_row, BlockF32P, QK};
 use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
 /// An element type whose 8 consecutive values widen exactly to one vector: the float
-/// dtypes of weight rows, and the attention state's rows ([`StoredType`](crate::kernels::StoredType), the q8 cache's
+/// dtypes of weight rows, and the attention state's rows ([`StoredType`](crate::kernels::traits::StoredType), the q8 cache's
 /// [`I8`] included).
 pub(crate) trait Widen8 {
     /// # Safety

@@ -4,8 +4,8 @@
 //! scalar oracle's partial sums are.
 
 use super::Avx2;
+use crate::kernels::traits::IntKernel;
 use crate::kernels::x86_64::{prefetch, software_streams, tile_ahead};
-use crate::kernels::IntKernel;
 use core::arch::x86_64::*;
 
 impl IntKernel for Avx2 {

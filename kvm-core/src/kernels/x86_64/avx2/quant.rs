@@ -1,8 +1,8 @@
 //! The AVX2 tier's integer weights: q8_0 and q4_0 block sums with `maddubs` (ggml's sign
 //! trick), and the row-interleaved q4_0x16 / q8_0x16 groups, one row per i32 lane.
 
+use crate::kernels::traits::{GroupKernel, Kernel};
 use crate::kernels::x86_64::prefetch_ahead;
-use crate::kernels::{GroupKernel, Kernel};
 use crate::quant::{DType, GroupQ4_0x16, GroupQ8_0x16, QK, X16};
 use core::arch::x86_64::*;
 use core::marker::PhantomData;

@@ -2,7 +2,8 @@
 
 use super::float::{dequant_f32p, Widen8};
 use super::quant::{scale, Blocks32, Q4, Q8};
-use crate::kernels::{scalar, FloatType, BF16, F16, F32};
+use crate::kernels::scalar;
+use crate::kernels::traits::{FloatType, BF16, F16, F32};
 use crate::quant::{DType, QK};
 use core::arch::x86_64::*;
 use half::f16;
@@ -15,7 +16,7 @@ use half::f16;
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
     let cols = x.len();
-    debug_assert_eq!(out.len(), crate::kernels::act_scratch_len(cols));
+    debug_assert_eq!(out.len(), crate::kernels::traits::act_scratch_len(cols));
     let sign = _mm256_set1_ps(-0.0);
     // `packs` interleaves 128-bit lanes; this puts the 8 groups of 4 back in order.
     let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);

@@ -5,7 +5,7 @@ use super::quant::{Interleaved, Quant, Q4, Q8};
 use super::rows::{dequant_row, quantize_act};
 use crate::kernels::attend::Isa;
 use crate::kernels::gemm;
-use crate::kernels::{Kernels, BF16, F16, F32};
+use crate::kernels::traits::{Kernels, RunFn, BF16, F16, F32};
 use crate::quant::DType;
 
 /// The AVX2 tier.
@@ -31,7 +31,7 @@ impl Kernels for Avx2 {
         unsafe { dequant_row(dtype, row, out) }
     }
 
-    const GEMM: Option<gemm::RunFn> = Some(gemm::run::<Self>);
+    const GEMM: Option<RunFn> = Some(gemm::run::<Self>);
 }
 
 impl Isa for Avx2 {

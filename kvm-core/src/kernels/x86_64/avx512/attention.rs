@@ -3,9 +3,10 @@
 use super::float::Widen16;
 use super::tier::Avx512;
 use crate::kernels::attend::{Attend, AttendMany};
+use crate::kernels::scalar;
+use crate::kernels::traits::StoredType;
 use crate::kernels::x86_64::avx2::{self};
 use crate::kernels::x86_64::prefetch_ahead;
-use crate::kernels::{scalar, StoredType};
 use core::arch::x86_64::*;
 
 /// Attention's tiles: a dot's 16 canonical lanes as one vector; weighted sums of 16

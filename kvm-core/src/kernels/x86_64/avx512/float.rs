@@ -1,14 +1,15 @@
 //! The AVX-512 tier's float weights: exact widening loads 16 at a time, the f32 / f16 / bf16
 //! tiles, and f32p rebuilt 16 at a time (a byte spread, `vpermb` where the CPU has VBMI).
 
+use crate::kernels::scalar;
+use crate::kernels::traits::{FloatType, Kernel, BF16, F16, F32, I8};
 use crate::kernels::x86_64::{prefetch, prefetch_packed, tile_ahead};
-use crate::kernels::{scalar, FloatType, Kernel, BF16, F16, F32, I8};
 use crate::quant::{f32p_row, BlockF32P, QK};
 use core::arch::x86_64::*;
 use core::marker::PhantomData;
 
 /// An element type whose 16 consecutive values widen exactly to one vector: the float
-/// dtypes of weight rows, and the attention state's rows ([`StoredType`](crate::kernels::StoredType), the q8 cache's
+/// dtypes of weight rows, and the attention state's rows ([`StoredType`](crate::kernels::traits::StoredType), the q8 cache's
 /// [`I8`] included).
 pub(crate) trait Widen16 {
     /// # Safety
@@ -323,7 +324,7 @@ pub(super) unsafe fn dequant_f32p<S: Spread>(row: &[u8], out: &mut [f32]) {
 /// [`dequant_f32p`] with [`Shuffle`].
 ///
 /// # Safety
-/// As [`Kernels::dequant_row`](crate::kernels::Kernels::dequant_row).
+/// As [`Kernels::dequant_row`](crate::kernels::traits::Kernels::dequant_row).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) unsafe fn dequant_f32p_shuffle(row: &[u8], out: &mut [f32]) {
     // SAFETY: forwarded, with the features enabled here.
@@ -333,7 +334,7 @@ pub(super) unsafe fn dequant_f32p_shuffle(row: &[u8], out: &mut [f32]) {
 /// [`dequant_f32p`] with [`Vbmi`].
 ///
 /// # Safety
-/// As [`Kernels::dequant_row`](crate::kernels::Kernels::dequant_row), and the CPU has VBMI.
+/// As [`Kernels::dequant_row`](crate::kernels::traits::Kernels::dequant_row), and the CPU has VBMI.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")]
 pub(super) unsafe fn dequant_f32p_vbmi(row: &[u8], out: &mut [f32]) {
     // SAFETY: forwarded, with the features enabled here.

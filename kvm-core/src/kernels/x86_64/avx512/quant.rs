@@ -1,9 +1,9 @@
 //! The AVX-512 tier's integer weights: the AVX2 tile with exact block sums from VNNI
 //! (`vpdpbusd`), and the row-interleaved q4_0x16 / q8_0x16 groups.
 
+use crate::kernels::traits::{GroupKernel, Kernel};
 use crate::kernels::x86_64::avx2::{quant_tile, Blocks32, GroupSums, Q4, Q8};
 use crate::kernels::x86_64::{prefetch, prefetch_ahead, tile_ahead};
-use crate::kernels::{GroupKernel, Kernel};
 use crate::quant::{GroupQ4_0x16, GroupQ8_0x16, QK, X16};
 use core::arch::x86_64::*;
 use core::marker::PhantomData;

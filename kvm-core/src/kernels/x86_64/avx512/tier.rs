@@ -4,8 +4,8 @@ use super::float::{dequant_f32p_shuffle, dequant_f32p_vbmi, has_vbmi, Float, Pac
 use super::quant::{Interleaved, Quant};
 use crate::kernels::attend::Isa;
 use crate::kernels::gemm;
+use crate::kernels::traits::{Kernels, RunFn, BF16, F16, F32};
 use crate::kernels::x86_64::avx2::{self, Q4, Q8};
-use crate::kernels::{Kernels, BF16, F16, F32};
 use crate::quant::DType;
 
 /// The AVX-512 tier.
@@ -37,7 +37,7 @@ impl Kernels for Avx512 {
         }
     }
 
-    const GEMM: Option<gemm::RunFn> = Some(gemm::run::<Self>);
+    const GEMM: Option<RunFn> = Some(gemm::run::<Self>);
 }
 
 impl Isa for Avx512 {
