@@ -10,7 +10,9 @@
 #    "prefill_instructions_per_token":N,"decode_instructions_per_step":N,"model_flash_bytes":N,
 #    "arena_bytes":N,"stack_bytes":N}
 # then one for tiny-kjv in the integer numerics ("numerics":"int", `run-qemu.sh --numerics
-# int`: i8 weights, its own i16 attention rows; "dtype":"i8","cache":"i16") and one for a
+# int`: i8 weights, its own i16 attention rows; "dtype":"i8","cache":"i16"), one for its
+# 256 KiB configuration ("model":"tiny-kjv-256k", `--numerics int --ram-kib 256`: i8
+# attention rows, slot reads recomputed; "cache":"i8") and one for a
 # hybrid stack of tiny-kjv's shapes ("model":"tiny-hybrid": `kvm-export synth
 # --preset tiny --state saturation --max-context 256`, layer 0 sliding-window attention over
 # 256 tokens, layer 1 KVM; random weights, q8_0, f32 cache)
@@ -72,6 +74,7 @@ for board in "${boards[@]}"; do
         done
     done
     bench tiny-kjv "$board" int i8 i16 --numerics int
+    bench tiny-kjv-256k "$board" int i8 i8 --numerics int --ram-kib 256
     bench tiny-hybrid "$board" float q8_0 f32 "$hybrid"
 done
 

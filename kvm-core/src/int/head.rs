@@ -299,13 +299,11 @@ impl KvmHead<'_, '_> {
         let n_window = plan.t + 1 - plan.window_begin;
         let row = &mut s.row[..self.dk()];
         let e_q = to_row(q, 0, row);
+        let window = Ring::new(self.h, self.cfg.window_len(), plan.window_begin);
         let scores = &mut s.scores[..n_state + n_window];
         for (j, sc) in scores.iter_mut().enumerate() {
-            let (keys, r, mult) = if j < n_state {
-                (&self.st.nk, self.slot(j), a.1)
-            } else {
-                (&self.st.wk, self.ring(plan.window_begin + j - n_state), a.0)
-            };
+            let (keys, r, mult) =
+                if j < n_state { (&self.st.nk, self.slot(j), a.1) } else { (&self.st.wk, window.at(j - n_state), a.0) };
             let (k, e_k) = keys.row(r);
             *sc = score(dot_row(row, k), mult, e_q + e_k);
         }
@@ -313,10 +311,31 @@ impl KvmHead<'_, '_> {
             if j < n_state {
                 self.st.nv.row(self.slot(j))
             } else {
-                self.st.wv.row(self.ring(plan.window_begin + j - n_state))
+                self.st.wv.row(window.at(j - n_state))
             }
         };
         weighted_sum(scores, rows, out);
+    }
+}
+
+/// Head `h`'s ring of `len` rows from token `first` on: the row of the `i`-th token, for
+/// `i < len`, with one division for the whole walk (a core without a divider pays a
+/// library call for each).
+struct Ring {
+    base: usize,
+    start: usize,
+    len: usize,
+}
+
+impl Ring {
+    fn new(h: usize, len: usize, first: usize) -> Self {
+        Ring { base: h * len, start: first % len.max(1), len }
+    }
+
+    #[inline]
+    fn at(&self, i: usize) -> usize {
+        let o = self.start + i;
+        self.base + if o >= self.len { o - self.len } else { o }
     }
 }
 
@@ -431,12 +450,13 @@ impl SwaHead<'_, '_> {
         let begin = (t + 1).saturating_sub(self.window);
         let row = &mut s.row[..q.len()];
         let e_q = to_row(q, 0, row);
+        let ring = Ring::new(self.h, self.window, begin);
         let scores = &mut s.scores[..t + 1 - begin];
         for (j, sc) in scores.iter_mut().enumerate() {
-            let (k, e_k) = self.st.wk.row(self.ring(begin + j));
+            let (k, e_k) = self.st.wk.row(ring.at(j));
             *sc = score(dot_row(row, k), mult, e_q + e_k);
         }
         let wv: &IntRows<'_> = &self.st.wv;
-        weighted_sum(scores, |j| wv.row(self.h * self.window + (begin + j) % self.window), out);
+        weighted_sum(scores, |j| wv.row(ring.at(j)), out);
     }
 }
