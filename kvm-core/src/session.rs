@@ -240,6 +240,8 @@ impl<'m, 'a> Session<'m, 'a> {
 
     /// [`Session::run`] in the integer numerics: token by token, the logits of those asked
     /// for (the last, or each into the caller's rows).
+    // Never inlined: the integer step's frames then take no stack in a float session's.
+    #[inline(never)]
     fn run_int(&mut self, tokens: &[u32], phase: Phase, logits: Logits<'_>) -> Result<()> {
         let lay = self.layout;
         let cfg = *self.model.config();

@@ -354,6 +354,9 @@ const I8_PART: usize = 512;
 ///
 /// # Safety
 /// The CPU supports `K`'s tier.
+// Never inlined: its list of nonzero columns (1 KiB) then takes stack only while an
+// integer product runs, not in the frames of every session's step on a microcontroller.
+#[inline(never)]
 pub(super) unsafe fn matvec_i8<K: IntKernel, const R: usize>(w: &Matrix<'_>, x: &[i16], s: i32, y: &mut [i32]) {
     let (rb, cols) = (w.row_bytes(), w.cols);
     let x = &x[..cols.min(x.len())];
