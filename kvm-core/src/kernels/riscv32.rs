@@ -5,7 +5,27 @@
 //! column and five pointer steps every eight columns. Integer sums are exact, so it gives
 //! the oracle's bits.
 
-use super::traits::{portable_sparse, NonZero};
+use super::scalar::dot_i8;
+use super::traits::{four_rows, portable_sparse, NonZero};
+
+/// A tile's entry: the four rows' pointers (from a0) in t0-t3, the sums a4-a7 zero.
+#[rustfmt::skip]
+macro_rules! load_rows {
+    () => {
+        concat!(
+            "lw t0, 0(a0)\n", "lw t1, 4(a0)\n", "lw t2, 8(a0)\n", "lw t3, 12(a0)\n",
+            "li a4, 0\n", "li a5, 0\n", "li a6, 0\n", "li a7, 0",
+        )
+    };
+}
+
+/// A tile's exit: the four sums to `out` (a3), return.
+#[rustfmt::skip]
+macro_rules! store_sums_and_return {
+    () => {
+        concat!("sw a4, 0(a3)\n", "sw a5, 4(a3)\n", "sw a6, 8(a3)\n", "sw a7, 12(a3)\n", "ret")
+    };
+}
 
 /// Column `$w` of an eight-column turn (`$x` = its input's byte offset): the input, then
 /// its four products into the sums.
@@ -45,14 +65,7 @@ core::arch::global_asm!(
     ".option push",
     ".option arch, +m",
     "kvm_rv32_dot4_i8:",
-    "    lw t0, 0(a0)",
-    "    lw t1, 4(a0)",
-    "    lw t2, 8(a0)",
-    "    lw t3, 12(a0)",
-    "    li a4, 0",
-    "    li a5, 0",
-    "    li a6, 0",
-    "    li a7, 0",
+    load_rows!(),
     "    add t4, t0, a2",
     "    andi a2, a2, -8",
     "    add t5, t0, a2",
@@ -84,11 +97,7 @@ core::arch::global_asm!(
     "    addi a1, a1, 2",
     "    bne t0, t4, 4b",
     "5:",
-    "    sw a4, 0(a3)",
-    "    sw a5, 4(a3)",
-    "    sw a6, 8(a3)",
-    "    sw a7, 12(a3)",
-    "    ret",
+    store_sums_and_return!(),
     ".option pop",
     ".size kvm_rv32_dot4_i8, . - kvm_rv32_dot4_i8",
     ".popsection",
@@ -121,14 +130,7 @@ core::arch::global_asm!(
     ".option push",
     ".option arch, +m",
     "kvm_rv32_sparse4_i8:",
-    "    lw t0, 0(a0)",
-    "    lw t1, 4(a0)",
-    "    lw t2, 8(a0)",
-    "    lw t3, 12(a0)",
-    "    li a4, 0",
-    "    li a5, 0",
-    "    li a6, 0",
-    "    li a7, 0",
+    load_rows!(),
     "    slli a2, a2, 2",
     "    add t5, a1, a2",
     "2:",
@@ -140,11 +142,7 @@ core::arch::global_asm!(
     listed!("t3", "a7"),
     "    addi a1, a1, 4",
     "    bne a1, t5, 2b",
-    "    sw a4, 0(a3)",
-    "    sw a5, 4(a3)",
-    "    sw a6, 8(a3)",
-    "    sw a7, 12(a3)",
-    "    ret",
+    store_sums_and_return!(),
     ".option pop",
     ".size kvm_rv32_sparse4_i8, . - kvm_rv32_sparse4_i8",
     ".popsection",
@@ -164,16 +162,9 @@ impl super::traits::IntKernel for Rv32 {
 
     /// Four rows in the assembly; another count (the rows left over) by the scalar dot.
     unsafe fn sums<const R: usize>(q: [&[i8]; R], x: &[i16]) -> [i32; R] {
-        let Ok(&rows) = <&[&[i8]; 4]>::try_from(&q[..]) else {
-            return q.map(|q| super::scalar::dot_i8(q, x));
-        };
-        let rows = rows.map(<[i8]>::as_ptr);
-        let mut out = [0i32; 4];
-        // SAFETY: each row holds at least `x.len()` weights (the caller's contract), read
-        // at `[0, x.len())` only, as `x`; `out` is four i32s; the function clobbers only
-        // caller-saved registers (a0-a7, t0-t6).
-        unsafe { kvm_rv32_dot4_i8(&rows, x.as_ptr(), x.len(), &mut out) };
-        core::array::from_fn(|r| out[r])
+        // SAFETY: each row holds at least `x.len()` weights (the caller's contract), which
+        // the tile reads as `x`; it clobbers only caller-saved registers.
+        unsafe { four_rows(kvm_rv32_dot4_i8, q, x, |q| q.map(|q| dot_i8(q, x))) }
     }
 
     const SPARSE: bool = true;
@@ -181,18 +172,8 @@ impl super::traits::IntKernel for Rv32 {
     /// Four rows over at least one listed column in the assembly; otherwise the portable
     /// loop.
     unsafe fn sparse_sums<const R: usize>(q: [&[i8]; R], nz: &[NonZero]) -> [i32; R] {
-        let Ok(&rows) = <&[&[i8]; 4]>::try_from(&q[..]) else {
-            return portable_sparse(q, nz);
-        };
-        if nz.is_empty() {
-            return [0; R];
-        }
-        let rows = rows.map(<[i8]>::as_ptr);
-        let mut out = [0i32; 4];
         // SAFETY: every row holds a weight at each listed column (the caller's contract);
-        // the list holds `nz.len() >= 1` words; `out` is four i32s; the function clobbers
-        // only caller-saved registers.
-        unsafe { kvm_rv32_sparse4_i8(&rows, nz.as_ptr(), nz.len(), &mut out) };
-        core::array::from_fn(|r| out[r])
+        // the tile clobbers only caller-saved registers.
+        unsafe { four_rows(kvm_rv32_sparse4_i8, q, nz, |q| portable_sparse(q, nz)) }
     }
 }

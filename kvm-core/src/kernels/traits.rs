@@ -113,6 +113,36 @@ pub(crate) fn portable_sparse<const R: usize>(q: [&[i8]; R], nz: &[NonZero]) -> 
     out
 }
 
+/// An assembly tile of four rows (ARMv6-M's, RV32's): `tile(rows, data, n, out)` writes
+/// the four rows' wrapping sums over the `n` elements of `data` (an input, or a list of
+/// its nonzero columns).
+#[cfg(any(kvm_armv6m, target_arch = "riscv32"))]
+pub(crate) type AsmTile<T> = unsafe extern "C" fn(*const [*const i8; 4], *const T, usize, *mut [i32; 4]);
+
+/// [`IntKernel::sums`] or [`IntKernel::sparse_sums`] by `tile` where `q` is four rows and
+/// `data` not empty, else by `other` (the rows a tiling leaves over).
+///
+/// # Safety
+/// `tile` is sound for four rows that each hold a weight at every column `data` reaches.
+#[cfg(any(kvm_armv6m, target_arch = "riscv32"))]
+pub(crate) unsafe fn four_rows<T, const R: usize>(
+    tile: AsmTile<T>,
+    q: [&[i8]; R],
+    data: &[T],
+    other: impl FnOnce([&[i8]; R]) -> [i32; R],
+) -> [i32; R] {
+    let Ok(rows) = <&[&[i8]; 4]>::try_from(&q[..]) else {
+        return other(q);
+    };
+    if data.is_empty() {
+        return [0; R];
+    }
+    let mut out = [0i32; 4];
+    // SAFETY: the caller's contract; `out` is four i32s.
+    unsafe { tile(&rows.map(<[i8]>::as_ptr), data.as_ptr(), data.len(), &mut out) };
+    core::array::from_fn(|r| out[r])
+}
+
 /// A nonzero column `c` of a product's input, its value `v` (the column in the low half
 /// of a little-endian word, for the assembly tiles).
 #[derive(Clone, Copy, Debug, Default)]

@@ -827,7 +827,7 @@ impl<Q: Quant> GroupKernel for Groups<Q> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     extern crate std;
 
     use std::vec;
@@ -841,7 +841,7 @@ mod tests {
 
     /// Deterministic bytes (xorshift32): any quant byte, so q8 weights -128 and 127 and
     /// every nibble occur.
-    fn bytes(n: usize, seed: u32) -> Vec<u8> {
+    pub(in crate::kernels::arm) fn bytes(n: usize, seed: u32) -> Vec<u8> {
         let mut s = seed.wrapping_mul(2_654_435_761) | 1;
         (0..n)
             .map(|_| {

@@ -114,6 +114,7 @@ mod tests {
     use std::vec::Vec;
 
     use super::*;
+    use crate::kernels::arm::dsp::tests::bytes;
     use crate::kernels::scalar::Scalar;
     use crate::kernels::walk::matvec_i8;
     use crate::quant::DType;
@@ -121,26 +122,15 @@ mod tests {
 
     #[test]
     fn gives_the_scalar_bits() {
-        let mut s = 0x9E37_79B9u32;
-        let mut bytes = |n: usize| -> Vec<u8> {
-            (0..n)
-                .map(|_| {
-                    s ^= s << 13;
-                    s ^= s >> 17;
-                    s ^= s << 5;
-                    (s >> 11) as u8
-                })
-                .collect()
-        };
         for (rows, cols) in [(1, 4), (4, 8), (5, 36), (9, 128), (7, 516), (4, 1036)] {
-            let mut data = bytes(DType::I8.matrix_bytes(rows, cols).unwrap());
+            let mut data = bytes(DType::I8.matrix_bytes(rows, cols).unwrap(), (rows * cols) as u32);
             let rb = DType::I8.row_bytes(cols).unwrap();
             for (r, row) in data.chunks_exact_mut(rb).enumerate() {
                 let m = 0x4000 | ((r as u16 * 977) & 0x3fff);
                 row[..4].copy_from_slice(&[m as u8, (m >> 8) as u8, 20 + r as u8, 0]);
             }
             let w = Matrix::new(DType::I8, rows, cols, &data).unwrap();
-            let x: Vec<i16> = bytes(2 * cols).chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect();
+            let x: Vec<i16> = bytes(2 * cols, 9).chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect();
             // Dense, and mostly zero (listed columns)
             let sparse: Vec<i16> = x.iter().enumerate().map(|(i, &v)| if i % 3 == 0 { v } else { 0 }).collect();
             for x in [x, sparse] {

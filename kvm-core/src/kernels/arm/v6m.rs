@@ -5,7 +5,46 @@
 //! load, a multiply and an add a product, plus a load of the input and two index steps a
 //! column. Integer sums are exact, so it gives the oracle's bits.
 
-use crate::kernels::traits::{portable_sparse, NonZero};
+use crate::kernels::scalar::dot_i8;
+use crate::kernels::traits::{four_rows, portable_sparse, NonZero};
+
+/// A tile's entry: the AAPCS's r4-r11 saved (r8-r11 through r4-r7), and `out` (r3) kept on
+/// the stack under them.
+#[rustfmt::skip]
+macro_rules! save {
+    () => {
+        concat!(
+            "push {{r4-r7, lr}}\n",
+            "mov r4, r8\n", "mov r5, r9\n", "mov r6, r10\n", "mov r7, r11\n",
+            "push {{r3-r7}}",
+        )
+    };
+}
+
+/// The four sums (r8-r11) set to zero, through r6.
+#[rustfmt::skip]
+macro_rules! zero_sums {
+    () => {
+        concat!("movs r6, #0\n", "mov r8, r6\n", "mov r9, r6\n", "mov r10, r6\n", "mov r11, r6")
+    };
+}
+
+/// A tile's exit: the four sums to `out`, r4-r11 restored, return.
+#[rustfmt::skip]
+macro_rules! store_sums_and_return {
+    () => {
+        concat!(
+            "pop {{r3}}\n",
+            "mov r4, r8\n", "str r4, [r3, #0]\n",
+            "mov r4, r9\n", "str r4, [r3, #4]\n",
+            "mov r4, r10\n", "str r4, [r3, #8]\n",
+            "mov r4, r11\n", "str r4, [r3, #12]\n",
+            "pop {{r4-r7}}\n",
+            "mov r8, r4\n", "mov r9, r5\n", "mov r10, r6\n", "mov r11, r7\n",
+            "pop {{r4-r7, pc}}",
+        )
+    };
+}
 
 /// One column of the tile: the input `x[c]`, its four products into the sums, then the
 /// next column (the last `adds` sets the flags the loops branch on).
@@ -46,12 +85,7 @@ core::arch::global_asm!(
     ".p2align 1",
     ".thumb_func",
     "kvm_v6m_dot4_i8:",
-    "    push {{r4-r7, lr}}",
-    "    mov r4, r8",
-    "    mov r5, r9",
-    "    mov r6, r10",
-    "    mov r7, r11",
-    "    push {{r3-r7}}",
+    save!(),
     // r12 = -(n mod 4): the four-column turns run while r4 < r12
     "    movs r6, #3",
     "    ands r6, r2",
@@ -68,11 +102,7 @@ core::arch::global_asm!(
     "    ldr r0, [r0, #0]",
     "    adds r0, r0, r2",
     "    mov r2, r6",
-    "    movs r6, #0",
-    "    mov r8, r6",
-    "    mov r9, r6",
-    "    mov r10, r6",
-    "    mov r11, r6",
+    zero_sums!(),
     "    cmp r4, r12",
     "    bge 3f",
     "2:",
@@ -90,21 +120,7 @@ core::arch::global_asm!(
     col!(),
     "    bne 4b",
     "5:",
-    "    pop {{r3}}",
-    "    mov r4, r8",
-    "    str r4, [r3, #0]",
-    "    mov r4, r9",
-    "    str r4, [r3, #4]",
-    "    mov r4, r10",
-    "    str r4, [r3, #8]",
-    "    mov r4, r11",
-    "    str r4, [r3, #12]",
-    "    pop {{r4-r7}}",
-    "    mov r8, r4",
-    "    mov r9, r5",
-    "    mov r10, r6",
-    "    mov r11, r7",
-    "    pop {{r4-r7, pc}}",
+    store_sums_and_return!(),
     ".size kvm_v6m_dot4_i8, . - kvm_v6m_dot4_i8",
     ".popsection",
 );
@@ -122,12 +138,7 @@ core::arch::global_asm!(
     ".p2align 1",
     ".thumb_func",
     "kvm_v6m_sparse4_i8:",
-    "    push {{r4-r7, lr}}",
-    "    mov r4, r8",
-    "    mov r5, r9",
-    "    mov r6, r10",
-    "    mov r7, r11",
-    "    push {{r3-r7}}",
+    save!(),
     "    lsls r2, r2, #2",
     "    adds r4, r1, r2",
     "    mov r12, r4",
@@ -136,11 +147,7 @@ core::arch::global_asm!(
     "    ldr r2, [r0, #8]",
     "    ldr r1, [r0, #4]",
     "    ldr r0, [r0, #0]",
-    "    movs r6, #0",
-    "    mov r8, r6",
-    "    mov r9, r6",
-    "    mov r10, r6",
-    "    mov r11, r6",
+    zero_sums!(),
     "2:",
     "    ldm r4!, {{r6}}",
     "    uxth r7, r6",
@@ -159,21 +166,7 @@ core::arch::global_asm!(
     "    add r11, r5",
     "    cmp r4, r12",
     "    bne 2b",
-    "    pop {{r3}}",
-    "    mov r4, r8",
-    "    str r4, [r3, #0]",
-    "    mov r4, r9",
-    "    str r4, [r3, #4]",
-    "    mov r4, r10",
-    "    str r4, [r3, #8]",
-    "    mov r4, r11",
-    "    str r4, [r3, #12]",
-    "    pop {{r4-r7}}",
-    "    mov r8, r4",
-    "    mov r9, r5",
-    "    mov r10, r6",
-    "    mov r11, r7",
-    "    pop {{r4-r7, pc}}",
+    store_sums_and_return!(),
     ".size kvm_v6m_sparse4_i8, . - kvm_v6m_sparse4_i8",
     ".popsection",
 );
@@ -192,16 +185,9 @@ impl crate::kernels::traits::IntKernel for V6m {
 
     /// Four rows in the assembly; another count (the rows left over) by the scalar dot.
     unsafe fn sums<const R: usize>(q: [&[i8]; R], x: &[i16]) -> [i32; R] {
-        let Ok(&rows) = <&[&[i8]; 4]>::try_from(&q[..]) else {
-            return q.map(|q| crate::kernels::scalar::dot_i8(q, x));
-        };
-        let rows = rows.map(<[i8]>::as_ptr);
-        let mut out = [0i32; 4];
-        // SAFETY: each row holds at least `x.len()` weights (the caller's contract), read
-        // at `[0, x.len())` only, as `x`; `out` is four i32s; the function keeps the AAPCS
-        // (r4-r11 restored, the stack balanced).
-        unsafe { kvm_v6m_dot4_i8(&rows, x.as_ptr(), x.len(), &mut out) };
-        core::array::from_fn(|r| out[r])
+        // SAFETY: each row holds at least `x.len()` weights (the caller's contract), which
+        // the tile reads as `x`; it keeps the AAPCS (r4-r11 restored, the stack balanced).
+        unsafe { four_rows(kvm_v6m_dot4_i8, q, x, |q| q.map(|q| dot_i8(q, x))) }
     }
 
     const SPARSE: bool = true;
@@ -209,18 +195,8 @@ impl crate::kernels::traits::IntKernel for V6m {
     /// Four rows over at least one listed column in the assembly; otherwise the portable
     /// loop.
     unsafe fn sparse_sums<const R: usize>(q: [&[i8]; R], nz: &[NonZero]) -> [i32; R] {
-        let Ok(&rows) = <&[&[i8]; 4]>::try_from(&q[..]) else {
-            return portable_sparse(q, nz);
-        };
-        if nz.is_empty() {
-            return [0; R];
-        }
-        let rows = rows.map(<[i8]>::as_ptr);
-        let mut out = [0i32; 4];
         // SAFETY: every row holds a weight at each listed column (the caller's contract);
-        // the list holds `nz.len() >= 1` words; `out` is four i32s; the function keeps the
-        // AAPCS.
-        unsafe { kvm_v6m_sparse4_i8(&rows, nz.as_ptr(), nz.len(), &mut out) };
-        core::array::from_fn(|r| out[r])
+        // the tile keeps the AAPCS (r4-r11 restored, the stack balanced).
+        unsafe { four_rows(kvm_v6m_sparse4_i8, q, nz, |q| portable_sparse(q, nz)) }
     }
 }
