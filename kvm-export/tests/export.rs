@@ -404,3 +404,37 @@ fn a_hybrid_window_of_0_is_a_chunk_and_kvm_only_tensors_on_an_alternate_layer_ar
         std::fs::remove_dir_all(dir).ok();
     }
 }
+
+/// `--numerics int` takes `--cache f32|q8` and `--slot-reads`, and refuses a weight dtype,
+/// an f16 cache and --no-repack by name, leaving no file.
+#[test]
+fn integer_exports_take_their_row_width_and_slot_reads() {
+    let dir = checkpoint("tests/data/golden/fixed_basic", "int", |_| {});
+    let out = dir.join("int.kvm");
+    let o = export(&[
+        "convert",
+        s(&dir),
+        "-o",
+        s(&out),
+        "-q",
+        "--numerics",
+        "int",
+        "--cache",
+        "q8",
+        "--slot-reads",
+        "recomputed",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let bytes = std::fs::read(&out).unwrap();
+    let model = kvm_core::Model::from_bytes(&bytes).unwrap();
+    assert!(model.config().has(kvm_core::config::flags::INT_NUMERICS));
+    assert_eq!(model.cache(), kvm_core::cache::CacheDtype::Q8);
+    assert_eq!(model.slot_reads(), kvm_core::cache::SlotReads::Recomputed);
+    std::fs::remove_file(&out).unwrap();
+    let int = ["convert", s(&dir), "-o", s(&out), "-q", "--numerics", "int"];
+    fails_saying(&[&int[..], &["--cache", "f16"]].concat(), &["--cache q8", "f16"]);
+    fails_saying(&[&int[..], &["--dtype", "q8_0"]].concat(), &["--dtype"]);
+    fails_saying(&[&int[..], &["--no-repack"]].concat(), &["--no-repack"]);
+    assert_eq!(names(&dir), ["config.json", "model.safetensors"]);
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -360,6 +360,22 @@ fn the_cache_dtype_is_read_from_the_header_and_unknown_ones_are_refused() {
     }
 }
 
+/// An integer file keeps attention rows as i16 (`f32` in the header) or i8 (`q8`): an f16
+/// cache in its header is refused by the parser and by `with_cache`, and a q8 one sizes
+/// the arena for i8 rows.
+#[test]
+fn an_integer_file_takes_i16_or_i8_rows_and_refuses_f16() {
+    let blob = convert_with(&golden_dir("fixed_basic"), &Policy::int());
+    let int = Model::from_bytes(&blob).unwrap();
+    let half = with_header(&blob, |h| h.cache = CacheDtype::F16);
+    assert_eq!(Model::from_bytes(&half).unwrap_err(), Error::BadConfig(ConfigField::CacheDtype));
+    assert_eq!(int.with_cache(CacheDtype::F16).unwrap_err(), Error::BadConfig(ConfigField::CacheDtype));
+    let q8_blob = with_header(&blob, |h| h.cache = CacheDtype::Q8);
+    let q8 = Model::from_bytes(&q8_blob).unwrap();
+    assert!(q8.arena_len() < int.arena_len());
+    assert_eq!(q8.arena_len(), int.with_cache(CacheDtype::Q8).unwrap().arena_len());
+}
+
 #[test]
 fn parameters_of_another_state_budget_must_be_zero() {
     // Offsets of the growth factor, the growth exponent and the saturation n (FORMAT.md).
