@@ -22,6 +22,21 @@ fn bench_json(args: &[&str]) -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// Without `--bw-mib` the probe reads the step's own weight bytes (whole MiB, at least one)
+/// and reports how many; `--bw-mib 0` skips it.
+#[test]
+fn the_probe_reads_the_steps_weight_bytes_by_default() {
+    let model = tiny_model("probe");
+    let path = model.to_str().unwrap();
+    let r = bench_json(&["--model", path, "--prompt-len", "8", "--gen", "4", "--threads", "1"]);
+    let step = r["weight_bytes_per_token"].as_u64().unwrap();
+    assert_eq!(r["bw_mib"].as_u64(), Some(step.div_ceil(1 << 20).max(1)), "{r}");
+    assert!(r["bw_fraction"].as_f64().is_some_and(|x| x > 0.0), "{r}");
+    let r = bench_json(&["--model", path, "--prompt-len", "8", "--gen", "4", "--threads", "1", "--bw-mib", "0"]);
+    assert!(r.get("bw_mib").is_none() && r.get("mem_bw_gb_s").is_none(), "{r}");
+    std::fs::remove_file(model).ok();
+}
+
 #[test]
 fn json_report_has_the_agreed_keys() {
     let model = tiny_model("keys");

@@ -81,11 +81,12 @@ pub struct Args {
     /// skips it.
     #[arg(long, default_value_t = 0, value_parser = ranged(0..=MAX_ROUND_TRIP))]
     round_trip: usize,
-    /// MiB read to measure memory bandwidth, in [0, 16384] (0 skips it); keep it well
-    /// above the L3. The probe holds this buffer, after the timed runs, on top of the run's
-    /// memory.
-    #[arg(long, default_value_t = 256, value_parser = ranged(0..=MAX_BW_MIB))]
-    bw_mib: usize,
+    /// MiB the bandwidth probe reads, in [0, 16384] (0 skips it). Default: the bytes of
+    /// weights a decode step reads, so that the probe's reads meet the same caches as the
+    /// step's (a model within the L3 is read from it). The probe holds this buffer, after
+    /// the timed runs, on top of the run's memory.
+    #[arg(long, value_parser = ranged(0..=MAX_BW_MIB))]
+    bw_mib: Option<usize>,
     /// Seed of the prompt's token stream.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -180,23 +181,27 @@ pub fn run(a: &Args) -> Result<()> {
         report["peak_rss_bytes"] = json!(status_bytes("VmHWM:"));
         reports.push(report);
     }
-    if a.bw_mib > 0 {
-        // Once per thread count, after every timed run, so its buffer inflates no run's
-        // peak memory.
-        let mut measured: Vec<(usize, (f64, f64))> = Vec::new();
+    if a.bw_mib != Some(0) {
+        // Once per thread count and size, after every timed run, so its buffer inflates no
+        // run's peak memory.
+        let mut measured: Vec<((usize, usize), (f64, f64))> = Vec::new();
         for (p, report) in points.iter().zip(&mut reports) {
-            let bw = match measured.iter().find(|m| m.0 == p.threads) {
+            let step = report["weight_bytes_per_token"].as_f64().unwrap_or(0.0);
+            let mib = a.bw_mib.unwrap_or_else(|| ((step / (1u64 << 20) as f64).ceil() as usize).clamp(1, MAX_BW_MIB));
+            let key = (p.threads, mib);
+            let bw = match measured.iter().find(|m| m.0 == key) {
                 Some(m) => m.1,
                 None => {
                     if progress {
-                        eprint!("\rbench: memory bandwidth, {} threads\x1b[K", p.threads);
+                        eprint!("\rbench: memory bandwidth, {} threads, {mib} MiB\x1b[K", p.threads);
                         std::io::stderr().flush().ok();
                     }
-                    let bw = bandwidth(a.bw_mib, p.threads)?;
-                    measured.push((p.threads, bw));
+                    let bw = bandwidth(mib, p.threads)?;
+                    measured.push((key, bw));
                     bw
                 }
             };
+            report["bw_mib"] = json!(mib);
             add_bandwidth(report, bw);
         }
     }
