@@ -363,9 +363,13 @@ pub(super) unsafe fn matvec_i8<K: IntKernel, const R: usize>(w: &Matrix<'_>, x: 
     let rows = y.len().min(w.data.len() / rb.max(1));
     let q = rows / R;
     let row = |r: usize| crate::quant::i8_row(w.data, rb, r);
-    let mut list = [NonZero::default(); SPARSE_MAX];
-    let nz = match K::SPARSE {
-        true => nonzeros(x, &mut list),
+    // The list is set up (1 KiB) only for an input that qualifies.
+    let mut list;
+    let nz = match K::SPARSE && listable(x) {
+        true => {
+            list = [NonZero::default(); SPARSE_MAX];
+            Some(nonzeros(x, &mut list))
+        }
         false => None,
     };
     for i in 0..q {
@@ -396,21 +400,22 @@ pub(super) unsafe fn matvec_i8<K: IntKernel, const R: usize>(w: &Matrix<'_>, x: 
 /// Nonzero columns a sparse product lists at most (4 bytes each, on the stack).
 const SPARSE_MAX: usize = 256;
 
-/// The nonzero columns of `x` in `list`, where an input of one partial sum is at least
-/// half zeros and they fit (else `None`: the dense tiles).
-fn nonzeros<'l>(x: &[i16], list: &'l mut [NonZero; SPARSE_MAX]) -> Option<&'l [NonZero]> {
-    if x.len() > I8_PART {
-        return None;
-    }
+/// Whether `x` is an input of one partial sum, at least half zeros, whose nonzero columns
+/// fit a list (else the dense tiles take it).
+fn listable(x: &[i16]) -> bool {
     let n = x.iter().filter(|&&v| v != 0).count();
-    if 2 * n > x.len() || n > SPARSE_MAX {
-        return None;
-    }
+    x.len() <= I8_PART && 2 * n <= x.len() && n <= SPARSE_MAX
+}
+
+/// The nonzero columns of a [`listable`] `x`, in `list`.
+fn nonzeros<'l>(x: &[i16], list: &'l mut [NonZero; SPARSE_MAX]) -> &'l [NonZero] {
     let cols = x.iter().enumerate().filter(|&(_, &v)| v != 0);
+    let mut n = 0;
     for (e, (c, &v)) in list.iter_mut().zip(cols) {
         *e = NonZero { c: c as u16, v };
+        n += 1;
     }
-    Some(&list[..n])
+    &list[..n]
 }
 
 /// [`i8_tile`] of a listed input (one partial sum).
