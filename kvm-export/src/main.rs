@@ -153,6 +153,10 @@ fn parse_role(s: &str) -> Result<Role> {
 
 fn parse_policy(storage: &Storage) -> Result<Policy> {
     let Storage { dtype, cache, slot_reads, overrides, no_repack, numerics } = storage;
+    let cache = CacheDtype::from_name(cache)
+        .ok_or_else(|| anyhow!("unknown cache dtype `{cache}` (expected f32, f16 or q8)"))?;
+    let reads = SlotReads::from_name(slot_reads)
+        .ok_or_else(|| anyhow!("unknown --slot-reads `{slot_reads}` (expected stored or recomputed)"))?;
     match numerics.as_str() {
         "float" => {}
         "int" => {
@@ -160,15 +164,9 @@ fn parse_policy(storage: &Storage) -> Result<Policy> {
                 bail!("--numerics int stores every matrix as i8 rows: drop --dtype, --tensor-dtype and --no-repack");
             }
             // Its attention rows: i16 (the default, `f32`) or i8 (`q8`).
-            let cache = match cache.as_str() {
-                "f32" => CacheDtype::F32,
-                "q8" => CacheDtype::Q8,
-                other => {
-                    bail!("--numerics int keeps attention rows as i16 (--cache f32) or i8 (--cache q8), not `{other}`")
-                }
-            };
-            let reads = SlotReads::from_name(slot_reads)
-                .ok_or_else(|| anyhow!("unknown --slot-reads `{slot_reads}` (expected stored or recomputed)"))?;
+            if cache == CacheDtype::F16 {
+                bail!("--numerics int keeps attention rows as i16 (--cache f32) or i8 (--cache q8), not f16");
+            }
             return Ok(Policy { cache, reads, ..Policy::int() });
         }
         other => bail!("unknown --numerics `{other}` (expected float or int)"),
@@ -187,10 +185,6 @@ fn parse_policy(storage: &Storage) -> Result<Policy> {
             bail!("--tensor-dtype gives `{}` twice: give each role once", overrides_names[i]);
         }
     }
-    let cache = CacheDtype::from_name(cache)
-        .ok_or_else(|| anyhow!("unknown cache dtype `{cache}` (expected f32, f16 or q8)"))?;
-    let reads = SlotReads::from_name(slot_reads)
-        .ok_or_else(|| anyhow!("unknown --slot-reads `{slot_reads}` (expected stored or recomputed)"))?;
     Ok(Policy {
         dtype: parse_dtype(dtype)?,
         overrides,
