@@ -33,10 +33,27 @@ pub(crate) enum RowWidth {
 }
 
 impl RowWidth {
-    /// Words of `rows` rows of `d` mantissas (`d` a multiple of 4) and their exponents.
+    /// Bytes of one mantissa.
+    #[inline]
+    fn bytes(self) -> usize {
+        if self == RowWidth::I16 {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Words of `rows` rows' `d` mantissas each, all of them side by side (an integer file's
+    /// `d` is even, not always a multiple of 4: i8 rows can end in the middle of a word).
+    #[inline]
+    fn mantissa_words(self, rows: usize, d: usize) -> Option<usize> {
+        Some(rows.checked_mul(d)?.checked_mul(self.bytes())?.div_ceil(4))
+    }
+
+    /// Words of `rows` rows of `d` mantissas and their exponents.
     #[inline]
     fn words(self, rows: usize, d: usize) -> Option<usize> {
-        rows.checked_mul(d / if self == RowWidth::I16 { 2 } else { 4 } + 1)
+        self.mantissa_words(rows, d)?.checked_add(rows)
     }
 }
 
@@ -107,8 +124,7 @@ pub(crate) struct IntRows<'s> {
 impl<'s> IntRows<'s> {
     /// `rows` rows of width `d` in `words` ([`RowWidth::words`] of them).
     fn carve(words: &'s mut [f32], rows: usize, d: usize, width: RowWidth) -> Self {
-        let per = if width == RowWidth::I16 { 2 } else { 4 };
-        let (m, e) = words.split_at_mut(rows * d / per);
+        let (m, e) = words.split_at_mut(width.mantissa_words(rows, d).unwrap_or(0));
         let m = match width {
             RowWidth::I16 => Mantissas::I16(bytemuck::cast_slice_mut(m)),
             RowWidth::I8 => Mantissas::I8(bytemuck::cast_slice_mut(m)),
@@ -335,5 +351,38 @@ impl<'s> IntScratch<'s> {
             alt_rope,
         };
         (scratch, buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+
+    use super::*;
+
+    /// Rows of every even width, i8 ones too where `rows * d` is no multiple of 4: each
+    /// row is addressable and keeps what was set.
+    #[test]
+    fn rows_of_any_even_width_fit_their_words() {
+        for width in [RowWidth::I16, RowWidth::I8] {
+            for d in [2usize, 4, 6, 10, 32] {
+                let rows = 3;
+                let mut words = std::vec![0f32; width.words(rows, d).unwrap()];
+                let mut r = IntRows::carve(&mut words, rows, d, width);
+                let m: std::vec::Vec<i16> = (0..d as i16).map(|i| i * 3 - 20).collect(); // within +-127: i8 rows keep them
+                for i in 0..rows {
+                    r.set(i, &m, i as i32);
+                }
+                for i in 0..rows {
+                    let (row, e) = r.row(i);
+                    let got: std::vec::Vec<i32> = match row {
+                        Row::I16(v) => v.iter().map(|&x| i32::from(x)).collect(),
+                        Row::I8(v) => v.iter().map(|&x| i32::from(x)).collect(),
+                    };
+                    let want: std::vec::Vec<i32> = m.iter().map(|&x| i32::from(x)).collect();
+                    assert_eq!((got, e), (want, i as i32), "{width:?} d {d} row {i}");
+                }
+            }
+        }
     }
 }
