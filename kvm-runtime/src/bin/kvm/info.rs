@@ -32,9 +32,14 @@ pub fn run(path: &Path) -> Result<()> {
             c.alt_layer_every, c.alt_window, c.alt_rope_dim, c.alt_rope_theta
         );
     }
-    let numerics = match c.has(flags::INT_NUMERICS) {
-        true => "int: every step in integers (docs/integer.md): i8 matrices, fixed-point vectors, i16 attention rows",
-        false => "float: the reference's f32 arithmetic on the stored weights",
+    let numerics = match (c.has(flags::INT_NUMERICS), h.cache) {
+        (true, CacheDtype::Q8) => {
+            "int: every step in integers (docs/integer.md): i8 matrices, fixed-point vectors, i8 attention rows"
+        }
+        (true, _) => {
+            "int: every step in integers (docs/integer.md): i8 matrices, fixed-point vectors, i16 attention rows"
+        }
+        (false, _) => "float: the reference's f32 arithmetic on the stored weights",
     };
     println!("numerics       {numerics}");
     println!("d_model        {}", c.d_model);
