@@ -192,7 +192,7 @@ fn a_saved_prompt_state_continues_as_the_full_prompt_does() {
     let line = info.lines().find(|l| l.starts_with("arena (f32)")).unwrap();
     let state_bytes: u64 = line.split('(').nth(2).unwrap().split(' ').next().unwrap().parse().unwrap();
     assert_eq!(std::fs::metadata(&state).unwrap().len(), state_bytes);
-    assert_eq!(state_bytes, 538_688, "the README states this size");
+    assert_eq!(state_bytes, 538_688, "docs/cli.md states this size");
     let resumed = generate(&["--load-state", s, "--prompt", " God", "-n", "40"], b"");
     let whole = generate(&["--prompt", "In the beginning God", "-n", "40"], b"");
     assert_eq!(resumed["generated_ids"], whole["generated_ids"]);
