@@ -5,8 +5,10 @@ use std::path::Path;
 
 use anyhow::Result;
 use kvm_core::cache::CacheDtype;
-use kvm_core::config::{flags, StateBudget};
+use kvm_core::config::{flags, Config, StateBudget};
+use kvm_core::format::Header;
 use kvm_core::state::{growth_stops, Layout};
+use kvm_core::Model;
 use kvm_runtime::file::{ModelFile, Pages};
 
 /// How far `kvm info` follows a growable state to find where its room stops it: 16.7 M
@@ -20,6 +22,35 @@ pub fn run(path: &Path) -> Result<()> {
     let c = model.config();
     println!("model          {}", path.display());
     println!("format         v{}.{}, {} bytes", kvm_core::format::VERSION_MAJOR, h.minor, h.file_len);
+    print_shape(c, h);
+    print_state(c, h);
+    println!("rope           {} dims, theta {}", c.rope_dim, c.rope_theta);
+    let names = [
+        (flags::TOKENSHIFT_ATT, "tokenshift_att"),
+        (flags::TOKENSHIFT_FFN, "tokenshift_ffn"),
+        (flags::VALUE_RESIDUAL, "value_residual"),
+        (flags::MERGE_GATE_KEYS, "merge_gate_keys"),
+        (flags::MERGE_GATE_VALUES, "merge_gate_values"),
+        (flags::HEAD_TEMPS, "head_temps"),
+        (flags::VLENS, "vlens"),
+        (flags::GATE_INITIAL_STATE, "gate_initial_state"),
+        (flags::GATE_APPENDS, "gate_appends"),
+    ];
+    let on: Vec<&str> = names.iter().filter(|(f, _)| c.has(*f)).map(|(_, n)| *n).collect();
+    println!("flags          {}", on.join(" "));
+    if c.logit_softcap != 0.0 {
+        println!("logit_softcap  {}", c.logit_softcap);
+    }
+    println!("tokenizer      {:?}", h.tokenizer_kind);
+    print_tensors(&model);
+    print_arenas(&model);
+    println!("slot reads     {}", h.reads.name());
+    println!("kernel tier    {} ({} streaming of float rows)", crate::kernel_tier(), crate::kernel_streaming());
+    Ok(())
+}
+
+/// The stack: its layers and their kinds, the numerics, the widths and the window.
+fn print_shape(c: &Config, h: &Header) {
     println!("vocab_len      {}", c.vocab_len);
     println!("n_layers       {}", c.n_layers);
     // Each layer's kind, `kvm` or `swa` (a hybrid stack's alternate layers, spec §5).
@@ -47,6 +78,10 @@ pub fn run(path: &Path) -> Result<()> {
     println!("d_ff           {}", c.d_ff);
     println!("chunk_len      {}", c.chunk_len);
     println!("window_len     {} ({} chunks)", c.window_len(), c.window_chunks);
+}
+
+/// The state's budget, its slots and, for a growable state, where its room stops it.
+fn print_state(c: &Config, h: &Header) {
     let budget = match c.budget {
         StateBudget::Fixed => format!("fixed, state_min_len {}", c.state_min_len),
         StateBudget::PowerLaw { factor, exponent } => format!("power_law {factor} * ctx^{exponent}"),
@@ -68,24 +103,10 @@ pub fn run(path: &Path) -> Result<()> {
         };
         println!("room           {} slots: {room}", h.state_capacity);
     }
-    println!("rope           {} dims, theta {}", c.rope_dim, c.rope_theta);
-    let names = [
-        (flags::TOKENSHIFT_ATT, "tokenshift_att"),
-        (flags::TOKENSHIFT_FFN, "tokenshift_ffn"),
-        (flags::VALUE_RESIDUAL, "value_residual"),
-        (flags::MERGE_GATE_KEYS, "merge_gate_keys"),
-        (flags::MERGE_GATE_VALUES, "merge_gate_values"),
-        (flags::HEAD_TEMPS, "head_temps"),
-        (flags::VLENS, "vlens"),
-        (flags::GATE_INITIAL_STATE, "gate_initial_state"),
-        (flags::GATE_APPENDS, "gate_appends"),
-    ];
-    let on: Vec<&str> = names.iter().filter(|(f, _)| c.has(*f)).map(|(_, n)| *n).collect();
-    println!("flags          {}", on.join(" "));
-    if c.logit_softcap != 0.0 {
-        println!("logit_softcap  {}", c.logit_softcap);
-    }
-    println!("tokenizer      {:?}", h.tokenizer_kind);
+}
+
+/// The tensors' count and bytes per dtype, and the weights' total.
+fn print_tensors(model: &Model<'_>) {
     let mut by_dtype: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
     let mut total = 0;
     for t in model.tensors() {
@@ -98,6 +119,11 @@ pub fn run(path: &Path) -> Result<()> {
         println!("tensors        {n:>4} x {d:<5} {bytes:>12} bytes");
     }
     println!("weights        {total} bytes");
+}
+
+/// The arena for each attention cache dtype the model allows.
+fn print_arenas(model: &Model<'_>) {
+    let (h, c) = (model.header(), model.config());
     // One line per cache dtype, as `--cache` (or `kvm_model_set_cache`) would pick it: the
     // core's arena and the C API's, which adds the session handle, the sampler's scratch
     // and room for the logits (`kvm_arena_size`).
@@ -119,7 +145,4 @@ pub fn run(path: &Path) -> Result<()> {
             m.arena_len()
         );
     }
-    println!("slot reads     {}", h.reads.name());
-    println!("kernel tier    {} ({} streaming of float rows)", crate::kernel_tier(), crate::kernel_streaming());
-    Ok(())
 }
