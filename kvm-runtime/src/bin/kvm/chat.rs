@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Result;
 use kvm_core::state::Phase;
-use kvm_core::Session;
+use kvm_core::{Model, Session};
 use kvm_runtime::pool::Pool;
 
 use crate::prompt::{encode, prefill_with_progress};
@@ -117,60 +117,77 @@ pub fn run(a: &Args) -> Result<()> {
             Some(Command::Reset) => {
                 start(&mut session, &mut gen)?;
                 eprintln!("(the conversation is forgotten)");
-                continue;
             }
-            Some(Command::Save(path)) => {
-                match crate::snapshot::save(&session, path, &[a.session.model.path()]) {
-                    Ok(()) => eprintln!("(saved to {})", path.display()),
-                    Err(e) => eprintln!("kvm: error: {e:#}"),
-                }
-                continue;
+            Some(Command::Save(path)) => save(&session, path, a),
+            Some(Command::Load(path)) => load(&mut session, &mut gen, path),
+            None => {
+                let Some(ids) = turn_ids(a, &model, said, &mut turn) else { continue };
+                reply(a, &mut session, &mut gen, &pool, &ids)?;
             }
-            Some(Command::Load(path)) => {
-                match crate::snapshot::load(&mut session, path) {
-                    Ok(()) => {
-                        gen.reset();
-                        eprintln!("(loaded {})", path.display());
-                    }
-                    // The session is as it was.
-                    Err(e) => eprintln!("kvm: error: {e:#}"),
-                }
-                continue;
-            }
-            None => {}
         }
-        turn.clear();
-        turn.extend_from_slice(a.user_prefix.as_bytes());
-        turn.extend_from_slice(said);
-        turn.push(b'\n');
-        turn.extend_from_slice(a.assistant_prefix.as_bytes());
-        let ids = match encode(&model, &turn) {
-            Ok(ids) => ids,
-            Err(e) => {
-                eprintln!("kvm: error: {e:#}");
-                continue;
-            }
-        };
-        STOP.store(false, Ordering::SeqCst);
-        REPLYING.store(true, Ordering::SeqCst);
-        prefill_with_progress(&mut session, &ids, Phase::Prefill, &pool)?;
-        gen.saw(&ids);
-        let mut out = std::io::stdout().lock();
-        let mut text_out = TextOut::new(a.raw);
-        let limits = Limits { tokens: a.n, time: None, interrupt: Some(&STOP) };
-        let mut write = |bytes: &[u8]| text_out.write(&mut out, bytes);
-        let done = gen.reply(&mut session, &pool, &limits, &mut write, &mut |_, _| Ok(()))?;
-        REPLYING.store(false, Ordering::SeqCst);
-        // The state takes in the whole reply, so the next turn (or a /save) follows it.
-        if let Some(last) = done.last {
-            session.decode_with(last, &pool)?;
+    }
+    Ok(())
+}
+
+/// `/save FILE`: the session's state to `FILE`; a failure is reported, not fatal.
+fn save(session: &Session<'_, '_>, path: &Path, a: &Args) {
+    match crate::snapshot::save(session, path, &[a.session.model.path()]) {
+        Ok(()) => eprintln!("(saved to {})", path.display()),
+        Err(e) => eprintln!("kvm: error: {e:#}"),
+    }
+}
+
+/// `/load FILE`: the session's state from `FILE`; a failure is reported, not fatal.
+fn load(session: &mut Session<'_, '_>, gen: &mut Generator<'_>, path: &Path) {
+    match crate::snapshot::load(session, path) {
+        Ok(()) => {
+            gen.reset();
+            eprintln!("(loaded {})", path.display());
         }
-        text_out.finish(&mut out)?;
-        writeln!(out)?;
-        out.flush()?;
-        if done.end == End::Interrupted {
-            eprintln!("(stopped)");
+        // The session is as it was.
+        Err(e) => eprintln!("kvm: error: {e:#}"),
+    }
+}
+
+/// The ids of a turn: `--user-prefix`, the line said and its newline, `--assistant-prefix`
+/// (built in `turn`); `None`, the error reported, if they do not encode.
+fn turn_ids(a: &Args, model: &Model<'_>, said: &[u8], turn: &mut Vec<u8>) -> Option<Vec<u32>> {
+    turn.clear();
+    turn.extend_from_slice(a.user_prefix.as_bytes());
+    turn.extend_from_slice(said);
+    turn.push(b'\n');
+    turn.extend_from_slice(a.assistant_prefix.as_bytes());
+    match encode(model, turn) {
+        Ok(ids) => Some(ids),
+        Err(e) => {
+            eprintln!("kvm: error: {e:#}");
+            None
         }
+    }
+}
+
+/// Feeds a turn's ids and streams the reply to stdout, until `-n` tokens, the end of text,
+/// a stop string or Ctrl-C; the state then holds the whole reply.
+fn reply(a: &Args, session: &mut Session<'_, '_>, gen: &mut Generator<'_>, pool: &Pool, ids: &[u32]) -> Result<()> {
+    STOP.store(false, Ordering::SeqCst);
+    REPLYING.store(true, Ordering::SeqCst);
+    prefill_with_progress(session, ids, Phase::Prefill, pool)?;
+    gen.saw(ids);
+    let mut out = std::io::stdout().lock();
+    let mut text_out = TextOut::new(a.raw);
+    let limits = Limits { tokens: a.n, time: None, interrupt: Some(&STOP) };
+    let mut write = |bytes: &[u8]| text_out.write(&mut out, bytes);
+    let done = gen.reply(session, pool, &limits, &mut write, &mut |_, _| Ok(()))?;
+    REPLYING.store(false, Ordering::SeqCst);
+    // The state takes in the whole reply, so the next turn (or a /save) follows it.
+    if let Some(last) = done.last {
+        session.decode_with(last, pool)?;
+    }
+    text_out.finish(&mut out)?;
+    writeln!(out)?;
+    out.flush()?;
+    if done.end == End::Interrupted {
+        eprintln!("(stopped)");
     }
     Ok(())
 }
