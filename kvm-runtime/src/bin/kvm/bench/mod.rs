@@ -19,7 +19,7 @@ use kvm_core::config::Config;
 use kvm_core::format::Role;
 use kvm_core::state::{bswa_begin, state_slots};
 use kvm_core::Model;
-use kvm_runtime::file::Pages;
+use kvm_runtime::file::{ModelFile, Pages};
 use kvm_runtime::pool::Pool;
 use serde_json::{json, Value};
 
@@ -121,17 +121,39 @@ pub(super) struct Point {
 pub fn run(a: &Args) -> Result<()> {
     let file = a.session.model.open()?;
     let model = a.session.model(&file)?;
-    let asked = a.session.state_slots.map(|_| a.session.state_len(&model)).transpose()?;
-    let threads = if a.threads.is_empty() { vec![crate::flags::threads_or_all(None)] } else { a.threads.clone() };
-    if !a.checkpoints.is_empty() && threads.len() * a.prompt_len.len() * a.gen.len() * a.context.len() > 1 {
-        bail!("--checkpoints makes one long run: give one --threads, --gen and --context");
-    }
     let format = match (a.json, a.output) {
         (true, _) => Format::Json,
         (false, Some(f)) => f,
         (false, None) if std::io::stdout().is_terminal() => Format::Md,
         (false, None) => Format::Json,
     };
+    let points = sweep(a, &model)?;
+    // Fault every page of the model in now, so no timed step pays for first touches.
+    std::hint::black_box(file.bytes().iter().step_by(4096).fold(0u8, |s, &b| s ^ b));
+    let progress = std::io::stderr().is_terminal();
+    let mut reports = measure(a, &file, &model, &points, progress)?;
+    if a.bw_mib != Some(0) {
+        add_bandwidths(a, &points, &mut reports, progress)?;
+    }
+    if progress {
+        eprint!("\r\x1b[2K");
+    }
+    match format {
+        Format::Json => reports.iter().for_each(|r| println!("{r}")),
+        Format::Text => reports.iter().for_each(print_report),
+        Format::Md | Format::Csv => print_table(&reports, format),
+    }
+    Ok(())
+}
+
+/// Every combination of the thread counts, prompt lengths, decode lengths and context
+/// depths asked for, each with the state capacity its session needs.
+fn sweep(a: &Args, model: &Model<'_>) -> Result<Vec<Point>> {
+    let asked = a.session.state_slots.map(|_| a.session.state_len(model)).transpose()?;
+    let threads = if a.threads.is_empty() { vec![crate::flags::threads_or_all(None)] } else { a.threads.clone() };
+    if !a.checkpoints.is_empty() && threads.len() * a.prompt_len.len() * a.gen.len() * a.context.len() > 1 {
+        bail!("--checkpoints makes one long run: give one --threads, --gen and --context");
+    }
     let mut points = Vec::new();
     for &t in &threads {
         for &prompt_len in &a.prompt_len {
@@ -141,15 +163,18 @@ pub fn run(a: &Args) -> Result<()> {
                     // long run and its round trips; else the prompt or the context, then
                     // the decoded tokens).
                     let tokens = if a.checkpoints.is_empty() { prompt_len.max(context) } else { a.round_trip } + gen;
-                    let state_len = asked.unwrap_or_else(|| state_len_for(&model, tokens));
+                    let state_len = asked.unwrap_or_else(|| state_len_for(model, tokens));
                     points.push(Point { threads: t, prompt_len, gen, context, state_len });
                 }
             }
         }
     }
-    // Fault every page of the model in now, so no timed step pays for first touches.
-    std::hint::black_box(file.bytes().iter().step_by(4096).fold(0u8, |s, &b| s ^ b));
-    let progress = std::io::stderr().is_terminal();
+    Ok(points)
+}
+
+/// One report per point: the model and machine described, then its timed runs (speed, or
+/// the long run of `--checkpoints`) and peak memory.
+fn measure(a: &Args, file: &ModelFile, model: &Model<'_>, points: &[Point], progress: bool) -> Result<Vec<Value>> {
     let mut reports = Vec::with_capacity(points.len());
     for (i, p) in points.iter().enumerate() {
         if progress {
@@ -166,52 +191,46 @@ pub fn run(a: &Args) -> Result<()> {
         }
         reset_peak_rss();
         let pool = Pool::new(p.threads)?;
-        let mut report = describe(a.session.model.path(), &model, &pool, p.state_len)?;
+        let mut report = describe(a.session.model.path(), model, &pool, p.state_len)?;
         report["model_pages"] = json!(match file.pages() {
             Pages::Huge => "huge",
             Pages::Mapped => "mapped",
         });
         report["packed_at_load"] = json!(file.packed());
         if a.checkpoints.is_empty() {
-            speed(a, p, &model, &pool, &mut report)?;
+            speed(a, p, model, &pool, &mut report)?;
         } else {
-            long_run(a, p, &model, &pool, &mut report)?;
+            long_run(a, p, model, &pool, &mut report)?;
         }
         // Read before the bandwidth buffer raises it.
         report["peak_rss_bytes"] = json!(status_bytes("VmHWM:"));
         reports.push(report);
     }
-    if a.bw_mib != Some(0) {
-        // Once per thread count and size, after every timed run, so its buffer inflates no
-        // run's peak memory.
-        let mut measured: Vec<((usize, usize), (f64, f64))> = Vec::new();
-        for (p, report) in points.iter().zip(&mut reports) {
-            let step = report["weight_bytes_per_token"].as_f64().unwrap_or(0.0);
-            let mib = a.bw_mib.unwrap_or_else(|| ((step / (1u64 << 20) as f64).ceil() as usize).clamp(1, MAX_BW_MIB));
-            let key = (p.threads, mib);
-            let bw = match measured.iter().find(|m| m.0 == key) {
-                Some(m) => m.1,
-                None => {
-                    if progress {
-                        eprint!("\rbench: memory bandwidth, {} threads, {mib} MiB\x1b[K", p.threads);
-                        std::io::stderr().flush().ok();
-                    }
-                    let bw = bandwidth(mib, p.threads)?;
-                    measured.push((key, bw));
-                    bw
+    Ok(reports)
+}
+
+/// The memory bandwidth probe's rates added to each report: run once per thread count and
+/// size, after every timed run, so its buffer inflates no run's peak memory.
+fn add_bandwidths(a: &Args, points: &[Point], reports: &mut [Value], progress: bool) -> Result<()> {
+    let mut measured: Vec<((usize, usize), (f64, f64))> = Vec::new();
+    for (p, report) in points.iter().zip(reports) {
+        let step = report["weight_bytes_per_token"].as_f64().unwrap_or(0.0);
+        let mib = a.bw_mib.unwrap_or_else(|| ((step / (1u64 << 20) as f64).ceil() as usize).clamp(1, MAX_BW_MIB));
+        let key = (p.threads, mib);
+        let bw = match measured.iter().find(|m| m.0 == key) {
+            Some(m) => m.1,
+            None => {
+                if progress {
+                    eprint!("\rbench: memory bandwidth, {} threads, {mib} MiB\x1b[K", p.threads);
+                    std::io::stderr().flush().ok();
                 }
-            };
-            report["bw_mib"] = json!(mib);
-            add_bandwidth(report, bw);
-        }
-    }
-    if progress {
-        eprint!("\r\x1b[2K");
-    }
-    match format {
-        Format::Json => reports.iter().for_each(|r| println!("{r}")),
-        Format::Text => reports.iter().for_each(print_report),
-        Format::Md | Format::Csv => print_table(&reports, format),
+                let bw = bandwidth(mib, p.threads)?;
+                measured.push((key, bw));
+                bw
+            }
+        };
+        report["bw_mib"] = json!(mib);
+        add_bandwidth(report, bw);
     }
     Ok(())
 }
