@@ -198,50 +198,7 @@ pub(super) fn long_run(a: &Args, p: &Point, model: &Model<'_>, pool: &Pool, repo
         while session.pos() < begin {
             next = session.decode_with(next, pool).map(greedy)?;
         }
-        let steps = cp - session.pos();
-        // Any `chunk_len` consecutive steps hold exactly one state fold, so the median of
-        // whole chunks' means counts the folds fairly and ignores a chunk that another
-        // process preempted.
-        let mut per_chunk = Vec::new();
-        let mut slowest = 0f64;
-        let (run0, wait0) = sched_ns();
-        let t = Instant::now();
-        while session.pos() < cp {
-            let n = chunk.min(cp - session.pos());
-            let tc = Instant::now();
-            for _ in 0..n {
-                let ts = Instant::now();
-                next = session.decode_with(next, pool).map(greedy)?;
-                slowest = slowest.max(ts.elapsed().as_secs_f64() * 1e3);
-            }
-            if n == chunk {
-                per_chunk.push(tc.elapsed().as_secs_f64() * 1e3 / n as f64);
-            }
-        }
-        let wall = t.elapsed().as_secs_f64();
-        let (run1, wait1) = sched_ns();
-        let wait = wait1.saturating_sub(wait0) as f64 / 1e9 / (wall * pool.threads() as f64);
-        // CPU time per step (all threads): what the step cost with preemption taken out.
-        let cpu = run1.saturating_sub(run0) as f64 / 1e6 / steps.max(1) as f64;
-        let mean = wall * 1e3 / steps.max(1) as f64;
-        // The fastest chunk did the same work as the others with the least interference
-        // from other processes: on a shared machine it is the steadiest measure of cost.
-        let best = per_chunk.iter().copied().fold(f64::INFINITY, f64::min).min(mean);
-        let ms = if per_chunk.is_empty() { mean } else { median(&mut per_chunk) };
-        let row = json!({
-            "pos": cp,
-            "window": steps,
-            "ms_per_tok": ms,
-            "mean_ms_per_tok": mean,
-            "best_chunk_ms_per_tok": best,
-            "cpu_ms_per_tok": cpu,
-            // The step that folds a chunk into the state is the slow one.
-            "max_step_ms": slowest,
-            "wait_fraction": wait,
-            "rss_bytes": status_bytes("VmRSS:"),
-            "peak_rss_bytes": status_bytes("VmHWM:"),
-            "state_slots": session.state_slots(),
-        });
+        let row = timed_window(&mut session, &mut next, cp, chunk, pool)?;
         if a.round_trip > 0 {
             round_trip(&mut session, pool, &token_stream(u64::from(stream.next_u32()), a.round_trip, vocab_len))?;
         }
@@ -250,6 +207,65 @@ pub(super) fn long_run(a: &Args, p: &Point, model: &Model<'_>, pool: &Pool, repo
         }
         rows.push(row);
     }
+    add_spreads(report, &rows);
+    report["checkpoints"] = Value::Array(rows);
+    report["fast_forward"] = json!(a.fast_forward);
+    report["long_run_secs"] = json!(started.elapsed().as_secs_f64());
+    report["round_trips"] = json!(if a.round_trip > 0 { checkpoints.len() } else { 0 });
+    Ok(())
+}
+
+/// Decodes from the session's position to checkpoint `cp`, timing the steps: the
+/// checkpoint's row (latencies, memory, state slots).
+fn timed_window(session: &mut Session<'_, '_>, next: &mut u32, cp: usize, chunk: usize, pool: &Pool) -> Result<Value> {
+    let steps = cp - session.pos();
+    // Any `chunk_len` consecutive steps hold exactly one state fold, so the median of
+    // whole chunks' means counts the folds fairly and ignores a chunk that another
+    // process preempted.
+    let mut per_chunk = Vec::new();
+    let mut slowest = 0f64;
+    let (run0, wait0) = sched_ns();
+    let t = Instant::now();
+    while session.pos() < cp {
+        let n = chunk.min(cp - session.pos());
+        let tc = Instant::now();
+        for _ in 0..n {
+            let ts = Instant::now();
+            *next = session.decode_with(*next, pool).map(greedy)?;
+            slowest = slowest.max(ts.elapsed().as_secs_f64() * 1e3);
+        }
+        if n == chunk {
+            per_chunk.push(tc.elapsed().as_secs_f64() * 1e3 / n as f64);
+        }
+    }
+    let wall = t.elapsed().as_secs_f64();
+    let (run1, wait1) = sched_ns();
+    let wait = wait1.saturating_sub(wait0) as f64 / 1e9 / (wall * pool.threads() as f64);
+    // CPU time per step (all threads): what the step cost with preemption taken out.
+    let cpu = run1.saturating_sub(run0) as f64 / 1e6 / steps.max(1) as f64;
+    let mean = wall * 1e3 / steps.max(1) as f64;
+    // The fastest chunk did the same work as the others with the least interference
+    // from other processes: on a shared machine it is the steadiest measure of cost.
+    let best = per_chunk.iter().copied().fold(f64::INFINITY, f64::min).min(mean);
+    let ms = if per_chunk.is_empty() { mean } else { median(&mut per_chunk) };
+    Ok(json!({
+        "pos": cp,
+        "window": steps,
+        "ms_per_tok": ms,
+        "mean_ms_per_tok": mean,
+        "best_chunk_ms_per_tok": best,
+        "cpu_ms_per_tok": cpu,
+        // The step that folds a chunk into the state is the slow one.
+        "max_step_ms": slowest,
+        "wait_fraction": wait,
+        "rss_bytes": status_bytes("VmRSS:"),
+        "peak_rss_bytes": status_bytes("VmHWM:"),
+        "state_slots": session.state_slots(),
+    }))
+}
+
+/// How far the checkpoints' latencies and memory spread (max / min - 1).
+fn add_spreads(report: &mut Value, rows: &[Value]) {
     let spread = |key: &str| {
         let v: Vec<f64> = rows.iter().filter_map(|r| r[key].as_f64()).collect();
         let (lo, hi) = v.iter().fold((f64::INFINITY, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
@@ -263,11 +279,6 @@ pub(super) fn long_run(a: &Args, p: &Point, model: &Model<'_>, pool: &Pool, repo
     report["best_chunk_latency_spread"] = json!(spread("best_chunk_ms_per_tok"));
     report["cpu_latency_spread"] = json!(spread("cpu_ms_per_tok"));
     report["rss_spread"] = json!(spread("rss_bytes"));
-    report["checkpoints"] = Value::Array(rows);
-    report["fast_forward"] = json!(a.fast_forward);
-    report["long_run_secs"] = json!(started.elapsed().as_secs_f64());
-    report["round_trips"] = json!(if a.round_trip > 0 { checkpoints.len() } else { 0 });
-    Ok(())
 }
 
 /// Snapshots `session`, decodes `tokens`, restores the snapshot and decodes them again;
