@@ -113,93 +113,98 @@ impl Table {
     }
 }
 
+// Tile shapes (rows for float, rows for integer weights; tokens for matmul): each
+// activation load serves a tile's rows, which stream from as many runs of the matrix;
+// AVX2's tiles stop where its 16 registers would spill (docs/perf.md, "Kernels").
+// Attention's (`attend`, `attend_many`): weighted sums 8 vectors of columns wide (one
+// pass over the rows for a 128-wide head on AVX-512), 4 on NEON (its f16 loads give
+// pairs); multi-query dots in 2 x 2 tiles on AVX2 (a dot's 16 lanes take two of its 16
+// registers) and 4 x 4 on AVX-512, four queries' sums over 2 and 4 vectors.
+// The integer numerics' products (`walk::matvec_i8`) take 8 rows on x86_64, as the
+// float decode tiles, each its own run of the matrix (an i8 row has no blocks to
+// interleave); NEON's 4, as its other tiles.
+const SCALAR_ENTRIES: Table = Table {
+    // Cores without SIMD take a tile in assembly, where the compiler's spills cost
+    // about twice the instructions (`arm::v6m`, `riscv32`).
+    #[cfg(kvm_armv6m)]
+    matvec_i8: walk::matvec_i8::<arm::v6m::V6m, 4>,
+    #[cfg(target_arch = "riscv32")]
+    matvec_i8: walk::matvec_i8::<super::riscv32::Rv32, 4>,
+    ..Table::of::<scalar::Scalar, 1, 1>()
+};
+static SCALAR: Table = SCALAR_ENTRIES;
+
+// The float decode tiles take 4 rows, not 8, where the hardware prefetchers stream
+// them (`Streaming::Hardware`): 4 runs were 1.2x as fast as 8 for f16 on Zen 5.
+#[cfg(target_arch = "x86_64")]
+static AVX2_HW: Table = Table { decode: decode::<x86_64::avx2::Avx2, 4, 4>(), ..AVX2_ENTRIES };
+#[cfg(target_arch = "x86_64")]
+static AVX512_HW: Table = Table { decode: decode::<x86_64::avx512::Avx512, 4, 16>(), ..AVX512_ENTRIES };
+#[cfg(target_arch = "x86_64")]
+static AVX2: Table = AVX2_ENTRIES;
+#[cfg(target_arch = "x86_64")]
+static AVX512: Table = AVX512_ENTRIES;
+#[cfg(target_arch = "x86_64")]
+const AVX2_ENTRIES: Table = Table {
+    matmul: run::<x86_64::avx2::Avx2, 2, 2, 4>,
+    matvec_i8: walk::matvec_i8::<x86_64::avx2::Avx2, 8>,
+    max: x86_64::avx2::max,
+    find: x86_64::avx2::find,
+    narrow_f16: x86_64::avx2::narrow_f16,
+    ..Table::of::<x86_64::avx2::Avx2, 8, 4>().attend_many::<x86_64::avx2::Avx2, 8, 2, 2, 2>()
+};
+#[cfg(target_arch = "x86_64")]
+const AVX512_ENTRIES: Table = Table {
+    matmul: run::<x86_64::avx512::Avx512, 4, 4, 4>,
+    matvec_i8: walk::matvec_i8::<x86_64::avx512::Avx512, 8>,
+    max: x86_64::avx512::max,
+    find: x86_64::avx512::find,
+    narrow_f16: x86_64::avx2::narrow_f16,
+    ..Table::of::<x86_64::avx512::Avx512, 8, 16>().attend_many::<x86_64::avx512::Avx512, 8, 4, 4, 4>()
+};
+
+// The two NEON tiers differ only in their integer block products; attention and softmax
+// are the same code, `Neon`'s.
+#[cfg(target_arch = "aarch64")]
+static NEON: Table = Table {
+    matmul: run::<aarch64::neon::Neon, 4, 4, 4>,
+    matvec_i8: walk::matvec_i8::<aarch64::neon::Neon, 4>,
+    max: aarch64::neon::max,
+    find: aarch64::neon::find,
+    narrow_f16: aarch64::neon::narrow_f16,
+    ..Table::of::<aarch64::neon::Neon, 4, 4>().attend::<aarch64::neon::Neon, 4>()
+};
+#[cfg(target_arch = "aarch64")]
+static NEON_DOT: Table = Table {
+    matmul: run::<aarch64::neon::NeonDot, 4, 4, 4>,
+    matvec_i8: walk::matvec_i8::<aarch64::neon::NeonDot, 4>,
+    max: aarch64::neon::max,
+    find: aarch64::neon::find,
+    narrow_f16: aarch64::neon::narrow_f16,
+    ..Table::of::<aarch64::neon::NeonDot, 4, 4>().attend::<aarch64::neon::Neon, 4>()
+};
+
+// Scalar but for the integer formats (one-row float tiles, four-row integer ones),
+// their activation quantizer and attention over f32 rows (see `arm::dsp`, `arm::fpu`).
+#[cfg(kvm_arm_dsp)]
+static DSP: Table = Table {
+    matvec_i8: walk::matvec_i8::<arm::dsp_int::DspInt, 4>,
+    f32: Attention::single(arm::fpu::dots, arm::fpu::weighted_sum),
+    ..Table::of::<arm::dsp::Dsp, 1, 4>()
+};
+
+// Integer products and attention over f32 rows; the float kernels are the scalar ones
+// (see `arm::helium`).
+#[cfg(all(target_arch = "arm", kvm_mve))]
+static HELIUM: Table = Table {
+    #[cfg(kvm_arm_dsp)]
+    matvec_i8: walk::matvec_i8::<arm::dsp_int::DspInt, 4>,
+    f32: Attention::single(arm::fpu::dots, arm::fpu::weighted_sum),
+    ..Table::of::<arm::helium::Helium, 1, 1>()
+};
+
 /// The table of `tier`; a tier of another architecture gets the scalar one.
 pub(super) fn table(tier: Tier) -> &'static Table {
-    // Tile shapes (rows for float, rows for integer weights; tokens for matmul): each
-    // activation load serves a tile's rows, which stream from as many runs of the matrix;
-    // AVX2's tiles stop where its 16 registers would spill (docs/perf.md, "Kernels").
-    // Attention's (`attend`, `attend_many`): weighted sums 8 vectors of columns wide (one
-    // pass over the rows for a 128-wide head on AVX-512), 4 on NEON (its f16 loads give
-    // pairs); multi-query dots in 2 x 2 tiles on AVX2 (a dot's 16 lanes take two of its 16
-    // registers) and 4 x 4 on AVX-512, four queries' sums over 2 and 4 vectors.
-    // The integer numerics' products (`walk::matvec_i8`) take 8 rows on x86_64, as the
-    // float decode tiles, each its own run of the matrix (an i8 row has no blocks to
-    // interleave); NEON's 4, as its other tiles.
-    const SCALAR_ENTRIES: Table = Table {
-        // Cores without SIMD take a tile in assembly, where the compiler's spills cost
-        // about twice the instructions (`arm::v6m`, `riscv32`).
-        #[cfg(kvm_armv6m)]
-        matvec_i8: walk::matvec_i8::<arm::v6m::V6m, 4>,
-        #[cfg(target_arch = "riscv32")]
-        matvec_i8: walk::matvec_i8::<super::riscv32::Rv32, 4>,
-        ..Table::of::<scalar::Scalar, 1, 1>()
-    };
-    static SCALAR: Table = SCALAR_ENTRIES;
-    // The float decode tiles take 4 rows, not 8, where the hardware prefetchers stream
-    // them (`Streaming::Hardware`): 4 runs were 1.2x as fast as 8 for f16 on Zen 5.
-    #[cfg(target_arch = "x86_64")]
-    static AVX2_HW: Table = Table { decode: decode::<x86_64::avx2::Avx2, 4, 4>(), ..AVX2_ENTRIES };
-    #[cfg(target_arch = "x86_64")]
-    static AVX512_HW: Table = Table { decode: decode::<x86_64::avx512::Avx512, 4, 16>(), ..AVX512_ENTRIES };
-    #[cfg(target_arch = "x86_64")]
-    static AVX2: Table = AVX2_ENTRIES;
-    #[cfg(target_arch = "x86_64")]
-    static AVX512: Table = AVX512_ENTRIES;
-    #[cfg(target_arch = "x86_64")]
-    const AVX2_ENTRIES: Table = Table {
-        matmul: run::<x86_64::avx2::Avx2, 2, 2, 4>,
-        matvec_i8: walk::matvec_i8::<x86_64::avx2::Avx2, 8>,
-        max: x86_64::avx2::max,
-        find: x86_64::avx2::find,
-        narrow_f16: x86_64::avx2::narrow_f16,
-        ..Table::of::<x86_64::avx2::Avx2, 8, 4>().attend_many::<x86_64::avx2::Avx2, 8, 2, 2, 2>()
-    };
-    #[cfg(target_arch = "x86_64")]
-    const AVX512_ENTRIES: Table = Table {
-        matmul: run::<x86_64::avx512::Avx512, 4, 4, 4>,
-        matvec_i8: walk::matvec_i8::<x86_64::avx512::Avx512, 8>,
-        max: x86_64::avx512::max,
-        find: x86_64::avx512::find,
-        narrow_f16: x86_64::avx2::narrow_f16,
-        ..Table::of::<x86_64::avx512::Avx512, 8, 16>().attend_many::<x86_64::avx512::Avx512, 8, 4, 4, 4>()
-    };
-    // The two NEON tiers differ only in their integer block products; attention and softmax
-    // are the same code, `Neon`'s.
-    #[cfg(target_arch = "aarch64")]
-    static NEON: Table = Table {
-        matmul: run::<aarch64::neon::Neon, 4, 4, 4>,
-        matvec_i8: walk::matvec_i8::<aarch64::neon::Neon, 4>,
-        max: aarch64::neon::max,
-        find: aarch64::neon::find,
-        narrow_f16: aarch64::neon::narrow_f16,
-        ..Table::of::<aarch64::neon::Neon, 4, 4>().attend::<aarch64::neon::Neon, 4>()
-    };
-    #[cfg(target_arch = "aarch64")]
-    static NEON_DOT: Table = Table {
-        matmul: run::<aarch64::neon::NeonDot, 4, 4, 4>,
-        matvec_i8: walk::matvec_i8::<aarch64::neon::NeonDot, 4>,
-        max: aarch64::neon::max,
-        find: aarch64::neon::find,
-        narrow_f16: aarch64::neon::narrow_f16,
-        ..Table::of::<aarch64::neon::NeonDot, 4, 4>().attend::<aarch64::neon::Neon, 4>()
-    };
-    // Scalar but for the integer formats (one-row float tiles, four-row integer ones),
-    // their activation quantizer and attention over f32 rows (see `arm::dsp`, `arm::fpu`).
-    #[cfg(kvm_arm_dsp)]
-    static DSP: Table = Table {
-        matvec_i8: walk::matvec_i8::<arm::dsp_int::DspInt, 4>,
-        f32: Attention::single(arm::fpu::dots, arm::fpu::weighted_sum),
-        ..Table::of::<arm::dsp::Dsp, 1, 4>()
-    };
-    // Integer products and attention over f32 rows; the float kernels are the scalar ones
-    // (see `arm::helium`).
-    #[cfg(all(target_arch = "arm", kvm_mve))]
-    static HELIUM: Table = Table {
-        #[cfg(kvm_arm_dsp)]
-        matvec_i8: walk::matvec_i8::<arm::dsp_int::DspInt, 4>,
-        f32: Attention::single(arm::fpu::dots, arm::fpu::weighted_sum),
-        ..Table::of::<arm::helium::Helium, 1, 1>()
-    };
     match tier {
         #[cfg(all(target_arch = "arm", kvm_mve))]
         Tier::Helium => &HELIUM,
