@@ -329,56 +329,7 @@ impl Header {
         Self::check_front(blob)?;
         let r = Reader(blob);
         let minor = r.u16(at::MINOR)?;
-        let c = at::CONFIG;
-        let (factor, exponent) = (r.f64(c + cfg_at::GROWTH_FACTOR)?, r.f64(c + cfg_at::GROWTH_EXPONENT)?);
-        let saturation_n = r.f64(c + cfg_at::SATURATION_N)?;
-        // The parameters of the other budgets are 0 (FORMAT.md): anything else, NaN
-        // included, is a file that says two things.
-        let unused = |v: f64, field| if v == 0.0 { Ok(()) } else { Err(Error::BadConfig(field)) };
-        let budget = match r.u32(c + cfg_at::BUDGET)? {
-            0 => {
-                unused(factor, ConfigField::StateGrowth)?;
-                unused(exponent, ConfigField::StateGrowth)?;
-                unused(saturation_n, ConfigField::StateSaturation)?;
-                StateBudget::Fixed
-            }
-            1 => {
-                unused(saturation_n, ConfigField::StateSaturation)?;
-                StateBudget::PowerLaw { factor, exponent }
-            }
-            2 => {
-                unused(factor, ConfigField::StateGrowth)?;
-                unused(exponent, ConfigField::StateGrowth)?;
-                StateBudget::Saturation { n: saturation_n }
-            }
-            _ => return Err(Error::BadConfig(ConfigField::StateBudget)),
-        };
-        let config = Config {
-            vocab_len: r.u32(c + cfg_at::VOCAB)?,
-            n_layers: r.u32(c + cfg_at::LAYERS)?,
-            n_heads: r.u32(c + cfg_at::HEADS)?,
-            d_model: r.u32(c + cfg_at::D_MODEL)?,
-            d_qk: r.u32(c + cfg_at::D_QK)?,
-            d_v: r.u32(c + cfg_at::D_V)?,
-            d_ff: r.u32(c + cfg_at::D_FF)?,
-            d_vgate: r.u32(c + cfg_at::D_VGATE)?,
-            rope_dim: r.u32(c + cfg_at::ROPE_DIM)?,
-            rope_theta: r.f64(c + cfg_at::ROPE_THETA)?,
-            chunk_len: r.u32(c + cfg_at::CHUNK)?,
-            window_chunks: r.u32(c + cfg_at::WINDOW_CHUNKS)?,
-            max_state_chunks: r.u32(c + cfg_at::MAX_STATE_CHUNKS)?,
-            budget,
-            state_min_len: r.i32(c + cfg_at::STATE_MIN)?,
-            state_round_down: r.u32(c + cfg_at::ROUND_DOWN)?,
-            sink_len: r.u32(c + cfg_at::SINK)?,
-            logit_softcap: r.f32(c + cfg_at::SOFTCAP)?,
-            residual_scale: r.f32(c + cfg_at::RESIDUAL_SCALE)?,
-            flags: r.u32(c + cfg_at::FLAGS)?,
-            alt_layer_every: r.u32(at::ALT_EVERY)?,
-            alt_window: r.u32(at::ALT_WINDOW)?,
-            alt_rope_dim: r.u32(at::ALT_ROPE_DIM)?,
-            alt_rope_theta: r.f64(at::ALT_ROPE_THETA)?,
-        };
+        let config = Self::config(&r, Self::budget(&r)?)?;
         let tokenizer_kind = match r.u32(at::TOK_KIND)? {
             0 => TokenizerKind::Bytes,
             1 => TokenizerKind::Bpe,
@@ -413,6 +364,65 @@ impl Header {
         section(blob, h.table_offset, h.table_len)?;
         section(blob, h.tokenizer_offset, h.tokenizer_len)?;
         Ok(h)
+    }
+
+    /// The config's state budget and its parameters; those of the other budgets must be 0.
+    fn budget(r: &Reader<'_>) -> Result<StateBudget> {
+        let c = at::CONFIG;
+        let (factor, exponent) = (r.f64(c + cfg_at::GROWTH_FACTOR)?, r.f64(c + cfg_at::GROWTH_EXPONENT)?);
+        let saturation_n = r.f64(c + cfg_at::SATURATION_N)?;
+        // The parameters of the other budgets are 0 (FORMAT.md): anything else, NaN
+        // included, is a file that says two things.
+        let unused = |v: f64, field| if v == 0.0 { Ok(()) } else { Err(Error::BadConfig(field)) };
+        match r.u32(c + cfg_at::BUDGET)? {
+            0 => {
+                unused(factor, ConfigField::StateGrowth)?;
+                unused(exponent, ConfigField::StateGrowth)?;
+                unused(saturation_n, ConfigField::StateSaturation)?;
+                Ok(StateBudget::Fixed)
+            }
+            1 => {
+                unused(saturation_n, ConfigField::StateSaturation)?;
+                Ok(StateBudget::PowerLaw { factor, exponent })
+            }
+            2 => {
+                unused(factor, ConfigField::StateGrowth)?;
+                unused(exponent, ConfigField::StateGrowth)?;
+                Ok(StateBudget::Saturation { n: saturation_n })
+            }
+            _ => Err(Error::BadConfig(ConfigField::StateBudget)),
+        }
+    }
+
+    /// The config as the header stores it, with its decoded `budget`; not validated.
+    fn config(r: &Reader<'_>, budget: StateBudget) -> Result<Config> {
+        let c = at::CONFIG;
+        Ok(Config {
+            vocab_len: r.u32(c + cfg_at::VOCAB)?,
+            n_layers: r.u32(c + cfg_at::LAYERS)?,
+            n_heads: r.u32(c + cfg_at::HEADS)?,
+            d_model: r.u32(c + cfg_at::D_MODEL)?,
+            d_qk: r.u32(c + cfg_at::D_QK)?,
+            d_v: r.u32(c + cfg_at::D_V)?,
+            d_ff: r.u32(c + cfg_at::D_FF)?,
+            d_vgate: r.u32(c + cfg_at::D_VGATE)?,
+            rope_dim: r.u32(c + cfg_at::ROPE_DIM)?,
+            rope_theta: r.f64(c + cfg_at::ROPE_THETA)?,
+            chunk_len: r.u32(c + cfg_at::CHUNK)?,
+            window_chunks: r.u32(c + cfg_at::WINDOW_CHUNKS)?,
+            max_state_chunks: r.u32(c + cfg_at::MAX_STATE_CHUNKS)?,
+            budget,
+            state_min_len: r.i32(c + cfg_at::STATE_MIN)?,
+            state_round_down: r.u32(c + cfg_at::ROUND_DOWN)?,
+            sink_len: r.u32(c + cfg_at::SINK)?,
+            logit_softcap: r.f32(c + cfg_at::SOFTCAP)?,
+            residual_scale: r.f32(c + cfg_at::RESIDUAL_SCALE)?,
+            flags: r.u32(c + cfg_at::FLAGS)?,
+            alt_layer_every: r.u32(at::ALT_EVERY)?,
+            alt_window: r.u32(at::ALT_WINDOW)?,
+            alt_rope_dim: r.u32(at::ALT_ROPE_DIM)?,
+            alt_rope_theta: r.f64(at::ALT_ROPE_THETA)?,
+        })
     }
 
     /// The file length stated by the header at the front of `head` (the first
