@@ -100,7 +100,9 @@ impl<'de> serde::Deserialize<'de> for Keys {
 fn config_of(dir: &Path, config_json: &serde_json::Value, st: &SafeTensors<'_>, context: usize) -> Result<Config> {
     let config_path = dir.join("config.json");
     let vgate = format!("transformer.h.0.attn.{}", "v_gate1.weight");
-    let d_vgate = st.tensor(&vgate).map(|t| t.shape().first().copied().unwrap_or(0) as u32).unwrap_or(0);
+    // A rank past u32 is kept past every bound (u32::MAX), so the config refuses it.
+    let rank = |t: safetensors::tensor::TensorView<'_>| u32::try_from(t.shape().first().copied().unwrap_or(0));
+    let d_vgate = st.tensor(&vgate).map(|t| rank(t).unwrap_or(u32::MAX)).unwrap_or(0);
     crate::hf_config::parse(config_json, d_vgate, context).with_context(|| format!("in {}", config_path.display()))
 }
 

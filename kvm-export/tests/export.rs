@@ -302,6 +302,36 @@ fn edit_header(dir: &Path, edit: impl FnOnce(&str) -> String) {
     std::fs::write(&path, out).unwrap();
 }
 
+/// Every config value is checked as the file stores it: an f64 that an f32 holds as 0 or
+/// infinity, or a size past u32, is refused by name, not stored as another setting.
+#[test]
+fn values_that_change_as_the_file_stores_them_are_refused() {
+    let base = "tests/data/golden/fixed_basic";
+    let out = std::env::temp_dir().join(format!("kvm-export-test-{}-narrow.kvm", std::process::id()));
+    for (what, key, value, needles) in [
+        ("residual-tiny", "residual_scale", serde_json::json!(1e-46), &["`residual_scale` is 1e-46", "f32"][..]),
+        ("residual-huge", "residual_scale", serde_json::json!(1e39), &["`residual_scale` is 1e39", "f32"]),
+        ("softcap-tiny", "logit_softcap", serde_json::json!(1e-46), &["`logit_softcap` is 1e-46", "f32"]),
+        ("softcap-huge", "logit_softcap", serde_json::json!(1e39), &["`logit_softcap` is 1e39", "f32"]),
+        // 64 * 67108868 = 2^32 + 256: d_ff would wrap to 256.
+        ("ffn-wrap", "ffn_expansion", serde_json::json!(67108868), &["`ffn_expansion` is 67108868", "4294967552"]),
+    ] {
+        let dir = checkpoint(base, what, |c| c[key] = value);
+        fails_saying(&["convert", s(&dir), "-o", s(&out), "-q"], needles);
+        assert!(!out.exists(), "{what}: {} written", out.display());
+        std::fs::remove_dir_all(dir).ok();
+    }
+    // The smallest normal f32s are values like any other.
+    let dir = checkpoint(base, "small", |c| {
+        c["residual_scale"] = serde_json::json!(1.2e-38);
+        c["logit_softcap"] = serde_json::json!(1.2e-38);
+    });
+    let o = export(&["convert", s(&dir), "-o", s(&out), "-q"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::remove_file(&out).ok();
+    std::fs::remove_dir_all(dir).ok();
+}
+
 #[test]
 fn what_the_converter_would_misread_is_refused_by_name() {
     let base = "tests/data/golden/fixed_basic";
