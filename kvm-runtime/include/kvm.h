@@ -205,6 +205,10 @@ enum kvm_status
    * The system refused to start a session's threads.
    */
   KVM_ERR_THREADS = 107,
+  /**
+   * The system refused the memory of a session's threads (their batch buffer).
+   */
+  KVM_ERR_OUT_OF_MEMORY = 108,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -488,7 +492,7 @@ kvm_status kvm_arena_size_for(const struct kvm_model *model, uint32_t state_slot
  * `KVM_ERR_ARENA_SIZE` for an arena too small for it, `KVM_ERR_INVALID_ARGUMENT` for a
  * thread count or batch length out of range, `KVM_ERR_UNSUPPORTED` for more than one
  * of either in a build without `std`, `KVM_ERR_THREADS` if the system refuses the
- * threads.
+ * threads, `KVM_ERR_OUT_OF_MEMORY` if it refuses their memory.
  *
  * A session with more than one thread or token per batch holds threads and heap memory
  * (std builds): end it with `kvm_session_release()` before its arena is reused or freed.

@@ -145,15 +145,17 @@ impl Engine {
     /// [`Exec::serial`].
     ///
     /// # Errors
-    /// `KVM_ERR_THREADS` if the system refuses the threads.
+    /// `KVM_ERR_THREADS` if the system refuses the threads, `KVM_ERR_OUT_OF_MEMORY` their
+    /// batch buffer.
     fn new(model: &Model<'_>, state_len: usize, exec: Exec) -> Result<Option<std::boxed::Box<Engine>>, kvm_status> {
         if exec == Exec::serial() {
             return Ok(None);
         }
         let layout = Layout::new(model.config(), state_len, model.cache(), model.slot_reads())?;
         let acts_len = layout.acts_len(exec.batch).ok_or(KVM_ERR_BAD_CONFIG)?;
+        let acts = crate::arena::zeroed(acts_len)?;
         let pool = crate::pool::Pool::new(exec.threads).map_err(|_| KVM_ERR_THREADS)?;
-        Ok(Some(std::boxed::Box::new(Engine { pool, batch_len: exec.batch, acts: std::vec![0f32; acts_len] })))
+        Ok(Some(std::boxed::Box::new(Engine { pool, batch_len: exec.batch, acts })))
     }
 }
 

@@ -145,3 +145,58 @@ fn the_bandwidth_probe_holds_a_bounded_buffer() {
     // The default probe reads 256 MiB.
     assert!(kib < 300 << 10, "peak RSS {kib} KiB");
 }
+
+/// Runs `kvm args` with no stdin and its address space limited to `kib` KiB (`ulimit -v`).
+fn kvm_in_kib(kib: u64, args: &[&str]) -> std::process::Output {
+    Command::new("sh")
+        .args(["-c", &format!("ulimit -v {kib} && exec \"$0\" \"$@\""), env!("CARGO_BIN_EXE_kvm")])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Model files whose config asks for more memory than a process may have are an error of
+/// one line, exit 1, for every command that builds a session: never an abort by signal.
+#[test]
+fn out_of_memory_is_an_error_of_every_command_that_builds_a_session() {
+    use kvm_export::synth::{growable, synth, Preset, SQRT16};
+    use kvm_write::policy::Policy;
+    let dir = std::env::temp_dir().join(format!("kvm-limits-{}-oom", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = Policy::uniform(kvm_core::quant::DType::F32);
+    // A growable state with room for a million tokens: 568 KB of file, a 37 MB arena.
+    let sqrt = dir.join("sqrt.kvm");
+    synth(&sqrt, &growable(Preset::Tiny.config(), SQRT16, 1_000_000).unwrap(), &policy, 1, &mut |_| {}).unwrap();
+    // A window of 2^20 tokens: as small a file, an arena past 1 GiB at any state size.
+    let wide = dir.join("wide.kvm");
+    let cfg = kvm_core::config::Config { chunk_len: 1 << 16, window_chunks: 16, ..Preset::Tiny.config() };
+    synth(&wide, &cfg, &policy, 1, &mut |_| {}).unwrap();
+    let arena = kvm_core::Model::from_bytes(&std::fs::read(&wide).unwrap()).unwrap().arena_len();
+    assert!(arena > 1 << 30, "{arena}");
+    let text = dir.join("text.txt");
+    std::fs::write(&text, "In the beginning").unwrap();
+    let out = dir.join("out.npy");
+    for (model, kib) in [(&sqrt, 45_000), (&wide, 1_000_000)] {
+        let m = model.to_str().unwrap();
+        let mut runs = vec![
+            vec!["generate", "--model", m, "--prompt", "In", "-n", "2"],
+            vec!["perplexity", "--model", m, "--text", text.to_str().unwrap()],
+            vec!["logits", "--model", m, "--tokens", "1,2", "--out", out.to_str().unwrap()],
+            vec!["chat", "--model", m],
+        ];
+        // `kvm bench` sizes each run's arena to the slots it reaches: the window's.
+        if model == &wide {
+            runs.push(vec!["bench", "--model", m, "--prompt-len", "1", "--gen", "1", "--bw-mib", "0"]);
+        }
+        for args in runs {
+            let o = kvm_in_kib(kib, &args);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{args:?} under {kib} KiB: {:?}: {err}", o.status);
+            assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+            assert!(err.starts_with("kvm: error: ") && err.contains("out of memory"), "{args:?}: {err}");
+            assert!(!out.exists());
+        }
+    }
+    std::fs::remove_dir_all(dir).ok();
+}

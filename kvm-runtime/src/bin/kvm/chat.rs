@@ -86,7 +86,7 @@ pub fn run(a: &Args) -> Result<()> {
     let pool = Pool::new(crate::flags::threads_or_all(a.threads))?;
     let (mut arena, state_len) = a.session.arena(&model)?;
     let mut session = crate::session(model, &mut arena, state_len)?;
-    let mut gen = Generator::new(model.tokenizer(), cfg, a.sampler.seed(), a.ignore_eos, &a.stop);
+    let mut gen = Generator::new(model.tokenizer(), cfg, a.sampler.seed(), a.ignore_eos, &a.stop)?;
     let start = |session: &mut Session<'_, '_>, gen: &mut Generator<'_>| -> Result<()> {
         session.reset();
         gen.reset();

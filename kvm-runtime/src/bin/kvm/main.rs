@@ -167,7 +167,7 @@ impl SessionArgs {
     /// A zeroed arena for one session of `model` at the asked capacity, and that capacity.
     pub fn arena(&self, model: &Model<'_>) -> anyhow::Result<(Arena, usize)> {
         let state_len = self.state_len(model)?;
-        Ok((Arena::new(model.arena_len_for(state_len)?), state_len))
+        Ok((Arena::try_new(model.arena_len_for(state_len)?)?, state_len))
     }
 }
 

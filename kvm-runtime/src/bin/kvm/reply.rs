@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 use kvm_core::sampler::{scratch_len, Candidate, Sampler, SamplerConfig};
 use kvm_core::tokenizer::Tokenizer;
 use kvm_core::Session;
+use kvm_runtime::arena::zeroed;
 use kvm_runtime::capi::KVM_MAX_REPEAT_WINDOW;
 use kvm_runtime::pool::Pool;
 use serde_json::{json, Value};
@@ -144,19 +145,21 @@ pub struct Generator<'t> {
 }
 
 impl<'t> Generator<'t> {
-    pub fn new(tok: Tokenizer<'t>, cfg: SamplerConfig, seed: u64, ignore_eos: bool, stops: &[String]) -> Self {
+    /// # Errors
+    /// Out of memory for the sampler's buffers, which the vocabulary sizes.
+    pub fn new(tok: Tokenizer<'t>, cfg: SamplerConfig, seed: u64, ignore_eos: bool, stops: &[String]) -> Result<Self> {
         let vocab = tok.vocab_len() as usize;
         let window = cfg.repeat_window as usize;
-        Generator {
+        Ok(Generator {
             tok,
             sampler: Sampler::new(cfg, seed),
-            scratch: vec![Candidate::EMPTY; scratch_len(vocab)],
+            scratch: zeroed(scratch_len(vocab))?,
             recent: Vec::with_capacity(2 * window),
             window,
-            masked: if ignore_eos { vec![0.0; vocab] } else { Vec::new() },
+            masked: zeroed(if ignore_eos { vocab } else { 0 })?,
             ignore_eos,
             stops: StopFilter::new(stops.iter().map(|s| s.as_bytes().to_vec()).collect()),
-        }
+        })
     }
 
     /// Remembers `ids` as the most recent tokens (for the repetition penalty).
