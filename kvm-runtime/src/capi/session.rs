@@ -353,8 +353,9 @@ impl SessionCell {
     }
 
     pub fn set_sampler(&mut self, cfg: SamplerConfig) -> Result<(), kvm_status> {
+        // The ranges lie within the sampler's own; its validation has the last word.
         cfg.validate()?;
-        if cfg.repeat_window as usize > HISTORY_LEN {
+        if !super::sampler::ranges::contain(&cfg) {
             return Err(KVM_ERR_INVALID_ARGUMENT);
         }
         self.sampler.cfg = cfg;
@@ -581,7 +582,10 @@ impl SessionCell {
             phase: if flags & snap::PREFILL != 0 { Phase::Prefill } else { Phase::Decode },
         });
         self.logits = (flags & snap::LOGITS != 0).then_some(Logits::Restored);
-        self.non_finite = false;
+        // A save never holds logits that were not finite; a snapshot made to hold them
+        // leaves the session as logits that came out so would: KVM_ERR_NON_FINITE until
+        // reset or restored.
+        self.non_finite = self.logits.is_some() && !self.restored.iter().all(|x| x.is_finite());
         self.history_len = history_len;
         for (i, t) in self.history[..history_len].iter_mut().enumerate() {
             *t = u32_at(snap::HISTORY + 4 * i);
