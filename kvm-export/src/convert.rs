@@ -2,7 +2,6 @@
 //! `tokenizer.json`) -> model file.
 
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -39,14 +38,13 @@ pub fn read_config(dir: &Path, context: usize) -> Result<Config> {
 
 fn read_config_json(dir: &Path) -> Result<serde_json::Value> {
     let config_path = dir.join("config.json");
-    let config_text =
-        std::fs::read_to_string(&config_path).with_context(|| format!("reading {}", config_path.display()))?;
+    let config_text = kvm_write::input::read_to_string(&config_path)?;
     serde_json::from_str(&config_text).with_context(|| format!("parsing {}", config_path.display()))
 }
 
 fn map_checkpoint(dir: &Path) -> Result<memmap2::Mmap> {
     let st_path = dir.join("model.safetensors");
-    let file = File::open(&st_path).with_context(|| format!("opening {}", st_path.display()))?;
+    let file = kvm_write::input::open(&st_path)?;
     // SAFETY: the map is read-only and the file is not modified while we convert.
     unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("mapping {}", st_path.display()))
 }
@@ -189,7 +187,7 @@ fn tokenizer_section(dir: &Path, src: &TokenizerSource, vocab_len: u32) -> Resul
             p
         }
     };
-    let text = std::fs::read_to_string(&json_path).with_context(|| format!("reading {}", json_path.display()))?;
+    let text = kvm_write::input::read_to_string(&json_path)?;
     let section = kvm_write::tokenizer::build_section(&text).with_context(|| format!("in {}", json_path.display()))?;
     let n = Tokenizer::from_bytes(&section).map_err(|e| anyhow!("{}: {e}", json_path.display()))?.vocab_len();
     if n > vocab_len {

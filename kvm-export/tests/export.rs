@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use kvm_test_support::{is_special, special_files};
+use kvm_test_support::{default_signals, is_special, special_files};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
@@ -24,8 +24,30 @@ fn checkpoint(from: &str, what: &str, patch: impl FnOnce(&mut serde_json::Value)
     dir
 }
 
+/// Runs `kvm-export args`, killed if it takes longer than a minute (a read of a FIFO
+/// that never ends).
 fn export(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kvm-export")).args(args).output().unwrap()
+    use std::process::Stdio;
+    use std::sync::mpsc::{channel, RecvTimeoutError};
+    let child = Command::new(env!("CARGO_BIN_EXE_kvm-export"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (done, pid) = (channel::<()>(), child.id().to_string());
+    let watchdog = std::thread::spawn(move || {
+        let fired = done.1.recv_timeout(std::time::Duration::from_secs(60)) == Err(RecvTimeoutError::Timeout);
+        if fired {
+            Command::new("kill").args(["-9", &pid]).status().ok();
+        }
+        fired
+    });
+    let out = child.wait_with_output().unwrap();
+    drop(done.0);
+    assert!(!watchdog.join().unwrap(), "{args:?} did not end");
+    out
 }
 
 /// Runs `args`, which must fail with one line on stderr containing every one of `needles`.
@@ -243,6 +265,27 @@ fn special_files_as_outputs_are_refused_and_stay_as_they_are() {
     std::fs::remove_dir_all(dir).ok();
 }
 
+/// A checkpoint's files and a tokenizer are read only from regular files: a FIFO (with no
+/// writer: opening it would wait forever) is an error naming it, at once.
+#[test]
+fn inputs_that_are_not_regular_files_are_refused_naming_them() {
+    let base = "tests/data/golden/fixed_basic";
+    let out = fresh_dir("fifo-inputs").join("m.kvm");
+    for file in ["model.safetensors", "config.json", "tokenizer.json"] {
+        let dir = checkpoint(base, &format!("fifo-{file}"), |_| {});
+        std::fs::remove_file(dir.join(file)).ok();
+        let fifo = special_files(&dir).remove(0);
+        std::fs::rename(&fifo, dir.join(file)).unwrap();
+        fails_saying(&["convert", s(&dir), "-o", s(&out), "-q"], &[file, "not a regular file"]);
+        if file == "tokenizer.json" {
+            fails_saying(&["tokenizer", s(&dir.join(file)), "-o", s(&out)], &[file, "not a regular file"]);
+        }
+        assert!(!out.exists());
+        std::fs::remove_dir_all(dir).ok();
+    }
+    std::fs::remove_dir_all(out.parent().unwrap()).ok();
+}
+
 #[test]
 fn the_tokenizer_section_never_overwrites_its_json() {
     let dir = fresh_dir("tokenizer-same");
@@ -268,7 +311,7 @@ fn a_signal_during_a_write_leaves_no_temporary_file() {
     let out = dir.join("m.kvm");
     std::fs::write(&out, b"the old model").unwrap();
     for (sig, name) in [(2, "INT"), (15, "TERM"), (1, "HUP")] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kvm-export"))
+        let mut child = default_signals(&mut Command::new(env!("CARGO_BIN_EXE_kvm-export")))
             .args(["synth", "--preset", "paper-120m", "-o", s(&out), "-q"])
             .spawn()
             .unwrap();
@@ -467,4 +510,23 @@ fn integer_exports_take_their_row_width_and_slot_reads() {
     fails_saying(&[&int[..], &["--no-repack"]].concat(), &["--no-repack"]);
     assert_eq!(names(&dir), ["config.json", "model.safetensors"]);
     std::fs::remove_dir_all(dir).ok();
+}
+
+/// Usage errors are the one line every other error is (`kvm-export: error: ...`), with
+/// clap's exit code for them, 2.
+#[test]
+fn usage_errors_are_one_line() {
+    for (args, needle) in [
+        (&["convert"][..], "the following required arguments were not provided: --out <OUT> <DIR>"),
+        (&["synth", "--preset", "tiny", "-o", "x.kvm", "--seed", "x"], "invalid value 'x' for '--seed <SEED>'"),
+        (&["nonsense"], "unrecognized subcommand 'nonsense'"),
+    ] {
+        let o = export(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.starts_with("kvm-export: error: ") && err.lines().count() == 1, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let o = export(&["--help"]);
+    assert!(o.status.success() && !o.stdout.is_empty());
 }

@@ -20,12 +20,13 @@ fn peak_rss_kib(args: &[&str]) -> u64 {
     crate::cli::peak_rss(args) >> 10
 }
 
-/// Asserts that `kvm args` fails before doing anything, with one error naming `flag`, the
-/// value as typed and `range`.
+/// Asserts that `kvm args` fails before doing anything, with one line `kvm: error: ...`
+/// naming `flag`, the value as typed and `range`, and the exit code of a usage error (2).
 fn refused(args: &[&str], flag: &str, value: &str, range: &str) {
     let out = kvm(args);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{args:?} succeeded");
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(err.starts_with("kvm: error: ") && err.lines().count() == 1, "{args:?}: {err}");
     assert!(out.stdout.is_empty(), "{args:?} printed {}", String::from_utf8_lossy(&out.stdout));
     assert!(err.contains(flag) && err.contains(&format!("'{value}'")) && err.contains(range), "{args:?}: {err}");
     assert!(!err.contains("panicked") && !err.contains("internal error"), "{args:?}: {err}");
@@ -83,6 +84,88 @@ fn numeric_flags_out_of_range_are_refused_as_typed() {
     // Values at the ends of the ranges run.
     let out = kvm(&gen(&["--temperature", "100", "--threads", "1", "--max-time", "1e9", "--repeat-window", "256"]));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Usage errors are the one line every other error is (`kvm: error: ...`), with clap's
+/// exit code for them, 2; help and the version print as ever.
+#[test]
+fn usage_errors_are_one_line() {
+    let m = tiny();
+    let m = m.to_str().unwrap();
+    let out = kvm(&["generate", "--model", m, "--temperature", "NaN"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "kvm: error: invalid value 'NaN' for '--temperature <TEMPERATURE>': must be in [0, 100]\n"
+    );
+    for (args, needle) in [
+        (&["generate", "--prompt", "In"][..], "--model <MODEL>"),
+        (&["generate", "--model", m, "--seeds", "1"], "unexpected argument '--seeds' found (tip: "),
+        (&["nonsense"], "unrecognized subcommand 'nonsense'"),
+    ] {
+        let out = kvm(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.starts_with("kvm: error: ") && err.lines().count() == 1 && err.contains(needle), "{args:?}: {err}");
+    }
+    for args in [&["--help"][..], &["--version"], &["generate", "--help"]] {
+        let out = kvm(args);
+        assert!(out.status.success() && out.stderr.is_empty() && !out.stdout.is_empty(), "{args:?}");
+    }
+}
+
+/// Every sampler flag's range is the C API's (one table, `capi::ranges`): each bound runs
+/// when it is in its range and is refused when not, and so is the nearest value beyond it.
+#[test]
+fn the_sampler_flags_take_the_c_apis_ranges() {
+    use kvm_runtime::capi::ranges;
+    use std::ops::Bound::{Excluded, Included, Unbounded};
+    let m = tiny();
+    let m = m.to_str().unwrap();
+    // `--flag=value`: clap takes `-1e-45` for a flag otherwise.
+    let args = |flag: &str, value: &str| {
+        ["generate", "--model", m, "--prompt", "In", "-n", "0", &format!("{flag}={value}")].map(String::from)
+    };
+    let run = |flag: &str, value: &str| kvm(&args(flag, value).each_ref().map(String::as_str));
+    let next = |v: f32, up: bool| match (v == 0.0, up == (v > 0.0)) {
+        (true, _) => f32::from_bits(1).copysign(if up { 1.0 } else { -1.0 }),
+        (false, true) => f32::from_bits(v.to_bits() + 1),
+        (false, false) => f32::from_bits(v.to_bits() - 1),
+    };
+    let flags = [
+        ("--temperature", ranges::TEMPERATURE),
+        ("--top-p", ranges::TOP_P),
+        ("--min-p", ranges::MIN_P),
+        ("--repeat-penalty", ranges::REPEAT_PENALTY),
+    ];
+    for (flag, range) in flags {
+        // As the flags state it: `[lo, hi]`, `(lo, hi]`.
+        let ends = |b| match b {
+            Included(v) => ('[', v, ']'),
+            Excluded(v) => ('(', v, ')'),
+            Unbounded => unreachable!("every range is bounded"),
+        };
+        let ((open, lo, _), (_, hi, close)) = (ends(range.0), ends(range.1));
+        let stated = format!("{open}{lo}, {hi}{close}");
+        for (bound, up) in [(range.0, false), (range.1, true)] {
+            let (Included(v) | Excluded(v)) = bound else { unreachable!() };
+            let ran = |x: f32| run(flag, &format!("{x:?}")).status.success();
+            assert_eq!(ran(v), matches!(bound, Included(_)), "{flag} {v:?}");
+            let beyond = format!("{:?}", next(v, up));
+            refused(&args(flag, &beyond).each_ref().map(String::as_str), flag, &beyond, &stated);
+            assert!(ran(next(v, !up)), "{flag} {:?}", next(v, !up));
+        }
+    }
+    let (Included(0), Included(hi)) = ranges::REPEAT_WINDOW else { panic!("{:?}", ranges::REPEAT_WINDOW) };
+    assert!(run("--repeat-window", &hi.to_string()).status.success());
+    assert!(run("--repeat-window", "0").status.success());
+    let over = (hi + 1).to_string();
+    refused(
+        &["generate", "--model", m, "--prompt", "In", "-n", "0", "--repeat-window", &over],
+        "--repeat-window",
+        &over,
+        &format!("[0, {hi}]"),
+    );
 }
 
 #[test]

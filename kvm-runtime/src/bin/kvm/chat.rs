@@ -137,6 +137,10 @@ pub fn run(a: &Args) -> Result<()> {
                 }
                 continue;
             }
+            Some(Command::WithoutFile(word)) => {
+                eprintln!("kvm: error: {word} needs a file: {word} FILE");
+                continue;
+            }
             None => {}
         }
         turn.clear();
@@ -180,6 +184,8 @@ enum Command<'l> {
     Load(&'l Path),
     Reset,
     Quit,
+    /// `/save` or `/load` without its file: a usage error, not words to the model.
+    WithoutFile(&'l str),
 }
 
 /// The command `line` is, if it is one.
@@ -191,6 +197,7 @@ fn command(line: &[u8]) -> Option<Command<'_>> {
         ("/quit" | "/exit", "") => Some(Command::Quit),
         ("/save", f) if !f.is_empty() => Some(Command::Save(Path::new(f))),
         ("/load", f) if !f.is_empty() => Some(Command::Load(Path::new(f))),
+        ("/save" | "/load", _) => Some(Command::WithoutFile(word)),
         _ => None,
     }
 }
