@@ -709,6 +709,21 @@ mod tests {
         assert_eq!(rng_at(7, 100_000), rng);
     }
 
+    /// The one allocation of a threaded session that a model sizes, its batch buffer, is
+    /// `KVM_ERR_OUT_OF_MEMORY` when the system refuses it, before any thread starts.
+    #[cfg(feature = "std")]
+    #[test]
+    fn a_batch_buffer_the_system_refuses_is_out_of_memory() {
+        let blob = kvm_test_support::model_with(256, 0.1);
+        let model = Model::from_bytes(&blob).unwrap();
+        let state_len = model.header().state_capacity as usize;
+        // A batch no memory holds (the C API caps it at KVM_MAX_BATCH_TOKENS; the
+        // allocation path is the same).
+        let exec = Exec { threads: 2, batch: 1 << 36 };
+        assert_eq!(Engine::new(&model, state_len, exec).err(), Some(KVM_ERR_OUT_OF_MEMORY));
+        assert!(Engine::new(&model, state_len, Exec { threads: 2, batch: 16 }).unwrap().is_some());
+    }
+
     #[test]
     fn snapshot_crc_skips_its_own_field_and_the_core_state() {
         let mut a = [7u8; snap::CORE + 64];
