@@ -277,7 +277,11 @@ fn round_trip(session: &mut Session<'_, '_>, pool: &Pool, tokens: &[u32]) -> Res
     let mut snap = kvm_runtime::arena::zeroed::<u8>(session.snapshot_len())?;
     session.snapshot(&mut snap)?;
     let pass = |session: &mut Session<'_, '_>| -> Result<Vec<u32>> {
-        let mut bits = Vec::with_capacity(tokens.len() * session.model().config().vocab_len as usize);
+        // Every token's logits, a number the file's vocabulary sizes: reserved where
+        // memory can be refused.
+        let len = tokens.len().saturating_mul(session.model().config().vocab_len as usize);
+        let mut bits = kvm_runtime::arena::zeroed::<u32>(len)?;
+        bits.clear();
         for &t in tokens {
             bits.extend(session.decode_with(t, pool)?.iter().map(|x| x.to_bits()));
         }
