@@ -31,11 +31,17 @@ done
 
 cargo build --release -q -p kvm-export
 export_=target/release/kvm-export
-# The hybrid: sliding-window layers between saturating (growable) KVM layers.
+# The hybrid: sliding-window layers between saturating (growable) KVM layers. Every
+# storage a file can have: each dtype, q4_0 and q8_0 row-major (--no-repack), the integer
+# numerics with i16 and i8 attention rows, recomputed slot reads.
+kinds=(f32 f32p f16 q8_0 q4_0 "q4_0 --no-repack" "q8_0 --no-repack" "f32 --numerics int"
+    "f32 --numerics int --cache q8" "f16 --cache q8 --slot-reads recomputed")
 for case in fixed_basic growable_power_law hybrid_swa_saturation; do
-    for d in f32 f32p f16 q8_0 q4_0; do
-        seed=$corpus/model_from_bytes/$case-$d.kvm
-        [ -f "$seed" ] || "$export_" convert "tests/data/golden/$case" -o "$seed" --dtype "$d" -q
+    for kind in "${kinds[@]}"; do
+        read -r d flags <<< "$kind"
+        seed=$corpus/model_from_bytes/$case-$(tr -d ' -' <<< "$kind").kvm
+        # shellcheck disable=SC2086
+        [ -f "$seed" ] || "$export_" convert "tests/data/golden/$case" -o "$seed" --dtype "$d" $flags -q
     done
 done
 cp models/tiny-kjv-q8_0.kvm "$corpus/model_from_bytes/"

@@ -204,7 +204,8 @@ impl Config {
         }
         check(self.sink_len <= 1 << 20, F::SinkLen)?;
         check(self.logit_softcap.is_finite(), F::LogitSoftcap)?;
-        check(self.residual_scale.is_finite(), F::ResidualScale)?;
+        // The reference reads `residual_scale or 1.0`: a stored 0 would mean 1 to it.
+        check(self.residual_scale.is_finite() && self.residual_scale != 0.0, F::ResidualScale)?;
         check(self.flags & !flags::ALL == 0, F::Flags)?;
         if self.has(flags::INT_NUMERICS) {
             // Attention rows are i16 pairs in whole words.

@@ -49,6 +49,9 @@ pub enum Error {
     /// The step was taken, so the session's state may hold them too: reset or restore it.
     /// `origin` is the first stage of the forward pass whose output was not finite.
     NonFiniteLogits { pos: u32, origin: Origin },
+    /// The system refused `bytes` bytes of memory (the runtime's arenas and buffers, which
+    /// a model file sizes; the core itself allocates nothing).
+    OutOfMemory { bytes: usize },
 }
 
 /// Where a forward pass first produced a NaN or an infinity ([`Error::NonFiniteLogits`]).
@@ -186,6 +189,7 @@ impl fmt::Display for Error {
                     "the logits at position {pos} are not finite (NaN or infinity): the model overflowed in {origin}"
                 )
             }
+            Error::OutOfMemory { bytes } => write!(f, "out of memory: the system refused {bytes} bytes"),
         }
     }
 }

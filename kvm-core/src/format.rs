@@ -698,3 +698,76 @@ fn zero_gap(blob: &[u8], from: u64, to: u64) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::flags;
+    extern crate std;
+    use std::format;
+    use std::vec;
+    use std::vec::Vec;
+
+    /// FORMAT.md, which says it is enough to read a file without kvm's code.
+    const DOC: &str = include_str!("../../FORMAT.md");
+
+    /// The cells of the markdown table row of DOC that starts with `| {first} |`.
+    fn row<'a>(first: &str) -> Vec<Vec<&'a str>> {
+        let head = format!("| {first} |");
+        DOC.lines()
+            .filter(|l| l.starts_with(&head))
+            .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
+            .collect()
+    }
+
+    #[test]
+    fn format_md_states_the_version_this_build_writes() {
+        assert!(DOC.starts_with(&format!("# kvm model format, version {VERSION_MAJOR}\n")));
+        let minor = row("6").into_iter().find(|r| r[2] == "minor").expect("the minor's header row");
+        let today = minor[3].split(' ').next().unwrap();
+        assert_eq!(today.parse::<u16>(), Ok(VERSION_MINOR), "FORMAT.md: {}", minor[3]);
+        assert!(
+            minor[3].contains(&format!(", {VERSION_MINOR} the ")),
+            "FORMAT.md names no change of minor {VERSION_MINOR}"
+        );
+    }
+
+    #[test]
+    fn format_md_lists_every_dtype_tag_with_its_unit_and_bytes() {
+        let table: Vec<_> = DOC
+            .lines()
+            .skip_while(|l| !l.starts_with("| tag | name |"))
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .collect();
+        let mut tags = vec![];
+        for line in &table {
+            let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
+            let tag: u8 = cells[0].parse().unwrap();
+            let d = DType::from_u8(tag).unwrap_or_else(|| panic!("FORMAT.md's tag {tag} is no dtype"));
+            assert_eq!(cells[1], d.name(), "tag {tag}");
+            let unit = match cells[2] {
+                "1 weight" | "1 value" => 1,
+                u => u.trim_start_matches("block of ").trim_end_matches(" weights").parse().unwrap(),
+            };
+            assert_eq!((unit, cells[3].parse().unwrap()), (d.block_len(), d.block_bytes()), "tag {tag}");
+            tags.push(tag);
+        }
+        let code: Vec<u8> = (0..=u8::MAX).filter(|&t| DType::from_u8(t).is_some()).collect();
+        assert_eq!(tags, code, "FORMAT.md's dtype tags against the code's");
+    }
+
+    #[test]
+    fn format_md_lists_every_flag_bit() {
+        let para = DOC.split("\n\n").find(|p| p.starts_with("Flags (bit: checkpoint field):")).expect("the flags");
+        let words: Vec<&str> = para.split_whitespace().collect();
+        // Each bit is a number before its field's name in backquotes.
+        let bits = words.windows(2).filter(|w| w[1].starts_with('`')).filter_map(|w| w[0].parse::<u32>().ok());
+        let doc = bits.fold(0u32, |all, b| {
+            assert_eq!(all & 1 << b, 0, "bit {b} twice");
+            all | 1 << b
+        });
+        assert_eq!(doc, flags::ALL, "FORMAT.md's flag bits {doc:#b} against the code's {:#b}", flags::ALL);
+        assert!(para.contains(&format!("{} `int_numerics`", flags::INT_NUMERICS.trailing_zeros())));
+    }
+}

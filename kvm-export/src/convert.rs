@@ -2,7 +2,6 @@
 //! `tokenizer.json`) -> model file.
 
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -39,14 +38,13 @@ pub fn read_config(dir: &Path, context: usize) -> Result<Config> {
 
 fn read_config_json(dir: &Path) -> Result<serde_json::Value> {
     let config_path = dir.join("config.json");
-    let config_text =
-        std::fs::read_to_string(&config_path).with_context(|| format!("reading {}", config_path.display()))?;
+    let config_text = kvm_write::input::read_to_string(&config_path)?;
     serde_json::from_str(&config_text).with_context(|| format!("parsing {}", config_path.display()))
 }
 
 fn map_checkpoint(dir: &Path) -> Result<memmap2::Mmap> {
     let st_path = dir.join("model.safetensors");
-    let file = File::open(&st_path).with_context(|| format!("opening {}", st_path.display()))?;
+    let file = kvm_write::input::open(&st_path)?;
     // SAFETY: the map is read-only and the file is not modified while we convert.
     unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("mapping {}", st_path.display()))
 }
@@ -100,7 +98,9 @@ impl<'de> serde::Deserialize<'de> for Keys {
 fn config_of(dir: &Path, config_json: &serde_json::Value, st: &SafeTensors<'_>, context: usize) -> Result<Config> {
     let config_path = dir.join("config.json");
     let vgate = format!("transformer.h.0.attn.{}", "v_gate1.weight");
-    let d_vgate = st.tensor(&vgate).map(|t| t.shape().first().copied().unwrap_or(0) as u32).unwrap_or(0);
+    // A rank past u32 is kept past every bound (u32::MAX), so the config refuses it.
+    let rank = |t: safetensors::tensor::TensorView<'_>| u32::try_from(t.shape().first().copied().unwrap_or(0));
+    let d_vgate = st.tensor(&vgate).map(|t| rank(t).unwrap_or(u32::MAX)).unwrap_or(0);
     crate::hf_config::parse(config_json, d_vgate, context).with_context(|| format!("in {}", config_path.display()))
 }
 
@@ -187,7 +187,7 @@ fn tokenizer_section(dir: &Path, src: &TokenizerSource, vocab_len: u32) -> Resul
             p
         }
     };
-    let text = std::fs::read_to_string(&json_path).with_context(|| format!("reading {}", json_path.display()))?;
+    let text = kvm_write::input::read_to_string(&json_path)?;
     let section = kvm_write::tokenizer::build_section(&text).with_context(|| format!("in {}", json_path.display()))?;
     let n = Tokenizer::from_bytes(&section).map_err(|e| anyhow!("{}: {e}", json_path.display()))?.vocab_len();
     if n > vocab_len {

@@ -107,7 +107,13 @@ pub fn parse(json: &Value, d_vgate: u32, context: usize) -> Result<Config> {
     let d_qk = get("d_qk_head").map(|_| uint("d_qk_head", None)).transpose()?.or(d_head).unwrap_or(d_model / n_heads);
     let d_v = get("d_v_head").map(|_| uint("d_v_head", None)).transpose()?.or(d_head).unwrap_or(d_model / n_heads);
     let ffn = num("ffn_expansion", Some(4.0))?;
-    let d_ff = ((ffn * d_model as f64).floor() as u64 / 32 * 32) as u32;
+    let d_ff = (ffn * d_model as f64).floor() as u64 / 32 * 32;
+    let d_ff = u32::try_from(d_ff).map_err(|_| {
+        anyhow!(
+            "config field `ffn_expansion` is {ffn}: d_ff = {d_ff} is more than the largest kvm supports, {}",
+            u32::MAX
+        )
+    })?;
     let rope_dim = num("rope_partial_dim", Some(64.0))?;
     if rope_dim < 2.0 || rope_dim.fract() != 0.0 || rope_dim as u32 % 2 != 0 || rope_dim as u32 > d_qk {
         bail!("config field `rope_partial_dim` is {rope_dim}: it must be even and in [2, d_qk = {d_qk}]");
@@ -145,12 +151,13 @@ pub fn parse(json: &Value, d_vgate: u32, context: usize) -> Result<Config> {
     };
 
     // The reference reads `residual_scale or 1.0`, so 0 would silently mean 1: refused,
-    // as the scale that would zero every layer's output it looks like.
-    let residual_scale = num("residual_scale", Some(1.0))?;
+    // as the scale that would zero every layer's output it looks like. Both are checked
+    // as the file stores them, f32: 1e-46 would be stored as 0.
+    let residual_scale = single("residual_scale", num("residual_scale", Some(1.0))?)?;
     if !(residual_scale.is_finite() && residual_scale > 0.0) {
         bail!("config field `residual_scale` is {residual_scale}: it must be finite and > 0 (null means 1)");
     }
-    let logit_softcap = num("logit_softcap", Some(0.0))?;
+    let logit_softcap = single("logit_softcap", num("logit_softcap", Some(0.0))?)?;
     if !(logit_softcap.is_finite() && logit_softcap >= 0.0) {
         bail!("config field `logit_softcap` is {logit_softcap}: it must be 0 (off) or a finite cap > 0");
     }
@@ -190,8 +197,8 @@ pub fn parse(json: &Value, d_vgate: u32, context: usize) -> Result<Config> {
         state_min_len: state_min_len as i32,
         state_round_down: uint("state_round_down", Some(1.0))?,
         sink_len: uint("sink_len", Some(1.0))?,
-        logit_softcap: logit_softcap as f32,
-        residual_scale: residual_scale as f32,
+        logit_softcap,
+        residual_scale,
         flags: f,
         alt_layer_every,
         alt_window,
@@ -203,6 +210,17 @@ pub fn parse(json: &Value, d_vgate: u32, context: usize) -> Result<Config> {
         Err(e) => e,
     })?;
     Ok(cfg)
+}
+
+/// `v`, the value of config field `k`, as the f32 the file stores; refused where that
+/// changes what it means: a non-zero value that becomes 0, a finite one that becomes
+/// infinite.
+fn single(k: &str, v: f64) -> Result<f32> {
+    let s = v as f32;
+    if (s == 0.0 && v != 0.0) || (s.is_infinite() && v.is_finite()) {
+        bail!("config field `{k}` is {v:?}: as the f32 a model file stores it is {s}, another setting");
+    }
+    Ok(s)
 }
 
 /// The message of an invalid config, naming its `config.json` key.

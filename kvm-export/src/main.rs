@@ -242,8 +242,8 @@ fn write_with_progress(
     Ok(())
 }
 
-fn run() -> Result<()> {
-    match Cli::parse().cmd {
+fn run(cli: Cli) -> Result<()> {
+    match cli.cmd {
         Cmd::Convert { dir, out, storage, tokenizer, max_context, quiet } => {
             let policy = Policy { max_context, ..parse_policy(&storage)? };
             let tokenizer = match tokenizer.as_deref() {
@@ -260,7 +260,7 @@ fn run() -> Result<()> {
             })
         }
         Cmd::Tokenizer { json, out } => {
-            let text = std::fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?;
+            let text = kvm_write::input::read_to_string(&json)?;
             let section =
                 kvm_write::tokenizer::build_section(&text).with_context(|| format!("in {}", json.display()))?;
             let mut file = AtomicFile::create(&out, &[&json]).with_context(|| format!("creating {}", out.display()))?;
@@ -292,7 +292,19 @@ fn count(cfg: &Config) -> usize {
 }
 
 fn main() -> ExitCode {
-    match run() {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Help and the version as clap prints them; a usage error in one line, clap's
+        // exit code (2).
+        Err(e) if !e.use_stderr() || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            e.exit()
+        }
+        Err(e) => {
+            eprintln!("kvm-export: error: {}", kvm_write::usage::one_line(&e.render().to_string()));
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("kvm-export: error: {e:#}");

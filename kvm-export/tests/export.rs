@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use kvm_test_support::{is_special, special_files};
+use kvm_test_support::{default_signals, is_special, special_files};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
@@ -24,8 +24,30 @@ fn checkpoint(from: &str, what: &str, patch: impl FnOnce(&mut serde_json::Value)
     dir
 }
 
+/// Runs `kvm-export args`, killed if it takes longer than a minute (a read of a FIFO
+/// that never ends).
 fn export(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kvm-export")).args(args).output().unwrap()
+    use std::process::Stdio;
+    use std::sync::mpsc::{channel, RecvTimeoutError};
+    let child = Command::new(env!("CARGO_BIN_EXE_kvm-export"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (done, pid) = (channel::<()>(), child.id().to_string());
+    let watchdog = std::thread::spawn(move || {
+        let fired = done.1.recv_timeout(std::time::Duration::from_secs(60)) == Err(RecvTimeoutError::Timeout);
+        if fired {
+            Command::new("kill").args(["-9", &pid]).status().ok();
+        }
+        fired
+    });
+    let out = child.wait_with_output().unwrap();
+    drop(done.0);
+    assert!(!watchdog.join().unwrap(), "{args:?} did not end");
+    out
 }
 
 /// Runs `args`, which must fail with one line on stderr containing every one of `needles`.
@@ -243,6 +265,27 @@ fn special_files_as_outputs_are_refused_and_stay_as_they_are() {
     std::fs::remove_dir_all(dir).ok();
 }
 
+/// A checkpoint's files and a tokenizer are read only from regular files: a FIFO (with no
+/// writer: opening it would wait forever) is an error naming it, at once.
+#[test]
+fn inputs_that_are_not_regular_files_are_refused_naming_them() {
+    let base = "tests/data/golden/fixed_basic";
+    let out = fresh_dir("fifo-inputs").join("m.kvm");
+    for file in ["model.safetensors", "config.json", "tokenizer.json"] {
+        let dir = checkpoint(base, &format!("fifo-{file}"), |_| {});
+        std::fs::remove_file(dir.join(file)).ok();
+        let fifo = special_files(&dir).remove(0);
+        std::fs::rename(&fifo, dir.join(file)).unwrap();
+        fails_saying(&["convert", s(&dir), "-o", s(&out), "-q"], &[file, "not a regular file"]);
+        if file == "tokenizer.json" {
+            fails_saying(&["tokenizer", s(&dir.join(file)), "-o", s(&out)], &[file, "not a regular file"]);
+        }
+        assert!(!out.exists());
+        std::fs::remove_dir_all(dir).ok();
+    }
+    std::fs::remove_dir_all(out.parent().unwrap()).ok();
+}
+
 #[test]
 fn the_tokenizer_section_never_overwrites_its_json() {
     let dir = fresh_dir("tokenizer-same");
@@ -268,7 +311,7 @@ fn a_signal_during_a_write_leaves_no_temporary_file() {
     let out = dir.join("m.kvm");
     std::fs::write(&out, b"the old model").unwrap();
     for (sig, name) in [(2, "INT"), (15, "TERM"), (1, "HUP")] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kvm-export"))
+        let mut child = default_signals(&mut Command::new(env!("CARGO_BIN_EXE_kvm-export")))
             .args(["synth", "--preset", "paper-120m", "-o", s(&out), "-q"])
             .spawn()
             .unwrap();
@@ -300,6 +343,36 @@ fn edit_header(dir: &Path, edit: impl FnOnce(&str) -> String) {
     out.extend_from_slice(header.as_bytes());
     out.extend_from_slice(&st[8 + len..]);
     std::fs::write(&path, out).unwrap();
+}
+
+/// Every config value is checked as the file stores it: an f64 that an f32 holds as 0 or
+/// infinity, or a size past u32, is refused by name, not stored as another setting.
+#[test]
+fn values_that_change_as_the_file_stores_them_are_refused() {
+    let base = "tests/data/golden/fixed_basic";
+    let out = std::env::temp_dir().join(format!("kvm-export-test-{}-narrow.kvm", std::process::id()));
+    for (what, key, value, needles) in [
+        ("residual-tiny", "residual_scale", serde_json::json!(1e-46), &["`residual_scale` is 1e-46", "f32"][..]),
+        ("residual-huge", "residual_scale", serde_json::json!(1e39), &["`residual_scale` is 1e39", "f32"]),
+        ("softcap-tiny", "logit_softcap", serde_json::json!(1e-46), &["`logit_softcap` is 1e-46", "f32"]),
+        ("softcap-huge", "logit_softcap", serde_json::json!(1e39), &["`logit_softcap` is 1e39", "f32"]),
+        // 64 * 67108868 = 2^32 + 256: d_ff would wrap to 256.
+        ("ffn-wrap", "ffn_expansion", serde_json::json!(67108868), &["`ffn_expansion` is 67108868", "4294967552"]),
+    ] {
+        let dir = checkpoint(base, what, |c| c[key] = value);
+        fails_saying(&["convert", s(&dir), "-o", s(&out), "-q"], needles);
+        assert!(!out.exists(), "{what}: {} written", out.display());
+        std::fs::remove_dir_all(dir).ok();
+    }
+    // The smallest normal f32s are values like any other.
+    let dir = checkpoint(base, "small", |c| {
+        c["residual_scale"] = serde_json::json!(1.2e-38);
+        c["logit_softcap"] = serde_json::json!(1.2e-38);
+    });
+    let o = export(&["convert", s(&dir), "-o", s(&out), "-q"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::remove_file(&out).ok();
+    std::fs::remove_dir_all(dir).ok();
 }
 
 #[test]
@@ -437,4 +510,23 @@ fn integer_exports_take_their_row_width_and_slot_reads() {
     fails_saying(&[&int[..], &["--no-repack"]].concat(), &["--no-repack"]);
     assert_eq!(names(&dir), ["config.json", "model.safetensors"]);
     std::fs::remove_dir_all(dir).ok();
+}
+
+/// Usage errors are the one line every other error is (`kvm-export: error: ...`), with
+/// clap's exit code for them, 2.
+#[test]
+fn usage_errors_are_one_line() {
+    for (args, needle) in [
+        (&["convert"][..], "the following required arguments were not provided: --out <OUT> <DIR>"),
+        (&["synth", "--preset", "tiny", "-o", "x.kvm", "--seed", "x"], "invalid value 'x' for '--seed <SEED>'"),
+        (&["nonsense"], "unrecognized subcommand 'nonsense'"),
+    ] {
+        let o = export(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.starts_with("kvm-export: error: ") && err.lines().count() == 1, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let o = export(&["--help"]);
+    assert!(o.status.success() && !o.stdout.is_empty());
 }

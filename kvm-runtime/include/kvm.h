@@ -205,6 +205,10 @@ enum kvm_status
    * The system refused to start a session's threads.
    */
   KVM_ERR_THREADS = 107,
+  /**
+   * The system refused the memory of a session's threads (their batch buffer).
+   */
+  KVM_ERR_OUT_OF_MEMORY = 108,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -488,7 +492,7 @@ kvm_status kvm_arena_size_for(const struct kvm_model *model, uint32_t state_slot
  * `KVM_ERR_ARENA_SIZE` for an arena too small for it, `KVM_ERR_INVALID_ARGUMENT` for a
  * thread count or batch length out of range, `KVM_ERR_UNSUPPORTED` for more than one
  * of either in a build without `std`, `KVM_ERR_THREADS` if the system refuses the
- * threads.
+ * threads, `KVM_ERR_OUT_OF_MEMORY` if it refuses their memory.
  *
  * A session with more than one thread or token per batch holds threads and heap memory
  * (std builds): end it with `kvm_session_release()` before its arena is reused or freed.
@@ -546,7 +550,9 @@ struct kvm_sampler_config kvm_sampler_greedy(void);
 
 /**
  * Sets the session's sampler. `KVM_ERR_INVALID_ARGUMENT` (and no change) if a field is
- * out of range or `repeat_window > KVM_MAX_REPEAT_WINDOW`.
+ * out of its range: `temperature` in [0, 100], `top_p` in (0, 1], `min_p` in [0, 1],
+ * `repeat_penalty` in (0, 100], `repeat_window` in [0, KVM_MAX_REPEAT_WINDOW] (the
+ * ranges of the `kvm` command line's flags).
  *
  * # Safety
  * `session` is null or a handle from `kvm_session_init()`; `config` is null or valid for
@@ -625,7 +631,8 @@ kvm_status kvm_prefill(struct kvm_session *session, const uint32_t *ids, size_t 
  * on error: after a cancel the session ends at that token boundary, ready to decode or
  * to go on with `kvm_prefill_chunked(session, ids + n_fed, n_ids - n_fed, ...)`, which
  * with the same `chunk` gives exactly what an uninterrupted call does. With one token per
- * batch (the default) the chunking never changes a result.
+ * batch (the default) the chunking never changes a result. The callback may call kvm on
+ * this session too; if it releases it, the call stops with `KVM_ERR_BAD_HANDLE`.
  *
  * # Safety
  * As `kvm_prefill()`; `callback` is null or safe to call with `user_data`; `n_fed` is
@@ -688,7 +695,8 @@ kvm_status kvm_decode_step(struct kvm_session *session, uint32_t *token);
  * Push-style generation: up to `max_tokens` calls of `kvm_decode_step()`, handing each
  * token and its text to `callback` (may be null), which stops generation by returning
  * non-zero; the token it was given stays in the context. `*n_generated` (may be null)
- * receives the number of tokens produced, also on error.
+ * receives the number of tokens produced, also on error. The callback may call kvm on
+ * this session too; if it releases it, generation stops with `KVM_ERR_BAD_HANDLE`.
  *
  * # Safety
  * `session` is null or a handle from `kvm_session_init()`; `callback` is null or safe to
@@ -729,7 +737,9 @@ kvm_status kvm_state_save(const struct kvm_session *session,
  * generation then continues exactly as it would have from the save. The sampler
  * settings are not part of the state. A corrupt snapshot or one of another model gives
  * `KVM_ERR_BAD_SNAPSHOT` and leaves the session unchanged. Snapshots carry a CRC, which
- * catches corruption, not forgery: restore only snapshots you made.
+ * catches corruption, not forgery: restore only snapshots you made. One whose logits are
+ * not finite (`kvm_state_save()` never writes one) leaves the session answering
+ * `KVM_ERR_NON_FINITE`, as after logits that came out so, until reset or restored.
  *
  * # Safety
  * `session` is null or a handle from `kvm_session_init()`; `buf` is valid for reads of

@@ -1,6 +1,13 @@
-//! Heap arenas with the alignment sessions need.
+//! Memory the runtime sizes from a model file: session arenas and the buffers of a batch,
+//! the logits and the sampler. All of it comes from [`zeroed`], the one allocation path
+//! that can fail: a file whose config asks for more memory than the process may have (a
+//! huge state, `ulimit -v`) gets [`Error::OutOfMemory`], never an abort.
 
+use std::alloc::Layout;
+
+use kvm_core::sampler::Candidate;
 use kvm_core::state::ARENA_ALIGN;
+use kvm_core::Error;
 
 /// A zeroed, [`ARENA_ALIGN`]-aligned byte buffer of an exact length.
 #[derive(Debug)]
@@ -17,8 +24,19 @@ const _: () = assert!(core::mem::align_of::<Block>() == ARENA_ALIGN);
 
 impl Arena {
     /// A buffer of exactly `len` bytes.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when the system refuses the memory.
+    pub fn try_new(len: usize) -> Result<Self, Error> {
+        Ok(Arena { buf: zeroed(len.div_ceil(ARENA_ALIGN))?, len })
+    }
+
+    /// [`Arena::try_new`] for tests and benches, whose arenas are small.
+    ///
+    /// # Panics
+    /// When the system refuses the memory.
     pub fn new(len: usize) -> Self {
-        Arena { buf: vec![Block([0; ARENA_ALIGN]); len.div_ceil(ARENA_ALIGN)], len }
+        Arena::try_new(len).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// The buffer, `len` bytes, 64-byte aligned.
@@ -32,4 +50,60 @@ impl Arena {
 fn bytemuck_blocks(b: &mut [Block]) -> &mut [u8] {
     // SAFETY: `Block` is a plain byte array with no padding; any bytes are valid.
     unsafe { core::slice::from_raw_parts_mut(b.as_mut_ptr().cast::<u8>(), b.len() * ARENA_ALIGN) }
+}
+
+/// Types whose all-zero bytes are a valid value.
+///
+/// # Safety
+/// Implement only for types of which every field is an integer or a float.
+pub unsafe trait Zeroable: Copy {}
+
+// SAFETY: integers and floats: zero bytes are 0.
+unsafe impl Zeroable for u8 {}
+// SAFETY: as above.
+unsafe impl Zeroable for u32 {}
+// SAFETY: as above.
+unsafe impl Zeroable for f32 {}
+// SAFETY: a byte array.
+unsafe impl Zeroable for Block {}
+// SAFETY: a `u32` and an `f32`; zero bytes are `Candidate::EMPTY`.
+unsafe impl Zeroable for Candidate {}
+
+/// `len` zeroed values of `T`, or [`Error::OutOfMemory`] when the system refuses them.
+/// Zeroed by the allocator (`calloc`), so pages of a large buffer that are never written
+/// are never touched.
+///
+/// # Errors
+/// [`Error::OutOfMemory`] (also when the size overflows).
+pub fn zeroed<T: Zeroable>(len: usize) -> Result<Vec<T>, Error> {
+    let oom = Error::OutOfMemory { bytes: len.saturating_mul(size_of::<T>()) };
+    let layout = Layout::array::<T>(len).map_err(|_| oom)?;
+    if layout.size() == 0 {
+        return Ok(Vec::new());
+    }
+    // SAFETY: the layout's size is not zero.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    if ptr.is_null() {
+        return Err(oom);
+    }
+    // SAFETY: `ptr` comes from the global allocator with the layout of `[T; len]` (`T`'s
+    // alignment, `len * size_of::<T>()` bytes), and its zero bytes are `len` valid `T`s.
+    Ok(unsafe { Vec::from_raw_parts(ptr.cast::<T>(), len, len) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_the_system_refuses_is_an_error() {
+        assert_eq!(zeroed::<f32>(usize::MAX / 2).unwrap_err(), Error::OutOfMemory { bytes: usize::MAX });
+        assert!(matches!(Arena::try_new(isize::MAX as usize - 63), Err(Error::OutOfMemory { .. })));
+        let v = zeroed::<Candidate>(1000).unwrap();
+        assert!(v.iter().all(|c| *c == Candidate::EMPTY) && v.capacity() == 1000);
+        let mut a = Arena::try_new(100).unwrap();
+        assert_eq!(a.bytes_mut().len(), 100);
+        assert_eq!(a.bytes_mut().as_ptr() as usize % ARENA_ALIGN, 0);
+        assert!(zeroed::<u8>(0).unwrap().is_empty());
+    }
 }

@@ -6,6 +6,7 @@ use kvm_core::forward::Logits;
 use kvm_core::state::Phase;
 use kvm_core::{Error, Session};
 
+use crate::arena::zeroed;
 use crate::pool::Pool;
 
 /// Tokens per batch: each weight is read once per batch, and float weights from memory
@@ -46,8 +47,8 @@ pub fn prefill_rows<E: From<Error>>(
 ) -> Result<(), E> {
     let vocab = session.model().config().vocab_len as usize;
     let batch_len = tokens.len().clamp(1, ROWS_BATCH_TOKENS);
-    let mut batch = vec![0f32; session.layout().acts_len(batch_len).ok_or(Error::InvalidArgument)?];
-    let mut out = vec![0f32; batch_len * vocab];
+    let mut batch = zeroed(session.layout().acts_len(batch_len).ok_or(Error::InvalidArgument)?)?;
+    let mut out = zeroed(batch_len.checked_mul(vocab).ok_or(Error::InvalidArgument)?)?;
     for chunk in tokens.chunks(ROWS_BATCH_TOKENS) {
         let out = &mut out[..chunk.len() * vocab];
         session.step_batch(chunk, phase, &mut batch, pool, Logits::All(out))?;
@@ -59,5 +60,5 @@ pub fn prefill_rows<E: From<Error>>(
 /// Scratch for batches of up to `n` tokens (at most [`BATCH_TOKENS`]).
 fn batch_buffer(session: &Session<'_, '_>, n: usize) -> Result<Vec<f32>, Error> {
     let batch_len = n.clamp(1, BATCH_TOKENS);
-    Ok(vec![0f32; session.layout().acts_len(batch_len).ok_or(Error::InvalidArgument)?])
+    zeroed(session.layout().acts_len(batch_len).ok_or(Error::InvalidArgument)?)
 }

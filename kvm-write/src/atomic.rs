@@ -2,8 +2,12 @@
 //! target, synced, then renamed over it. Until [`AtomicFile::commit`] an existing file at
 //! the target is untouched; a write that fails (or a panic) removes the temporary file,
 //! and so does SIGINT, SIGTERM or SIGHUP (the module `on_signal`). A target that is one of the
-//! run's inputs, or an existing file that is not a regular one (a device, a FIFO, a
-//! socket: a rename would replace it), is refused before anything is written.
+//! run's inputs (standard input among them, when it is a file), or an existing file that
+//! is not a regular one (a device, a FIFO, a socket: a rename would replace it), is
+//! refused before anything is written. What no handler can clean (SIGKILL, a power cut)
+//! the next write of the same target does: a temporary file is named after its process
+//! (`.NAME.PID-N.tmp`) and locked (`flock`) while written, and one whose process is gone
+//! and whose lock is free is removed (the module `stale`).
 
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -29,7 +33,9 @@ impl AtomicFile {
     ///
     /// # Errors
     /// `target` is a directory or another file that is not a regular one, it is (or
-    /// links to, or is a hard link of) one of `inputs`, or its directory cannot be written.
+    /// links to, or is a hard link of) one of `inputs` or the file standard input reads
+    /// (every run's possible input: `--prompt -`, a chat script), or its directory cannot
+    /// be written.
     pub fn create(target: &Path, inputs: &[&Path]) -> Result<AtomicFile> {
         let target = resolve(target)?;
         check_target(&target, inputs)?;
@@ -38,6 +44,8 @@ impl AtomicFile {
             _ => PathBuf::from("."),
         };
         let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        #[cfg(unix)]
+        stale::remove(&dir, &name);
         static UNIQUE: AtomicU32 = AtomicU32::new(0);
         let tmp = dir.join(format!(".{name}.{}-{}.tmp", std::process::id(), UNIQUE.fetch_add(1, Ordering::Relaxed)));
         // Armed before the file exists, so no signal finds it unregistered.
@@ -49,6 +57,8 @@ impl AtomicFile {
             .create_new(true)
             .open(&tmp)
             .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
+        #[cfg(unix)]
+        stale::hold(&file);
         Ok(AtomicFile {
             file,
             tmp,
@@ -115,7 +125,32 @@ fn check_target(target: &Path, inputs: &[&Path]) -> Result<()> {
     if let Some(input) = inputs.iter().find(|i| same_file(target, i)) {
         bail!("the output {} is the input {}: write the output somewhere else", target.display(), input.display());
     }
+    if is_stdin(target) {
+        bail!(
+            "the output {} is the file standard input reads, an input of this run: write the output somewhere else",
+            target.display()
+        );
+    }
     Ok(())
+}
+
+/// Whether standard input is redirected from the file `target` (same device and inode).
+fn is_stdin(target: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsFd;
+        use std::os::unix::fs::MetadataExt;
+        let Ok(stdin) = std::io::stdin().as_fd().try_clone_to_owned() else { return false };
+        match (File::from(stdin).metadata(), fs::metadata(target)) {
+            (Ok(x), Ok(y)) => x.is_file() && x.dev() == y.dev() && x.ino() == y.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = target;
+        false
+    }
 }
 
 /// What kind of file `meta` describes, for an error message.
@@ -174,6 +209,62 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
     #[cfg(not(unix))]
     {
         matches!((fs::canonicalize(a), fs::canonicalize(b)), (Ok(x), Ok(y)) if x == y)
+    }
+}
+
+/// Temporary files of writers that died without cleaning up (SIGKILL, a crash, a power
+/// cut). A writer holds an exclusive `flock` on its temporary file until it is dropped; a
+/// file of the target's name pattern is stale when the process its name gives is gone
+/// (`kill(pid, 0)` says so) and its lock can be taken: a writer in another PID namespace
+/// sharing the directory, whose PID means nothing here, still holds its lock. A file
+/// system without `flock` keeps every file (no lock is ever taken).
+#[cfg(unix)]
+mod stale {
+    use std::fs::{self, File, OpenOptions};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::path::Path;
+
+    /// Locks `file`, the temporary file of a live writer, for as long as it is open.
+    pub fn hold(file: &File) {
+        // SAFETY: a valid descriptor. A failure (no `flock` here) leaves the file
+        // unlocked, which only keeps others from ever removing it.
+        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    }
+
+    /// Removes the stale temporary files of `name` in `dir`.
+    pub fn remove(dir: &Path, name: &str) {
+        let Ok(entries) = fs::read_dir(dir) else { return };
+        for entry in entries.flatten() {
+            let file_name = entry.file_name();
+            let Some(pid) = file_name.to_str().and_then(|f| writer_pid(f, name)) else { continue };
+            if alive(pid) {
+                continue;
+            }
+            let path = entry.path();
+            // Opened without following a link or waiting on a FIFO; only ever unlinked.
+            let flags = libc::O_NOFOLLOW | libc::O_NONBLOCK;
+            let Ok(file) = OpenOptions::new().read(true).custom_flags(flags).open(&path) else { continue };
+            // SAFETY: a valid descriptor.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                let _ = fs::remove_file(&path);
+            }
+        }
+    }
+
+    /// The PID in `file`, a temporary file name of target `name` (`.NAME.PID-N.tmp`).
+    pub fn writer_pid(file: &str, name: &str) -> Option<libc::pid_t> {
+        let rest = file.strip_prefix('.')?.strip_prefix(name)?.strip_prefix('.')?.strip_suffix(".tmp")?;
+        let (pid, n) = rest.split_once('-')?;
+        n.bytes().all(|b| b.is_ascii_digit()).then_some(())?;
+        pid.parse().ok().filter(|&p| p > 0)
+    }
+
+    /// Whether process `pid` exists (one of another user's too: EPERM).
+    fn alive(pid: libc::pid_t) -> bool {
+        // SAFETY: signal 0 only checks that the process exists.
+        let found = unsafe { libc::kill(pid, 0) } == 0;
+        found || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
     }
 }
 
@@ -378,6 +469,39 @@ mod tests {
         let mut f = AtomicFile::create(&d.join("out.kvm"), &[&input]).unwrap();
         f.file().write_all(b"out").unwrap();
         f.commit().unwrap();
+        fs::remove_dir_all(d).ok();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn stale_temporary_files_of_dead_writers_are_removed_and_no_others() {
+        let d = dir("stale");
+        // A PID that was a process and is no more: a child, waited for.
+        let dead = std::process::Command::new("true").spawn().unwrap();
+        let dead_pid = dead.id();
+        assert!(dead.wait_with_output().unwrap().status.success());
+        let me = std::process::id();
+        let stale = format!(".out.kvm.{dead_pid}-0.tmp");
+        // A live writer's (this process's), a dead one's still locked (a writer in
+        // another PID namespace), another target's, and names of no writer.
+        let mine = format!(".out.kvm.{me}-99.tmp");
+        let locked = format!(".out.kvm.{dead_pid}-1.tmp");
+        let kept =
+            [mine.as_str(), &locked, &format!(".other.kvm.{dead_pid}-0.tmp"), ".out.kvm.x-0.tmp", "out.kvm.1-0.tmp"];
+        for name in kept.iter().chain([&stale.as_str()]) {
+            fs::write(d.join(name), b"partial").unwrap();
+        }
+        let lock = File::open(d.join(&locked)).unwrap();
+        stale::hold(&lock);
+        let mut f = AtomicFile::create(&d.join("out.kvm"), &[]).unwrap();
+        f.file().write_all(b"new").unwrap();
+        f.commit().unwrap();
+        let mut want: Vec<String> = kept.iter().map(|s| s.to_string()).chain(["out.kvm".into()]).collect();
+        want.sort();
+        assert_eq!(entries(&d), want);
+        assert_eq!(stale::writer_pid(&stale, "out.kvm"), Some(dead_pid as libc::pid_t));
+        assert_eq!(stale::writer_pid(".out.kvm.12-3.tmp.x", "out.kvm"), None);
+        drop(lock);
         fs::remove_dir_all(d).ok();
     }
 }

@@ -175,7 +175,7 @@ fn version_and_status_strings() {
     }
     assert_eq!(kvm_status::all()[0], KVM_OK);
     assert_eq!(KVM_OK as i32, 0);
-    for code in [-1, 20, 99, 108, i32::MIN, i32::MAX] {
+    for code in [-1, 20, 99, 109, i32::MIN, i32::MAX] {
         assert_eq!(c_str(kvm_status_string(code)), "unknown status");
     }
 }
@@ -202,6 +202,7 @@ fn every_core_error_kind_has_its_own_code() {
         Error::InvalidArgument,
         Error::NonFiniteLogits { pos: 0, origin: Origin::Head },
         Error::ExtraBytes { file_len: 1, blob_len: 2 },
+        Error::OutOfMemory { bytes: 1 },
     ];
     let codes: std::collections::HashSet<i32> = kinds.iter().map(|&e| kvm_status::from(e) as i32).collect();
     assert_eq!(codes.len(), kinds.len());
@@ -1264,4 +1265,117 @@ fn state_capacities_size_arenas_and_sessions() {
     let mut h = null_mut();
     assert_eq!(unsafe { kvm_session_init_ex(m, &cfg, a.as_mut_ptr().cast(), a.len(), &mut h) }, KVM_ERR_ARENA_SIZE);
     assert!(h.is_null() && a.iter().all(|&b| b == 0x5A));
+}
+
+/// A callback that releases its own session: the call stops at the next step with
+/// `KVM_ERR_BAD_HANDLE`, instead of going on with a dead handle and answering OK.
+#[test]
+fn a_callback_that_releases_its_session_stops_the_call() {
+    let f = Fixture::kjv();
+    let prompt = f.tokenize("In the beginning");
+    unsafe extern "C" fn release_on_token(user: *mut c_void, _: u32, _: *const u8, _: usize) -> i32 {
+        assert_eq!(unsafe { kvm_session_release(user.cast()) }, KVM_OK);
+        0
+    }
+    unsafe extern "C" fn release_on_progress(user: *mut c_void, _: usize, _: usize) -> i32 {
+        assert_eq!(unsafe { kvm_session_release(user.cast()) }, KVM_OK);
+        0
+    }
+    for cfg in [kvm_session_config_default(), config(2, 16)] {
+        let s = session_ex(&f, cfg);
+        s.prefill(&prompt);
+        let mut count = usize::MAX;
+        let code = unsafe { kvm_generate(s.s, 10, Some(release_on_token), s.s.cast(), &mut count) };
+        assert_eq!((code, count), (KVM_ERR_BAD_HANDLE, 1), "{cfg:?}");
+        assert_eq!(unsafe { kvm_session_pos(s.s) }, 0, "the handle is dead");
+
+        let s = session_ex(&f, cfg);
+        let mut fed = usize::MAX;
+        let p = s.s.cast();
+        let code = unsafe {
+            kvm_prefill_chunked(s.s, prompt.as_ptr(), prompt.len(), 1, Some(release_on_progress), p, &mut fed)
+        };
+        assert_eq!((code, fed), (KVM_ERR_BAD_HANDLE, 1), "{cfg:?}");
+    }
+}
+
+/// The C API's sampler ranges are the command line's (one table, `capi::ranges`): every
+/// bound is accepted when it is in its range and refused when not, and so is the nearest
+/// value beyond it. (`kvm`'s flags, through the same table: `limits.rs`.)
+#[test]
+fn the_sampler_ranges_are_the_command_lines() {
+    use std::ops::Bound::{Excluded, Included};
+    let f = Fixture::kjv();
+    let s = f.session();
+    let set = |edit: &dyn Fn(&mut kvm_sampler_config)| {
+        let mut cfg = kvm_sampler_default();
+        edit(&mut cfg);
+        unsafe { kvm_sampler_set(s.s, &cfg) }
+    };
+    let want = |ok: bool| if ok { KVM_OK } else { KVM_ERR_INVALID_ARGUMENT };
+    type Field = fn(&mut kvm_sampler_config, f32);
+    let fields: [(ranges::Range<f32>, Field); 4] = [
+        (ranges::TEMPERATURE, |c, v| c.temperature = v),
+        (ranges::TOP_P, |c, v| c.top_p = v),
+        (ranges::MIN_P, |c, v| c.min_p = v),
+        (ranges::REPEAT_PENALTY, |c, v| c.repeat_penalty = v),
+    ];
+    for (range, field) in fields {
+        for (bound, outward) in [(range.0, -1.0f32), (range.1, 1.0)] {
+            let (v, inside) = match bound {
+                Included(v) => (v, true),
+                Excluded(v) => (v, false),
+                std::ops::Bound::Unbounded => unreachable!("every range is bounded"),
+            };
+            assert_eq!(set(&|c| field(c, v)), want(inside), "{range:?} at {v}");
+            let beyond = next_f32(v, outward);
+            assert_eq!(set(&|c| field(c, beyond)), KVM_ERR_INVALID_ARGUMENT, "{range:?} at {beyond}");
+            let within = next_f32(v, -outward);
+            assert_eq!(set(&|c| field(c, within)), KVM_OK, "{range:?} at {within}");
+        }
+        assert_eq!(set(&|c| field(c, f32::NAN)), KVM_ERR_INVALID_ARGUMENT, "{range:?} at NaN");
+    }
+    assert_eq!(ranges::REPEAT_WINDOW, (Included(0), Included(KVM_MAX_REPEAT_WINDOW)));
+    assert_eq!(set(&|c| c.repeat_window = KVM_MAX_REPEAT_WINDOW), KVM_OK);
+    assert_eq!(set(&|c| c.repeat_window = KVM_MAX_REPEAT_WINDOW + 1), KVM_ERR_INVALID_ARGUMENT);
+    assert_eq!(set(&|c| c.repeat_penalty = 1e30), KVM_ERR_INVALID_ARGUMENT);
+}
+
+/// The f32 next to `v` towards `dir`'s sign.
+fn next_f32(v: f32, dir: f32) -> f32 {
+    if v == 0.0 {
+        return f32::from_bits(1).copysign(dir);
+    }
+    let step = if (v > 0.0) == (dir > 0.0) { 1 } else { -1i32 as u32 };
+    f32::from_bits(v.to_bits().wrapping_add(step))
+}
+
+/// A snapshot whose logits are NaN (`kvm_state_save()` never writes one) restores into a
+/// session that answers `KVM_ERR_NON_FINITE`, as after logits that came out so, until it
+/// is reset.
+#[test]
+fn a_snapshot_whose_logits_are_not_finite_gives_the_non_finite_status() {
+    let f = Fixture::kjv();
+    let s = f.session();
+    s.prefill(&f.tokenize("In the beginning"));
+    let vocab = c_logits(&s).len();
+    let mut snap = s.save();
+    // The snapshot's layout (capi/session.rs, `snap`): a 64-byte head with the CRC at 48,
+    // the history, the core's state, then the logits, which the CRC covers.
+    let (crc_at, core_at) = (48, 64 + 4 * KVM_MAX_REPEAT_WINDOW as usize);
+    let logits_at = snap.len() - 4 * vocab;
+    snap[logits_at + 8..logits_at + 12].copy_from_slice(&f32::NAN.to_le_bytes());
+    let crc = kvm_core::format::crc32_update(0, &snap[..crc_at]);
+    let crc = kvm_core::format::crc32_update(crc, &snap[crc_at + 4..core_at]);
+    let crc = kvm_core::format::crc32_update(crc, &snap[logits_at..]);
+    snap[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
+    let other = f.session();
+    assert_eq!(other.restore(&snap), KVM_OK);
+    let (mut p, mut n, mut t) = (null(), 0usize, 0u32);
+    assert_eq!(unsafe { kvm_logits(other.s, &mut p, &mut n) }, KVM_ERR_NON_FINITE);
+    assert_eq!(unsafe { kvm_decode_step(other.s, &mut t) }, KVM_ERR_NON_FINITE);
+    assert_eq!(unsafe { kvm_generate(other.s, 3, None, null_mut(), null_mut()) }, KVM_ERR_NON_FINITE);
+    assert_eq!(unsafe { kvm_session_reset(other.s) }, KVM_OK);
+    other.prefill(&f.tokenize("In"));
+    other.step();
 }

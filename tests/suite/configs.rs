@@ -54,7 +54,10 @@ fn random_model(cfg: &Config, seed: u64, dtype: DType) -> Vec<u8> {
 /// own stream (seeded by `seed`, role and layer), so a config without some tensor still
 /// gets the same values in all the others.
 fn random_model_but(cfg: &Config, seed: u64, dtype: DType, zero: Option<Role>) -> Vec<u8> {
-    let path = std::env::temp_dir().join(format!("kvm-configs-{}-{seed}.kvm", std::process::id()));
+    // A path of this call's own: tests running in parallel draw models of the same seed.
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("kvm-configs-{}-{seed}-{call}.kvm", std::process::id()));
     let mut source = |role: Role, layer: u16, rows: u32, cols: u32| {
         let mut state = (seed ^ (role as u64) << 32 ^ (layer as u64) << 48).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         let mut next = move || {

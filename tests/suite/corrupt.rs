@@ -144,6 +144,9 @@ fn unsupported_and_invalid_configs_are_refused() {
         |h| h.config.sink_len = 8,
         |h| h.config.flags |= 1 << 20,
         |h| h.config.residual_scale = f32::NAN,
+        // The reference reads `residual_scale or 1.0`: 0 would mean 1 to it.
+        |h| h.config.residual_scale = 0.0,
+        |h| h.config.residual_scale = -0.0,
         |h| h.config.vocab_len = 97,
         |h| h.config.d_model = 65,
         |h| h.state_capacity = 4,

@@ -89,7 +89,7 @@ pub unsafe extern "C" fn kvm_arena_size_for(model: *const kvm_model, state_slots
 /// `KVM_ERR_ARENA_SIZE` for an arena too small for it, `KVM_ERR_INVALID_ARGUMENT` for a
 /// thread count or batch length out of range, `KVM_ERR_UNSUPPORTED` for more than one
 /// of either in a build without `std`, `KVM_ERR_THREADS` if the system refuses the
-/// threads.
+/// threads, `KVM_ERR_OUT_OF_MEMORY` if it refuses their memory.
 ///
 /// A session with more than one thread or token per batch holds threads and heap memory
 /// (std builds): end it with `kvm_session_release()` before its arena is reused or freed.

@@ -31,7 +31,8 @@ pub unsafe extern "C" fn kvm_prefill(session: *mut kvm_session, ids: *const u32,
 /// on error: after a cancel the session ends at that token boundary, ready to decode or
 /// to go on with `kvm_prefill_chunked(session, ids + n_fed, n_ids - n_fed, ...)`, which
 /// with the same `chunk` gives exactly what an uninterrupted call does. With one token per
-/// batch (the default) the chunking never changes a result.
+/// batch (the default) the chunking never changes a result. The callback may call kvm on
+/// this session too; if it releases it, the call stops with `KVM_ERR_BAD_HANDLE`.
 ///
 /// # Safety
 /// As `kvm_prefill()`; `callback` is null or safe to call with `user_data`; `n_fed` is
@@ -47,30 +48,38 @@ pub unsafe extern "C" fn kvm_prefill_chunked(
     n_fed: *mut usize,
 ) -> kvm_status {
     let mut done = 0usize;
-    let f = |s: &mut SessionCell| {
+    let mut parts: &[u32] = &[];
+    let check = |s: &mut SessionCell| {
         if !n_fed.is_null() {
             check_out(n_fed)?;
         }
         // SAFETY: per the contract.
-        let ids = unsafe { input(ids, n_ids)? };
-        s.check_ids(ids)?;
+        parts = unsafe { input(ids, n_ids)? };
+        s.check_ids(parts)?;
         if chunk == 0 {
             return Err(KVM_ERR_INVALID_ARGUMENT);
-        }
-        for part in ids.chunks(chunk) {
-            s.prefill(part)?;
-            done += part.len();
-            if let Some(cb) = callback {
-                // SAFETY: the caller vouches for the callback and its user data.
-                if unsafe { cb(user_data, done, n_ids) } != 0 && done < n_ids {
-                    return Err(KVM_ERR_CANCELLED);
-                }
-            }
         }
         Ok(())
     };
     // SAFETY: per the contract.
-    let code = unsafe { with_session(session, f) };
+    let mut code = unsafe { with_session(session, check) };
+    // Each chunk borrows the session only while it is fed, so the callback may call kvm
+    // on this session (even release it: the next chunk's handle check sees that).
+    for part in parts.chunks(chunk.max(1)) {
+        if code != KVM_OK {
+            break;
+        }
+        // SAFETY: per the contract.
+        code = unsafe { with_session(session, |s| s.prefill(part)) };
+        if code != KVM_OK {
+            break;
+        }
+        done += part.len();
+        // SAFETY: the caller vouches for the callback and its user data.
+        if callback.is_some_and(|cb| unsafe { cb(user_data, done, n_ids) } != 0) && done < n_ids {
+            code = KVM_ERR_CANCELLED;
+        }
+    }
     if !n_fed.is_null() {
         // SAFETY: per the contract.
         let _ = unsafe { put(n_fed, done) };
@@ -169,7 +178,8 @@ pub unsafe extern "C" fn kvm_decode_step(session: *mut kvm_session, token: *mut 
 /// Push-style generation: up to `max_tokens` calls of `kvm_decode_step()`, handing each
 /// token and its text to `callback` (may be null), which stops generation by returning
 /// non-zero; the token it was given stays in the context. `*n_generated` (may be null)
-/// receives the number of tokens produced, also on error.
+/// receives the number of tokens produced, also on error. The callback may call kvm on
+/// this session too; if it releases it, generation stops with `KVM_ERR_BAD_HANDLE`.
 ///
 /// # Safety
 /// `session` is null or a handle from `kvm_session_init()`; `callback` is null or safe to
@@ -183,25 +193,30 @@ pub unsafe extern "C" fn kvm_generate(
     n_generated: *mut usize,
 ) -> kvm_status {
     let mut count = 0usize;
-    let f = |s: &mut SessionCell| {
-        if !n_generated.is_null() {
-            check_out(n_generated)?;
-        }
-        while count < max_tokens {
-            let token = s.decode_step()?;
-            count += 1;
-            if let Some(cb) = callback {
-                let piece = text::piece(s.model(), token).unwrap_or(&[]);
-                // SAFETY: the caller vouches for the callback and its user data.
-                if unsafe { cb(user_data, token, piece.as_ptr(), piece.len()) } != 0 {
-                    break;
-                }
-            }
-        }
-        Ok(())
-    };
+    let check = |_: &mut SessionCell| if n_generated.is_null() { Ok(()) } else { check_out(n_generated) };
     // SAFETY: per the contract.
-    let code = unsafe { with_session(session, f) };
+    let mut code = unsafe { with_session(session, check) };
+    // Each step borrows the session only while it decodes, so the callback may call kvm
+    // on this session (even release it: the next step's handle check sees that).
+    while code == KVM_OK && count < max_tokens {
+        let mut step = (0, &[][..]);
+        let f = |s: &mut SessionCell| {
+            let token = s.decode_step()?;
+            step = (token, text::piece(s.model(), token).unwrap_or(&[]));
+            Ok(())
+        };
+        // SAFETY: per the contract.
+        code = unsafe { with_session(session, f) };
+        if code != KVM_OK {
+            break;
+        }
+        count += 1;
+        let (token, piece) = step;
+        // SAFETY: the caller vouches for the callback and its user data.
+        if callback.is_some_and(|cb| unsafe { cb(user_data, token, piece.as_ptr(), piece.len()) } != 0) {
+            break;
+        }
+    }
     if !n_generated.is_null() {
         // SAFETY: per the contract.
         let _ = unsafe { put(n_generated, count) };

@@ -145,15 +145,17 @@ impl Engine {
     /// [`Exec::serial`].
     ///
     /// # Errors
-    /// `KVM_ERR_THREADS` if the system refuses the threads.
+    /// `KVM_ERR_THREADS` if the system refuses the threads, `KVM_ERR_OUT_OF_MEMORY` their
+    /// batch buffer.
     fn new(model: &Model<'_>, state_len: usize, exec: Exec) -> Result<Option<std::boxed::Box<Engine>>, kvm_status> {
         if exec == Exec::serial() {
             return Ok(None);
         }
         let layout = Layout::new(model.config(), state_len, model.cache(), model.slot_reads())?;
         let acts_len = layout.acts_len(exec.batch).ok_or(KVM_ERR_BAD_CONFIG)?;
+        let acts = crate::arena::zeroed(acts_len)?;
         let pool = crate::pool::Pool::new(exec.threads).map_err(|_| KVM_ERR_THREADS)?;
-        Ok(Some(std::boxed::Box::new(Engine { pool, batch_len: exec.batch, acts: std::vec![0f32; acts_len] })))
+        Ok(Some(std::boxed::Box::new(Engine { pool, batch_len: exec.batch, acts })))
     }
 }
 
@@ -351,8 +353,9 @@ impl SessionCell {
     }
 
     pub fn set_sampler(&mut self, cfg: SamplerConfig) -> Result<(), kvm_status> {
+        // The ranges lie within the sampler's own; its validation has the last word.
         cfg.validate()?;
-        if cfg.repeat_window as usize > HISTORY_LEN {
+        if !super::sampler::ranges::contain(&cfg) {
             return Err(KVM_ERR_INVALID_ARGUMENT);
         }
         self.sampler.cfg = cfg;
@@ -579,7 +582,10 @@ impl SessionCell {
             phase: if flags & snap::PREFILL != 0 { Phase::Prefill } else { Phase::Decode },
         });
         self.logits = (flags & snap::LOGITS != 0).then_some(Logits::Restored);
-        self.non_finite = false;
+        // A save never holds logits that were not finite; a snapshot made to hold them
+        // leaves the session as logits that came out so would: KVM_ERR_NON_FINITE until
+        // reset or restored.
+        self.non_finite = self.logits.is_some() && !self.restored.iter().all(|x| x.is_finite());
         self.history_len = history_len;
         for (i, t) in self.history[..history_len].iter_mut().enumerate() {
             *t = u32_at(snap::HISTORY + 4 * i);
@@ -701,6 +707,21 @@ mod tests {
             rng.next_u32();
         }
         assert_eq!(rng_at(7, 100_000), rng);
+    }
+
+    /// The one allocation of a threaded session that a model sizes, its batch buffer, is
+    /// `KVM_ERR_OUT_OF_MEMORY` when the system refuses it, before any thread starts.
+    #[cfg(feature = "std")]
+    #[test]
+    fn a_batch_buffer_the_system_refuses_is_out_of_memory() {
+        let blob = kvm_test_support::model_with(256, 0.1);
+        let model = Model::from_bytes(&blob).unwrap();
+        let state_len = model.header().state_capacity as usize;
+        // A batch no memory holds (the C API caps it at KVM_MAX_BATCH_TOKENS; the
+        // allocation path is the same).
+        let exec = Exec { threads: 2, batch: 1 << 36 };
+        assert_eq!(Engine::new(&model, state_len, exec).err(), Some(KVM_ERR_OUT_OF_MEMORY));
+        assert!(Engine::new(&model, state_len, Exec { threads: 2, batch: 16 }).unwrap().is_some());
     }
 
     #[test]

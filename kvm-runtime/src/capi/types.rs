@@ -98,6 +98,8 @@ pub enum kvm_status {
     KVM_ERR_STATE_SLOTS = 106,
     /// The system refused to start a session's threads.
     KVM_ERR_THREADS = 107,
+    /// The system refused the memory of a session's threads (their batch buffer).
+    KVM_ERR_OUT_OF_MEMORY = 108,
 }
 
 use kvm_status::*;
@@ -124,6 +126,7 @@ impl From<Error> for kvm_status {
             Error::InvalidArgument => KVM_ERR_INVALID_ARGUMENT,
             Error::NonFiniteLogits { .. } => KVM_ERR_NON_FINITE,
             Error::ExtraBytes { .. } => KVM_ERR_EXTRA_BYTES,
+            Error::OutOfMemory { .. } => KVM_ERR_OUT_OF_MEMORY,
             // The core's enum is non-exhaustive; a kind added there without a code here
             // must not pass for success.
             _ => KVM_ERR_UNSUPPORTED,
@@ -133,12 +136,12 @@ impl From<Error> for kvm_status {
 
 impl kvm_status {
     /// Every status, in code order.
-    pub const fn all() -> [kvm_status; 28] {
+    pub const fn all() -> [kvm_status; 29] {
         ALL
     }
 }
 
-pub(crate) const ALL: [kvm_status; 28] = [
+pub(crate) const ALL: [kvm_status; 29] = [
     KVM_OK,
     KVM_ERR_TRUNCATED,
     KVM_ERR_BAD_MAGIC,
@@ -167,6 +170,7 @@ pub(crate) const ALL: [kvm_status; 28] = [
     KVM_ERR_CANCELLED,
     KVM_ERR_STATE_SLOTS,
     KVM_ERR_THREADS,
+    KVM_ERR_OUT_OF_MEMORY,
 ];
 
 impl kvm_status {
@@ -201,6 +205,7 @@ impl kvm_status {
             KVM_ERR_CANCELLED => "cancelled by the progress callback\0",
             KVM_ERR_STATE_SLOTS => "state slots outside the model's range\0",
             KVM_ERR_THREADS => "the system could not start the threads\0",
+            KVM_ERR_OUT_OF_MEMORY => "out of memory\0",
         }
     }
 }

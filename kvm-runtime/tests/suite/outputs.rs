@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kvm_test_support::{is_special, repo, special_files};
+use kvm_test_support::{default_signals, is_special, repo, special_files};
 
 use crate::kvm_in;
 
@@ -140,6 +140,8 @@ fn a_model_that_is_not_a_regular_file_is_refused_naming_it() {
             vec!["info", "--model", s(&node)],
             vec!["generate", "--model", s(&node), "--prompt", "In", "-n", "1"],
             vec!["generate", "--model", s(&node), "--mmap", "--prompt", "In", "-n", "1"],
+            // A tokenizer is read only from a file too.
+            vec!["tokenize", "--tokenizer", s(&node), "In"],
         ] {
             fails_saying(&args, &[s(&node), "not a regular file"]);
         }
@@ -215,7 +217,7 @@ fn a_signal_during_logits_leaves_no_temporary_file() {
             .map(|e| e.metadata().unwrap().len())
     };
     for (sig, name) in [(2, "INT"), (15, "TERM"), (1, "HUP")] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kvm"))
+        let mut child = default_signals(&mut Command::new(env!("CARGO_BIN_EXE_kvm")))
             .args(["logits", "--model", s(&m), "--tokens-file", s(&ids), "--prompt-len", "1", "--out", s(&out)])
             .stderr(Stdio::null())
             .spawn()
@@ -232,5 +234,79 @@ fn a_signal_during_logits_leaves_no_temporary_file() {
         assert_eq!(names(&dir), ["ids.txt", "m.kvm", "out.npy"], "SIG{name}: a temporary file was left");
         assert_eq!(std::fs::read(&out).unwrap(), b"the old logits");
     }
+    // SIGKILL leaves the temporary file; the next write of the same output removes it.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kvm"))
+        .args(["logits", "--model", s(&m), "--tokens-file", s(&ids), "--prompt-len", "1", "--out", s(&out)])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    while tmp_len().is_none_or(|len| len <= 1 << 20) {
+        assert!(child.try_wait().unwrap().is_none(), "logits ended before it was killed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(names(&dir).len(), 4, "the killed run's temporary file: {:?}", names(&dir));
+    let o = kvm_in(&["logits", "--model", s(&m), "--tokens", "1,2", "--out", s(&out)], b"");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(names(&dir), ["ids.txt", "m.kvm", "out.npy"], "the stale temporary file is left");
     std::fs::remove_dir_all(dir).ok();
+}
+
+/// Runs `kvm args` in `dir` with standard input read from the file `stdin`.
+fn kvm_with_stdin_file(dir: &Path, args: &[&str], stdin: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kvm"))
+        .args(args)
+        .current_dir(dir)
+        .stdin(std::fs::File::open(stdin).unwrap())
+        .output()
+        .unwrap()
+}
+
+/// Standard input is an input of the run: a prompt or a chat script read from a file is
+/// never replaced by an output written to that file.
+#[test]
+fn the_file_on_standard_input_is_an_input() {
+    let dir = fresh_dir("stdin");
+    let m = model_in(&dir);
+    let text = dir.join("p.txt");
+    std::fs::write(&text, "In the beginning").unwrap();
+    let refused = ["p.txt is the file standard input reads", "write the output somewhere else"];
+    for args in [
+        &["generate", "--model", s(&m), "--prompt", "-", "-n", "1", "--save-state", "p.txt"][..],
+        &["logits", "--model", s(&m), "--prompt", "-", "--out", "p.txt"],
+    ] {
+        let o = kvm_with_stdin_file(&dir, args, &text);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && o.stdout.is_empty(), "{args:?}: {err}");
+        assert!(err.lines().count() == 1 && refused.iter().all(|r| err.contains(r)), "{args:?}: {err}");
+        assert_eq!(std::fs::read_to_string(&text).unwrap(), "In the beginning");
+    }
+    // A chat's script: `/save` onto it is an error, and the chat goes on.
+    let script = dir.join("script.txt");
+    let lines = "/save script.txt\n/save other.state\n";
+    std::fs::write(&script, lines).unwrap();
+    let o = kvm_with_stdin_file(&dir, &["chat", "--model", "m.kvm", "-n", "1"], &script);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("script.txt is the file standard input reads") && err.contains("(saved to other.state)"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&script).unwrap(), lines);
+    assert_eq!(names(&dir), ["m.kvm", "other.state", "p.txt", "script.txt"]);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// `/save` and `/load` without a file are usage errors of the chat, not words to the
+/// model.
+#[test]
+fn chat_commands_without_their_file_are_usage_errors() {
+    let m = repo().join("models/tiny-kjv-q8_0.kvm");
+    let o = kvm_in(&["chat", "--model", s(&m), "-n", "4"], b"/save\n/load   \n/save \n");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(o.stdout.is_empty(), "the model replied: {}", String::from_utf8_lossy(&o.stdout));
+    assert_eq!(err.matches("kvm: error: /save needs a file: /save FILE").count(), 2, "{err}");
+    assert_eq!(err.matches("kvm: error: /load needs a file: /load FILE").count(), 1, "{err}");
 }

@@ -204,3 +204,24 @@ pub fn special_files(dir: &Path) -> Vec<PathBuf> {
 pub fn is_special(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok_and(|m| !m.file_type().is_file() && !m.file_type().is_symlink())
 }
+
+/// `cmd` with every signal's disposition set to the default and none blocked in the child,
+/// whatever the test runner inherited: a background job of a non-interactive shell starts
+/// with SIGINT ignored, `nohup` with SIGHUP ignored, and an ignored signal stays ignored
+/// across `exec` (which the writers rightly keep: they never install a handler over it).
+pub fn default_signals(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec the closure calls only `signal` and `sigprocmask`
+    // (async-signal-safe) on values of its own.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            Ok(())
+        })
+    }
+}

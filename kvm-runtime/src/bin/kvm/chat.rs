@@ -86,7 +86,7 @@ pub fn run(a: &Args) -> Result<()> {
     let pool = Pool::new(crate::flags::threads_or_all(a.threads))?;
     let (mut arena, state_len) = a.session.arena(&model)?;
     let mut session = crate::session(model, &mut arena, state_len)?;
-    let mut gen = Generator::new(model.tokenizer(), cfg, a.sampler.seed(), a.ignore_eos, &a.stop);
+    let mut gen = Generator::new(model.tokenizer(), cfg, a.sampler.seed(), a.ignore_eos, &a.stop)?;
     let start = |session: &mut Session<'_, '_>, gen: &mut Generator<'_>| -> Result<()> {
         session.reset();
         gen.reset();
@@ -120,6 +120,7 @@ pub fn run(a: &Args) -> Result<()> {
             }
             Some(Command::Save(path)) => save(&session, path, a),
             Some(Command::Load(path)) => load(&mut session, &mut gen, path),
+            Some(Command::WithoutFile(word)) => eprintln!("kvm: error: {word} needs a file: {word} FILE"),
             None => {
                 let Some(ids) = turn_ids(a, &model, said, &mut turn) else { continue };
                 reply(a, &mut session, &mut gen, &pool, &ids)?;
@@ -197,6 +198,8 @@ enum Command<'l> {
     Load(&'l Path),
     Reset,
     Quit,
+    /// `/save` or `/load` without its file: a usage error, not words to the model.
+    WithoutFile(&'l str),
 }
 
 /// The command `line` is, if it is one.
@@ -208,6 +211,7 @@ fn command(line: &[u8]) -> Option<Command<'_>> {
         ("/quit" | "/exit", "") => Some(Command::Quit),
         ("/save", f) if !f.is_empty() => Some(Command::Save(Path::new(f))),
         ("/load", f) if !f.is_empty() => Some(Command::Load(Path::new(f))),
+        ("/save" | "/load", _) => Some(Command::WithoutFile(word)),
         _ => None,
     }
 }

@@ -114,7 +114,7 @@ pub fn run(a: &Args) -> Result<()> {
     if let Some(f) = &a.load_state {
         crate::snapshot::load(&mut session, f)?;
     }
-    let mut gen = Generator::new(tok, cfg, a.sampler.seed(), a.ignore_eos, &a.stop);
+    let mut gen = Generator::new(tok, cfg, a.sampler.seed(), a.ignore_eos, &a.stop)?;
 
     let t0 = Instant::now();
     prefill_with_progress(&mut session, &prompt_ids, Phase::Prefill, &pool)?;

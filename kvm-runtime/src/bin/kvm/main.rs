@@ -167,7 +167,7 @@ impl SessionArgs {
     /// A zeroed arena for one session of `model` at the asked capacity, and that capacity.
     pub fn arena(&self, model: &Model<'_>) -> anyhow::Result<(Arena, usize)> {
         let state_len = self.state_len(model)?;
-        Ok((Arena::new(model.arena_len_for(state_len)?), state_len))
+        Ok((Arena::try_new(model.arena_len_for(state_len)?)?, state_len))
     }
 }
 
@@ -199,6 +199,16 @@ pub fn kernel_streaming() -> &'static str {
     kvm_core::kernels::streaming().name()
 }
 
+/// A command line clap refuses: one line `kvm: error: ...`, clap's exit code (2); help and
+/// the version as clap prints them.
+fn usage_error(e: clap::Error) -> ExitCode {
+    if !e.use_stderr() || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        e.exit();
+    }
+    eprintln!("kvm: error: {}", kvm_write::usage::one_line(&e.render().to_string()));
+    ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
+}
+
 fn main() -> ExitCode {
     // Rust ignores SIGPIPE, which turns a closed pipe (`kvm info | head -1`) into an error
     // on the next print. The default action ends the process quietly, as it does every
@@ -216,7 +226,10 @@ fn main() -> ExitCode {
             .or_else(|| info.payload().downcast_ref::<String>().cloned());
         eprintln!("kvm: internal error: {}", msg.unwrap_or_else(|| "panic".into()));
     }));
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     // The best kernels this CPU runs, unless KVM_KERNELS forces a tier.
     if let Err(e) = kvm_core::kernels::init_from_env() {
         eprintln!("kvm: error: {e}");

@@ -49,7 +49,7 @@ pub fn run(a: &Args) -> Result<()> {
     let (mut arena, state_len) = a.session.arena(&model)?;
     let mut session = crate::session(model, &mut arena, state_len)?;
     let acts_len = session.layout().acts_len(1).context("activation size")?;
-    let mut batch = vec![0f32; acts_len];
+    let mut batch = kvm_runtime::arena::zeroed(acts_len)?;
     let mut nats = 0f64;
     for w in ids.windows(2) {
         session.step_batch(&w[..1], Phase::Prefill, &mut batch, &pool, Logits::Last)?;

@@ -2,7 +2,6 @@
 //! reply and streams its bytes, ending it at a token budget, the end-of-text token, a
 //! stop string, a time limit or an interrupt.
 
-use std::ops::Bound::{Excluded, Included};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -10,37 +9,38 @@ use anyhow::{Context, Result};
 use kvm_core::sampler::{scratch_len, Candidate, Sampler, SamplerConfig};
 use kvm_core::tokenizer::Tokenizer;
 use kvm_core::Session;
-use kvm_runtime::capi::KVM_MAX_REPEAT_WINDOW;
+use kvm_runtime::arena::zeroed;
+use kvm_runtime::capi::ranges;
 use kvm_runtime::pool::Pool;
 use serde_json::{json, Value};
 
 use crate::flags::ranged;
 
-/// The sampler's settings, each parsed against its range.
+/// The sampler's settings, each parsed against its range (the C API's, [`ranges`]).
 #[derive(Debug, clap::Args)]
 pub struct SamplerArgs {
     /// Softmax temperature, in [0, 100]; 0 = greedy.
     #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.temperature,
-          value_parser = ranged(0.0f32..=100.0))]
+          value_parser = ranged(ranges::TEMPERATURE))]
     temperature: f32,
     /// Keep the k most likely tokens; 0 = off.
     #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.top_k)]
     top_k: u32,
     /// Nucleus sampling, in (0, 1]; 1 = off.
     #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.top_p,
-          value_parser = ranged((Excluded(0.0f32), Included(1.0))))]
+          value_parser = ranged(ranges::TOP_P))]
     top_p: f32,
     /// Keep tokens at least this likely relative to the most likely, in [0, 1]; 0 = off.
     #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.min_p,
-          value_parser = ranged(0.0f32..=1.0))]
+          value_parser = ranged(ranges::MIN_P))]
     min_p: f32,
     /// Repetition penalty, in (0, 100]; 1 = off.
     #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.repeat_penalty,
-          value_parser = ranged((Excluded(0.0f32), Included(100.0))))]
+          value_parser = ranged(ranges::REPEAT_PENALTY))]
     repeat_penalty: f32,
     /// Tokens the repetition penalty looks back over, in [0, 256] (as in the C API).
     #[arg(long, allow_negative_numbers = true, default_value_t = SamplerConfig::DEFAULT.repeat_window,
-          value_parser = ranged(0..=KVM_MAX_REPEAT_WINDOW))]
+          value_parser = ranged(ranges::REPEAT_WINDOW))]
     repeat_window: u32,
     #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
     seed: u64,
@@ -144,19 +144,21 @@ pub struct Generator<'t> {
 }
 
 impl<'t> Generator<'t> {
-    pub fn new(tok: Tokenizer<'t>, cfg: SamplerConfig, seed: u64, ignore_eos: bool, stops: &[String]) -> Self {
+    /// # Errors
+    /// Out of memory for the sampler's buffers, which the vocabulary sizes.
+    pub fn new(tok: Tokenizer<'t>, cfg: SamplerConfig, seed: u64, ignore_eos: bool, stops: &[String]) -> Result<Self> {
         let vocab = tok.vocab_len() as usize;
         let window = cfg.repeat_window as usize;
-        Generator {
+        Ok(Generator {
             tok,
             sampler: Sampler::new(cfg, seed),
-            scratch: vec![Candidate::EMPTY; scratch_len(vocab)],
+            scratch: zeroed(scratch_len(vocab))?,
             recent: Vec::with_capacity(2 * window),
             window,
-            masked: if ignore_eos { vec![0.0; vocab] } else { Vec::new() },
+            masked: zeroed(if ignore_eos { vocab } else { 0 })?,
             ignore_eos,
             stops: StopFilter::new(stops.iter().map(|s| s.as_bytes().to_vec()).collect()),
-        }
+        })
     }
 
     /// Remembers `ids` as the most recent tokens (for the repetition penalty).

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use kvm_core::Session;
+use kvm_runtime::arena::zeroed;
 use kvm_write::atomic::AtomicFile;
 
 /// Writes `session`'s state to `path` (a temporary file renamed over it once complete),
@@ -24,7 +25,7 @@ pub fn create(path: &Path, inputs: &[&Path]) -> Result<AtomicFile> {
 
 /// Writes `session`'s state into `file` ([`create`]) and puts it in place.
 pub fn write(session: &Session<'_, '_>, mut file: AtomicFile) -> Result<()> {
-    let mut snap = vec![0u8; session.snapshot_len()];
+    let mut snap = zeroed::<u8>(session.snapshot_len())?;
     session.snapshot(&mut snap)?;
     let path = file.target().display().to_string();
     file.file().write_all(&snap).with_context(|| format!("writing {path}"))?;
@@ -51,7 +52,8 @@ pub fn load(session: &mut Session<'_, '_>, path: &Path) -> Result<()> {
     }
     let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     // One byte more than a state, so a file that grew since is seen and not read on.
-    let mut snap = Vec::with_capacity(n + 1);
+    let mut snap = zeroed::<u8>(n + 1)?;
+    snap.clear();
     file.take(n as u64 + 1).read_to_end(&mut snap).with_context(|| format!("reading {}", path.display()))?;
     if snap.len() != n {
         return Err(foreign(snap.len() as u64));

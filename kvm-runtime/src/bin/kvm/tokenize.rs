@@ -35,7 +35,7 @@ pub fn run(a: &Args) -> Result<()> {
         }
         (None, Some(t)) => {
             let text = std::str::from_utf8(&text).map_err(|e| anyhow::anyhow!("the text is not UTF-8 ({e})"))?;
-            let json = std::fs::read_to_string(t).map_err(|e| anyhow::anyhow!("reading {}: {e}", t.display()))?;
+            let json = kvm_write::input::read_to_string(t)?;
             let section = kvm_write::tokenizer::build_section(&json)?;
             let tok = Tokenizer::from_bytes(&section).map_err(|e| anyhow::anyhow!("{}: {e}", t.display()))?;
             crate::tokens::encode(&tok, text)?

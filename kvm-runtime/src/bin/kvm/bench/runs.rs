@@ -29,7 +29,7 @@ struct Run<'m> {
 
 impl<'m> Run<'m> {
     fn new(model: Model<'m>, state_len: usize) -> Result<Self> {
-        Ok(Run { arena: Arena::new(model.arena_len_for(state_len)?), model, state_len })
+        Ok(Run { arena: Arena::try_new(model.arena_len_for(state_len)?)?, model, state_len })
     }
 
     fn session(&mut self) -> Result<Session<'m, '_>> {
@@ -285,10 +285,14 @@ fn add_spreads(report: &mut Value, rows: &[Value]) {
 /// fails unless both passes give the same logits, bit for bit. Leaves the session at the
 /// snapshot.
 fn round_trip(session: &mut Session<'_, '_>, pool: &Pool, tokens: &[u32]) -> Result<()> {
-    let mut snap = vec![0u8; session.snapshot_len()];
+    let mut snap = kvm_runtime::arena::zeroed::<u8>(session.snapshot_len())?;
     session.snapshot(&mut snap)?;
     let pass = |session: &mut Session<'_, '_>| -> Result<Vec<u32>> {
-        let mut bits = Vec::with_capacity(tokens.len() * session.model().config().vocab_len as usize);
+        // Every token's logits, a number the file's vocabulary sizes: reserved where
+        // memory can be refused.
+        let len = tokens.len().saturating_mul(session.model().config().vocab_len as usize);
+        let mut bits = kvm_runtime::arena::zeroed::<u32>(len)?;
+        bits.clear();
         for &t in tokens {
             bits.extend(session.decode_with(t, pool)?.iter().map(|x| x.to_bits()));
         }
