@@ -9,6 +9,7 @@
 # ~13 M instructions, so 64 tokens take 1-2 minutes, 32 about half.
 #
 # Checks:
+# - the shared application's tests (examples/boards/app, on the host);
 # - the Pico image (model linked in, its UF2 as a user would copy it) under rp2040js prints
 #   "And God said" + its text equal to the first bytes of the host's
 #   `kvm generate --prompt "And God said" -n N --temperature 0 --raw` on the same model (the
@@ -95,6 +96,9 @@ same_text() {
 }
 
 (cd "$boards/emulate" && npm ci --no-audit --no-fund --silent)
+
+check "the application's tests on the host (kvm-board-app: slot verdicts, streamed text, fit)" \
+    cargo test --quiet --locked --manifest-path "$boards/app/Cargo.toml"
 
 # The Pico, model linked in: the image a user flashes, as its UF2.
 pico="$work/kvm-pico.elf"
