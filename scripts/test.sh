@@ -98,4 +98,7 @@ bash scripts/mcu-check.sh target/tiny-kjv-int.kvm
 KVM_MCU_BOARDS="an385 riscv32imc" bash scripts/mcu-check.sh --ram-kib 256 target/tiny-kjv-int-256k.kvm
 KVM_MCU_BOARDS="an385 riscv32imc" bash scripts/mcu-check.sh target/tiny-hybrid-int.kvm
 
+step "the Raspberry Pi boards (examples/boards): the Pico image under rp2040js equals the host (32 tokens) and refuses a corrupted or missing model in words; the Pico 2 image builds and fits; no semihosting in either; their budget"
+bash scripts/boards-check.sh
+
 step "all checks passed"
