@@ -90,6 +90,16 @@ fn main() {
     println!("cargo:rustc-link-search={}", out.display());
     // Exactly once, and only here: twice fails with "region FLASH already defined".
     println!("cargo:rustc-link-arg-bins=-Tlink.x");
+    // The rate of the firmware's tick counter, as run-qemu.sh's table: SysTick on the
+    // processor clock on the Cortex-M boards; mcycle on RISC-V, which QEMU counts one per
+    // instruction under -icount (a 1 GHz clock in virtual time).
+    let tick_hz: u32 = match map_name {
+        "an505" => 20_000_000,
+        "an547" => 32_000_000,
+        "riscv32" => 1_000_000_000,
+        _ => 25_000_000,
+    };
+    let clock = format!("/// The tick counter's rate (Hz).\npub const TICK_HZ: u32 = {tick_hz};\n");
 
     if env::var_os("CARGO_FEATURE_HEAP").is_some() {
         let kib = match env::var("KVM_MCU_HEAP_KIB") {
@@ -100,7 +110,7 @@ fn main() {
             "/// Bytes of the heap the arena and sampler scratch come from.\npub const HEAP_LEN: usize = {};\n",
             kib * 1024
         );
-        fs::write(out.join("model_info.rs"), info).expect("write model_info.rs");
+        fs::write(out.join("model_info.rs"), info + &clock).expect("write model_info.rs");
         return;
     }
 
@@ -131,7 +141,7 @@ fn main() {
          pub const MODEL_LEN: usize = {model_len};\n",
         model_len = blob.len()
     );
-    fs::write(out.join("model_info.rs"), info).expect("write model_info.rs");
+    fs::write(out.join("model_info.rs"), info + &clock).expect("write model_info.rs");
     println!("cargo:rustc-env=KVM_MCU_MODEL_PATH={}", model_path.display());
 }
 

@@ -3,7 +3,7 @@
 
 use semihosting::println;
 
-/// Paints the unused stack below the stack pointer with [`crate::stack::PAINT`].
+/// Paints the unused stack below the stack pointer with [`kvm_board_app::stack::PAINT`].
 pub fn init() {
     let sp: usize;
     // SAFETY: reads the stack pointer into a register; no memory is touched.
@@ -13,7 +13,7 @@ pub fn init() {
     while p + 4 <= sp {
         // SAFETY: `[bottom, sp)` is stack that no frame uses yet (no interrupt is enabled),
         // word-aligned RAM the linker script reserves.
-        unsafe { core::ptr::write_volatile(p as *mut u32, crate::stack::PAINT) };
+        unsafe { core::ptr::write_volatile(p as *mut u32, kvm_board_app::stack::PAINT) };
         p += 4;
     }
 }

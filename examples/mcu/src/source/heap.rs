@@ -15,7 +15,7 @@ use kvm_core::Model;
 use semihosting::println;
 
 use crate::model_info::HEAP_LEN;
-use crate::Fail;
+use crate::{Fail, Semihosting};
 
 #[global_allocator]
 static HEAP: LlffHeap = LlffHeap::empty();
@@ -30,17 +30,19 @@ extern "C" {
     static _kvm_model_slot_len: u8;
 }
 
-/// Where the header keeps the file's length (`file_len`, a little-endian u64; FORMAT.md).
-const FILE_LEN_AT: usize = 24;
 /// Bytes of the command line the firmware reads.
 const ARGS_LEN: usize = 128;
 
 /// The model in the slot, validated and set to the command line's cache, with an arena
 /// and sampler scratch for it from the heap. Call once.
-pub fn open() -> Result<(Model<'static>, &'static mut [u8], &'static mut [Candidate]), Fail> {
-    let blob = slot_model()?;
+pub fn open(board: &mut Semihosting) -> Result<(Model<'static>, &'static mut [u8], &'static mut [Candidate]), Fail> {
+    let (start, len) = (&raw const _kvm_model_slot as usize, &raw const _kvm_model_slot_len as usize);
+    // SAFETY: the memory map makes the model slot readable memory (RAM or flash) that
+    // nothing writes while the firmware runs.
+    let slot = unsafe { kvm_board_app::slot::at(start, len) };
     let cache = cache_arg()?;
-    let model = crate::validate(blob)?;
+    let model = kvm_board_app::find_model(board, slot).map_err(kvm_board_app::Fail::from)?;
+    let blob = model.blob();
     let model = match cache {
         Some(c) => model.with_cache(c)?,
         None => model,
@@ -75,19 +77,6 @@ pub fn open() -> Result<(Model<'static>, &'static mut [u8], &'static mut [Candid
         HEAP_LEN
     );
     Ok((model, arena, candidates.leak()))
-}
-
-/// The model file at the start of the model slot: as many bytes as its header says, if
-/// they fit in the slot (the file itself is validated later).
-fn slot_model() -> Result<&'static [u8], Fail> {
-    let (start, len) = (&raw const _kvm_model_slot, &raw const _kvm_model_slot_len as usize);
-    // SAFETY: the memory map makes `[start, start + len)` readable memory (RAM or flash)
-    // that nothing writes while the firmware runs.
-    let slot: &'static [u8] = unsafe { core::slice::from_raw_parts(start, len) };
-    let file_len = slot.get(FILE_LEN_AT..FILE_LEN_AT + 8).ok_or(Fail::NoModel)?;
-    let file_len = u64::from_le_bytes(file_len.try_into().map_err(|_| Fail::NoModel)?);
-    let file_len = usize::try_from(file_len).map_err(|_| Fail::NoModel)?;
-    slot.get(..file_len).ok_or(Fail::NoModel)
 }
 
 /// `--cache C` from the semihosting command line (the program name first), if given.

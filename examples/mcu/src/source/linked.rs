@@ -6,7 +6,7 @@ use kvm_core::Model;
 use semihosting::println;
 
 use crate::model_info::{ARENA_LEN, MODEL_LEN, VOCAB_LEN};
-use crate::Fail;
+use crate::{Fail, Semihosting};
 
 /// A value on a 64-byte boundary: tensor data is 64-aligned within the model file, and the
 /// arena must start on [`kvm_core::state::ARENA_ALIGN`].
@@ -27,7 +27,7 @@ static mut CANDIDATES: [Candidate; scratch_len(VOCAB_LEN)] = [Candidate::EMPTY; 
 
 /// The linked model, validated, with the arena and sampler scratch it was built for.
 /// Call once.
-pub fn open() -> Result<(Model<'static>, &'static mut [u8], &'static mut [Candidate]), Fail> {
+pub fn open(board: &mut Semihosting) -> Result<(Model<'static>, &'static mut [u8], &'static mut [Candidate]), Fail> {
     let (arena, candidates) = (&raw mut ARENA, &raw mut CANDIDATES);
     // SAFETY: called once, from the entry, and nothing else names these statics, so these
     // are the only references to them.
@@ -41,13 +41,7 @@ pub fn open() -> Result<(Model<'static>, &'static mut [u8], &'static mut [Candid
         arena.as_ptr() as usize
     );
     println!("kvm-mcu: kernel tier {}", kvm_core::kernels::tier());
-    let model = crate::validate(blob)?;
-    if model.arena_len() != ARENA_LEN {
-        return Err(Fail::ArenaLen { built: ARENA_LEN, model: model.arena_len() });
-    }
-    let vocab_len = model.config().vocab_len as usize;
-    if vocab_len != VOCAB_LEN {
-        return Err(Fail::VocabLen { built: VOCAB_LEN, model: vocab_len });
-    }
+    let model = kvm_board_app::validate(board, blob)?;
+    let (arena, candidates) = kvm_board_app::fit(&model, arena, candidates)?;
     Ok((model, arena, candidates))
 }
