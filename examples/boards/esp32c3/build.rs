@@ -18,6 +18,9 @@ fn main() {
     println!("cargo:rerun-if-env-changed=KVM_BOARD_MODEL");
     // esp-hal's memory map, sections and the ROM's symbols.
     println!("cargo:rustc-link-arg-bins=-Tlinkall.x");
+    if env::var_os("CARGO_FEATURE_DEFMT").is_some() {
+        println!("cargo:rustc-link-arg-bins=-Tdefmt.x");
+    }
 
     let path = manifest.join(env::var("KVM_BOARD_MODEL").unwrap_or_else(|_| DEFAULT_MODEL.to_owned()));
     println!("cargo:rerun-if-changed={}", path.display());
