@@ -57,8 +57,10 @@ stm32_run() {
 stm32() {
     echo "== STM32F405 (netduinoplus2): the host's text, from flash and from the model slot; a bad model refused"
     local elf="$stm/target/thumbv7em-none-eabihf/release/kvm-stm32f405"
+    # Prompt then 64 one-byte tokens; what follows them (a final newline) is not text.
     "$root/target/release/kvm" generate --model "$stm_model" --prompt "$prompt" -n 64 --temperature 0 --raw \
-        2>/dev/null | head -c $((${#prompt} + 64)) >"$work/host.txt"
+        >"$work/host-stdout.txt" 2>/dev/null
+    head -c $((${#prompt} + 64)) "$work/host-stdout.txt" >"$work/host.txt"
 
     (cd "$stm" && KVM_BOARD_MODEL="$stm_model" cargo build --release --locked --quiet --features hsi-clock)
     arm-none-eabi-size "$elf"
@@ -91,7 +93,8 @@ same_text() {
 
 # no_bkpt ELF: no semihosting breakpoint in an Arm image's code.
 no_bkpt() {
-    if arm-none-eabi-objdump -d "$1" | grep -qE '\sbkpt\s+0x00ab'; then
+    arm-none-eabi-objdump -d "$1" >"$work/disassembly.txt"
+    if grep -qE '\sbkpt\s+0x00ab' "$work/disassembly.txt"; then
         echo "boards: $1 holds a semihosting call (bkpt 0xab)" >&2
         exit 1
     fi
@@ -127,8 +130,10 @@ c_lib() {
             -DKVM_CARGO_TARGET_DIR="$root/examples/c-firmware/kvm-fw/target" >/dev/null
         cmake --build "$work/cmake-$t" --target kvm_cargo >/dev/null
         lib="$root/examples/c-firmware/kvm-fw/target/$t/release/libkvm_fw.a"
-        # The host's nm reads any little-endian ELF's symbols.
-        nm -g --defined-only "$lib" 2>/dev/null | grep -q ' T kvm_model_load$' \
+        # The host's nm reads any little-endian ELF's symbols (into a file: `grep -q` on a
+        # pipe would stop nm early and fail the pipeline).
+        nm -g --defined-only "$lib" >"$work/symbols.txt" 2>/dev/null
+        grep -q ' T kvm_model_load$' "$work/symbols.txt" \
             || { echo "boards: $lib does not export kvm_model_load" >&2; exit 1; }
         echo "ok: $t: $(stat -c %s "$lib") bytes, exports the C API"
     done
