@@ -8,8 +8,9 @@
 //!   gives an application), linked into flash from `KVM_BOARD_MODEL` (build.rs) and read
 //!   in place through the flash cache.
 //! - **Clock:** the CPU at 160 MHz (`CpuClock::max()`).
-//! - **Console:** the USB-Serial-JTAG port (the DevKit's USB connector), through
-//!   `esp-println`.
+//! - **Console:** through `esp-println`, the USB-Serial-JTAG port (the chip's own USB
+//!   pins) by default, or UART0 at 115200 8N1 with the `uart` feature (Cargo.toml says
+//!   which boards wire which to their connector).
 //! - **Timer:** the core's machine performance counter counting cycles (CSRs `mpcer`,
 //!   `mpcmr`, `mpccr`: the counter ESP-IDF's `esp_cpu_get_cycle_count` reads), 32 bits,
 //!   its wraps counted on every reading.
