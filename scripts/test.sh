@@ -90,4 +90,7 @@ bash scripts/mcu-check.sh target/tiny-kjv-int.kvm
 KVM_MCU_BOARDS="an385 riscv32imc" bash scripts/mcu-check.sh --ram-kib 256 target/tiny-kjv-int-256k.kvm
 KVM_MCU_BOARDS="an385 riscv32imc" bash scripts/mcu-check.sh target/tiny-hybrid-int.kvm
 
+step "the STM32F405 and ESP32-C3 firmwares (examples/boards): the STM32 under QEMU netduinoplus2 equal to the host, linked in and from its model slot, a flipped byte refused; the ESP32-C3 image within its chip; no semihosting in either; their defmt builds; kvm's C library for four targets through CMake"
+bash scripts/boards-stm32-esp32c3.sh
+
 step "all checks passed"

@@ -84,7 +84,7 @@ fn run(board: &mut EspC3) -> Result<(), Fail> {
         unsafe { (&mut (*arena).0, &mut *(candidates as *mut [Candidate; scratch_len(VOCAB_LEN)])) };
     let (arena, candidates) = kvm_board_app::fit(&model, arena, candidates)?;
     say!(board, "arena {} bytes at {:#010x}", arena.len(), arena.as_ptr() as usize);
-    kvm_board_app::run(board, model, arena, candidates, Generate { n_gen: kvm_board_app::MAX_GEN, echo_prompt: false })
+    kvm_board_app::run(board, model, arena, candidates, Generate { n_gen: model_info::N_GEN, echo_prompt: false })
 }
 
 /// The board as the application sees it.

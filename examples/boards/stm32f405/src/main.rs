@@ -113,7 +113,7 @@ fn run(board: &mut Stm32) -> Result<(), Fail> {
     let (arena, candidates) =
         unsafe { (&mut (*arena).0, &mut *(candidates as *mut [Candidate; scratch_len(VOCAB_LEN)])) };
     let (arena, candidates) = kvm_board_app::fit(&model, arena, candidates)?;
-    kvm_board_app::run(board, model, arena, candidates, Generate { n_gen: kvm_board_app::MAX_GEN, echo_prompt: false })
+    kvm_board_app::run(board, model, arena, candidates, Generate { n_gen: model_info::N_GEN, echo_prompt: false })
 }
 
 #[cfg(not(feature = "slot"))]
