@@ -20,8 +20,6 @@
 #![no_std]
 #![no_main]
 
-use core::mem::MaybeUninit;
-
 use esp_hal::clock::CpuClock;
 use kvm_board_app::{say, Board, Fail, Generate};
 use kvm_core::sampler::{scratch_len, Candidate};
@@ -49,9 +47,8 @@ const _: () = assert!(core::mem::align_of::<Aligned<u8>>() == kvm_core::state::A
 static MODEL: Aligned<[u8; MODEL_LEN]> = Aligned(*include_bytes!(env!("KVM_BOARD_MODEL_PATH")));
 /// The session arena (`.bss`, in data RAM).
 static mut ARENA: Aligned<[u8; ARENA_LEN]> = Aligned([0; ARENA_LEN]);
-/// The sampler's scratch (`.bss`).
-static mut CANDIDATES: [MaybeUninit<Candidate>; scratch_len(VOCAB_LEN)] =
-    [MaybeUninit::uninit(); scratch_len(VOCAB_LEN)];
+/// The sampler's scratch (`.bss`: the empty candidate is zeros).
+static mut CANDIDATES: [Candidate; scratch_len(VOCAB_LEN)] = [Candidate::EMPTY; scratch_len(VOCAB_LEN)];
 
 #[esp_hal::main]
 fn main() -> ! {
@@ -78,10 +75,8 @@ fn run(board: &mut EspC3) -> Result<(), Fail> {
     let model: Model<'static> = kvm_board_app::validate(board, blob)?;
     let (arena, candidates) = (&raw mut ARENA, &raw mut CANDIDATES);
     // SAFETY: `run` is called once, from the entry, and nothing else names these statics,
-    // so these are the only references to them; a `Candidate` is plain data (an id and an
-    // `f32`), for which the sampler overwrites what it reads.
-    let (arena, candidates) =
-        unsafe { (&mut (*arena).0, &mut *(candidates as *mut [Candidate; scratch_len(VOCAB_LEN)])) };
+    // so these are the only references to them.
+    let (arena, candidates) = unsafe { (&mut (*arena).0, &mut *candidates) };
     let (arena, candidates) = kvm_board_app::fit(&model, arena, candidates)?;
     say!(board, "arena {} bytes at {:#010x}", arena.len(), arena.as_ptr() as usize);
     kvm_board_app::run(board, model, arena, candidates, Generate { n_gen: model_info::N_GEN, echo_prompt: false })

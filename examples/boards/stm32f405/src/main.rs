@@ -19,7 +19,6 @@
 #![no_std]
 #![no_main]
 
-use core::mem::MaybeUninit;
 use cortex_m::peripheral::SCB;
 use cortex_m_rt::{entry, exception, ExceptionFrame};
 use kvm_board_app::{say, Board, Fail, Generate};
@@ -53,9 +52,8 @@ static MODEL: Aligned<[u8; model_info::MODEL_LEN]> = Aligned(*include_bytes!(env
 
 /// The session arena (`.bss`, in SRAM).
 static mut ARENA: Aligned<[u8; ARENA_LEN]> = Aligned([0; ARENA_LEN]);
-/// The sampler's scratch (`.bss`).
-static mut CANDIDATES: [MaybeUninit<Candidate>; scratch_len(VOCAB_LEN)] =
-    [MaybeUninit::uninit(); scratch_len(VOCAB_LEN)];
+/// The sampler's scratch (`.bss`: the empty candidate is zeros).
+static mut CANDIDATES: [Candidate; scratch_len(VOCAB_LEN)] = [Candidate::EMPTY; scratch_len(VOCAB_LEN)];
 
 #[entry]
 fn main() -> ! {
@@ -108,10 +106,8 @@ fn run(board: &mut Stm32) -> Result<(), Fail> {
     let model = open_model(board)?;
     let (arena, candidates) = (&raw mut ARENA, &raw mut CANDIDATES);
     // SAFETY: `run` is called once, from the entry, and nothing else names these statics,
-    // so these are the only references to them; a `Candidate` is plain data (an id and an
-    // `f32`), for which the sampler overwrites what it reads.
-    let (arena, candidates) =
-        unsafe { (&mut (*arena).0, &mut *(candidates as *mut [Candidate; scratch_len(VOCAB_LEN)])) };
+    // so these are the only references to them.
+    let (arena, candidates) = unsafe { (&mut (*arena).0, &mut *candidates) };
     let (arena, candidates) = kvm_board_app::fit(&model, arena, candidates)?;
     kvm_board_app::run(board, model, arena, candidates, Generate { n_gen: model_info::N_GEN, echo_prompt: false })
 }
