@@ -1,6 +1,7 @@
-# Shared by examples/mcu/run-qemu.sh and examples/c-firmware/run-qemu.sh (sourced, not
-# run): converting the tiny-kjv checkpoint, running a firmware image under QEMU with a
-# timeout, and cutting the generated text out of its output. Exit codes: 2 for a failed
+# Shared by examples/mcu/run-qemu.sh, examples/c-firmware/run-qemu.sh and
+# scripts/boards-check.sh (sourced, not run): converting the tiny-kjv checkpoint, running a
+# firmware image under QEMU with a timeout, cutting the generated text out of its output,
+# and checking a board image for semihosting calls. Exit codes: 2 for a failed
 # build or conversion, 124 on timeout, the firmware's own code when it fails, 1 when the
 # output markers are missing, 3 when the text differs from the expected one.
 
@@ -72,4 +73,18 @@ check_text() {
         fi
     fi
     rm -f "$text"
+}
+
+# check_no_semihosting ELF: fails, naming the calls, when an Arm firmware image holds a
+# semihosting call (`bkpt 0xab`, which objdump shows as `bkpt 0x00ab`): on a chip with no
+# debugger attached it stops the core in a fault. For the board images, which must run
+# without one.
+check_no_semihosting() {
+    local elf="$1" hits
+    hits="$(arm-none-eabi-objdump -d "$elf" | grep -Ei 'bkpt[[:space:]]+0x(00)?ab\b' || true)"
+    if [[ -n $hits ]]; then
+        echo "check_no_semihosting: $elf makes semihosting calls:" >&2
+        head -3 <<<"$hits" >&2
+        return 1
+    fi
 }

@@ -82,7 +82,7 @@ impl Board for Rp {
 /// there is no console to say so on).
 pub fn start() -> Option<Rp> {
     let mut pac = pac::Peripherals::take()?;
-    let core = pac::CorePeripherals::take()?;
+    let core = cortex_m::Peripherals::take()?;
     let mut watchdog = Watchdog::new(pac.WATCHDOG);
     let clocks =
         init_clocks_and_plls(XOSC_HZ, pac.XOSC, pac.CLOCKS, pac.PLL_SYS, pac.PLL_USB, &mut pac.RESETS, &mut watchdog)

@@ -150,6 +150,7 @@ pub fn validate<B: Board + ?Sized>(board: &mut B, blob: &'static [u8]) -> Result
     Model::from_bytes_trusted(blob)?;
     let t2 = Stamp::now(board);
     say!(board, "model: {}", Describe(&model));
+    say!(board, "kernel tier {}", kvm_core::kernels::tier());
     say!(board, "from_bytes (all CRCs): {}", Span::between(t0, t1));
     say!(board, "from_bytes_trusted: {}", Span::between(t1, t2));
     Ok(model)

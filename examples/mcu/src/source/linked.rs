@@ -40,7 +40,6 @@ pub fn open(board: &mut Semihosting) -> Result<(Model<'static>, &'static mut [u8
         arena.len(),
         arena.as_ptr() as usize
     );
-    println!("kvm-mcu: kernel tier {}", kvm_core::kernels::tier());
     let model = kvm_board_app::validate(board, blob)?;
     let (arena, candidates) = kvm_board_app::fit(&model, arena, candidates)?;
     Ok((model, arena, candidates))
