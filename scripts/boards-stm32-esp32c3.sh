@@ -20,6 +20,7 @@
 # 4. kvm's C static library (examples/c-firmware/kvm-fw) for thumbv6m, thumbv7em,
 #    thumbv8m.main and riscv32imc through its CMake file, each exporting the C API.
 #    (The C firmware itself builds through that file and runs in QEMU in scripts/mcu-check.sh.)
+# Then the flash and RAM budget of the two images (scripts/board-budget.sh).
 #
 # usage: scripts/boards-stm32-esp32c3.sh [stm32 | esp32c3 | c-lib | defmt]...  (default: all)
 set -euo pipefail
@@ -62,13 +63,13 @@ stm32() {
     head -c $((${#prompt} + 64)) "$work/host-stdout.txt" >"$work/host.txt"
 
     (cd "$stm" && cargo build --release --locked --quiet --features hsi-clock)
-    arm-none-eabi-size "$elf"
-    no_bkpt "$elf"
+    check_no_semihosting "$elf"
+    cp "$elf" "$work/kvm-stm32f405"
     stm32_run "$work/stm.log"
     same_text "$work/stm.log" "linked in"
 
     (cd "$stm" && cargo build --release --locked --quiet --features hsi-clock,slot)
-    no_bkpt "$elf"
+    check_no_semihosting "$elf"
     stm32_run "$work/slot.log" -device loader,file="$stm_model",addr=0x08080000
     same_text "$work/slot.log" "from the model slot"
     # One byte in the middle of the file flipped (a weight of the largest tensors): its
@@ -90,22 +91,13 @@ same_text() {
     echo "ok: the STM32's text ($2) equals kvm generate --raw"
 }
 
-# no_bkpt ELF: no semihosting breakpoint in an Arm image's code.
-no_bkpt() {
-    arm-none-eabi-objdump -d "$1" >"$work/disassembly.txt"
-    if grep -qE '\sbkpt\s+0x00ab' "$work/disassembly.txt"; then
-        echo "boards: $1 holds a semihosting call (bkpt 0xab)" >&2
-        exit 1
-    fi
-    echo "ok: no bkpt 0xab in $(basename "$1")"
-}
-
 esp32c3() {
     echo "== ESP32-C3: builds, fits the chip, no semihosting"
     local elf="$esp/target/riscv32imc-unknown-none-elf/release/kvm-esp32c3" partition
     (cd "$esp" && cargo build --release --locked --quiet)
     partition=$(awk -F, '$1 == "factory" { gsub(/ /, "", $5); print $5 }' "$esp/partitions.csv")
     python3 "$root/scripts/elf-image-check.py" "$elf" --partition "$partition"
+    cp "$elf" "$work/kvm-esp32c3"
     if command -v espflash >/dev/null; then
         espflash save-image --chip esp32c3 --partition-table "$esp/partitions.csv" "$elf" "$work/kvm-esp32c3.bin"
         echo "ok: espflash save-image wrote $(stat -c %s "$work/kvm-esp32c3.bin") bytes"
@@ -150,3 +142,9 @@ for part in "${@:-stm32 esp32c3 defmt c-lib}"; do
         esac
     done
 done
+# The budget of the images built above (scripts/board-budget.sh), as in examples/boards/README.md.
+images=()
+for elf in "$work/kvm-stm32f405" "$work/kvm-esp32c3"; do
+    [[ ! -f $elf ]] || images+=("$elf")
+done
+[[ ${#images[@]} -eq 0 ]] || bash "$root/scripts/board-budget.sh" "${images[@]}"

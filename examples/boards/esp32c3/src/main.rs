@@ -56,7 +56,7 @@ fn main() -> ! {
     #[cfg(feature = "defmt")]
     rtt_target::rtt_init_defmt!();
     let mut board = EspC3 { cycles: CycleCounter::start() };
-    say!(&mut board, "core clock {} MHz, kernel tier {}", CPU_HZ / 1_000_000, kvm_core::kernels::tier());
+    say!(&mut board, "core clock {} MHz", CPU_HZ / 1_000_000);
     if let Err(e) = run(&mut board) {
         say!(&mut board, "error: {e}");
         #[cfg(feature = "defmt")]

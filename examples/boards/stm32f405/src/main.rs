@@ -71,7 +71,7 @@ fn main() -> ! {
     let mut board = Stm32 { tx, hz };
     kvm_board_app::systick::start(cp.SYST);
 
-    say!(&mut board, "core clock {} MHz ({}), kernel tier {}", hz / 1_000_000, CLOCK_SOURCE, kvm_core::kernels::tier());
+    say!(&mut board, "core clock {} MHz ({})", hz / 1_000_000, CLOCK_SOURCE);
     if let Err(e) = run(&mut board) {
         say!(&mut board, "error: {e}");
         #[cfg(feature = "defmt")]
