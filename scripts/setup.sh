@@ -20,6 +20,14 @@ if [ ${#need[@]} -gt 0 ]; then
     sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
+# Node.js and npm for rp2040js, the RP2040 emulator the Pico firmware runs in
+# (scripts/boards-check.sh installs it with `npm ci` from examples/boards/emulate). By
+# command, not package: a machine's Node may come from elsewhere (NodeSource's bundles npm).
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    sudo_ apt-get update -qq
+    sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+
 if ! command -v cbindgen >/dev/null || [ "$(cbindgen --version | cut -d' ' -f2)" != "0.29.4" ]; then
     cargo install cbindgen --version 0.29.4 --locked --quiet
 fi
