@@ -2,9 +2,9 @@
 # The STM32F405 and ESP32-C3 firmwares (examples/boards/) and kvm's C static library for
 # C firmware, as CI checks them:
 #
-# 1. STM32F405, built for the emulator's clock (`--features hsi-clock`), run under QEMU's
-#    netduinoplus2 (USART1 on -serial stdio; the firmware resets itself at the end and
-#    QEMU, with -no-reboot, exits): prompt + text equals the host's
+# 1. STM32F405, its emulator build (`--features qemu`: the 16 MHz HSI, and a reset at the
+#    end, which QEMU with -no-reboot turns into its exit), run under QEMU's netduinoplus2
+#    (USART1 on -serial stdio): prompt + text equals the host's
 #    `kvm generate --raw` of the same model (the synth `tiny` preset, q8_0; see
 #    examples/boards/README.md), byte for byte. Then the `slot` build reads the same model
 #    from the model slot at 0x0808_0000 (QEMU's loader device writes it there) and prints
@@ -63,13 +63,13 @@ stm32() {
         >"$work/host-stdout.txt" 2>/dev/null
     head -c $((${#prompt} + 64)) "$work/host-stdout.txt" >"$work/host.txt"
 
-    (cd "$stm" && cargo build --release --locked --quiet --features hsi-clock)
+    (cd "$stm" && cargo build --release --locked --quiet --features qemu)
     check_no_semihosting "$elf"
     cp "$elf" "$work/kvm-stm32f405"
     stm32_run "$work/stm.log"
     same_text "$work/stm.log" "linked in"
 
-    (cd "$stm" && cargo build --release --locked --quiet --features hsi-clock,slot)
+    (cd "$stm" && cargo build --release --locked --quiet --features qemu,slot)
     check_no_semihosting "$elf"
     stm32_run "$work/slot.log" -device loader,file="$stm_model",addr=0x08080000
     same_text "$work/slot.log" "from the model slot"

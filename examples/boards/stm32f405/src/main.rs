@@ -3,23 +3,25 @@
 //! timer, on `stm32f4xx-hal` (embassy-stm32's `init()` waits for the oscillator-ready flag
 //! that QEMU 7.2's unimplemented clock controller never sets, so it cannot run in CI).
 //!
-//! - **Clock, chosen at build time.** Default: the PLL at 168 MHz from the internal 16 MHz
-//!   oscillator (HSI), for the chip; it needs no crystal, so any F405 board runs it. With
-//!   the `hsi-clock` feature: the HSI itself at 16 MHz, no PLL, which is what QEMU's
-//!   `netduinoplus2` can run (its clock controller reads as zeros: the PLL never locks).
+//! - **The chip's build or the emulator's, chosen at build time.** Default, for the chip:
+//!   the PLL at 168 MHz from the internal 16 MHz oscillator (HSI; no crystal is assumed, so
+//!   any F405 board runs it), and after its report the core sleeps, as on every board. With
+//!   the `qemu` feature, for QEMU's `netduinoplus2`: the HSI itself at 16 MHz, no PLL (QEMU
+//!   7.2 leaves the clock controller unimplemented: it reads as zeros and the PLL never
+//!   reports lock), and after its report the firmware resets the chip (`SCB::sys_reset`),
+//!   which ends a QEMU run with `-no-reboot` (no semihosting to exit with). Everything else
+//!   is the same image.
 //! - **Console:** USART1, TX on PA9, 115200 8N1 (QEMU's first `-serial`).
 //! - **Timer:** SysTick on the core clock, counting cycles (`kvm_board_app::systick`).
 //! - **Model:** linked into flash from `KVM_BOARD_MODEL` (build.rs), or with the `slot`
 //!   feature read from the model slot at 0x0808_0000 (memory.x), written apart; refused
 //!   in words when missing or bad. The arena and the sampler scratch are statics sized for
 //!   the build's model, in the 128 KiB SRAM.
-//! - **End:** the firmware flushes the USART and resets the chip (`SCB::sys_reset`): a
-//!   board starts over; QEMU run with `-no-reboot` exits 0. No semihosting anywhere.
+//! - No semihosting anywhere: panics and faults are reported on USART1 too.
 //! - **`defmt` feature:** the console's bytes and any failure go over RTT as well.
 #![no_std]
 #![no_main]
 
-use cortex_m::peripheral::SCB;
 use cortex_m_rt::{entry, exception, ExceptionFrame};
 use kvm_board_app::{say, Board, Fail, Generate};
 use kvm_core::sampler::{scratch_len, Candidate};
@@ -65,7 +67,7 @@ fn main() -> ! {
     let tx = match dp.USART1.tx(gpioa.pa9, 115_200.bps(), &mut rcc) {
         Ok(tx) => tx,
         // No console to say it on: 115200 baud is within reach of every clock above.
-        Err(_) => SCB::sys_reset(),
+        Err(_) => stop(),
     };
     let hz = rcc.clocks.sysclk().raw();
     let mut board = Stm32 { tx, hz };
@@ -82,24 +84,37 @@ fn main() -> ! {
     // at reset by cortex-m-rt's `paint-stack`.
     let used = unsafe { kvm_board_app::stack::used(bottom, top) };
     say!(&mut board, "stack used {} of {} bytes", used, top - bottom);
-    say!(&mut board, "done; resetting");
-    end(&mut board.tx)
+    let _ = embedded_io::Write::flush(&mut board.tx);
+    stop()
 }
 
 /// The build's clock: see the crate's documentation.
-#[cfg(feature = "hsi-clock")]
+#[cfg(feature = "qemu")]
 fn clock() -> Config {
     Config::hsi()
 }
-#[cfg(feature = "hsi-clock")]
+#[cfg(feature = "qemu")]
 const CLOCK_SOURCE: &str = "HSI, no PLL: the emulator's build";
 
-#[cfg(not(feature = "hsi-clock"))]
+#[cfg(not(feature = "qemu"))]
 fn clock() -> Config {
     Config::hsi().sysclk(168.MHz())
 }
-#[cfg(not(feature = "hsi-clock"))]
+#[cfg(not(feature = "qemu"))]
 const CLOCK_SOURCE: &str = "PLL from HSI";
+
+/// The end of a run (the last bytes already sent): the emulator's build resets the chip, so
+/// QEMU with `-no-reboot` exits; the chip's sleeps until its reset button.
+#[cfg(feature = "qemu")]
+fn stop() -> ! {
+    cortex_m::peripheral::SCB::sys_reset()
+}
+#[cfg(not(feature = "qemu"))]
+fn stop() -> ! {
+    loop {
+        cortex_m::asm::wfi();
+    }
+}
 
 /// The model (linked in, or from the slot), checked against the statics, then the run.
 fn run(board: &mut Stm32) -> Result<(), Fail> {
@@ -161,12 +176,6 @@ impl Board for Stm32 {
     }
 }
 
-/// Waits for the USART to send its last byte, then resets the chip.
-fn end(tx: &mut Tx<USART1>) -> ! {
-    let _ = embedded_io::Write::flush(tx);
-    SCB::sys_reset()
-}
-
 #[exception]
 fn SysTick() {
     kvm_board_app::systick::wrapped();
@@ -206,14 +215,14 @@ fn emergency_line(args: core::fmt::Arguments<'_>) {
 
 #[exception]
 unsafe fn HardFault(frame: &ExceptionFrame) -> ! {
-    emergency_line(format_args!("\n{NAME}: hard fault at pc {:#010x}; resetting\n", frame.pc()));
-    SCB::sys_reset()
+    emergency_line(format_args!("\n{NAME}: hard fault at pc {:#010x}\n", frame.pc()));
+    stop()
 }
 
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
     #[cfg(feature = "defmt")]
     defmt::error!("{}: panic", NAME);
-    emergency_line(format_args!("\n{NAME}: panic: {info}; resetting\n"));
-    SCB::sys_reset()
+    emergency_line(format_args!("\n{NAME}: panic: {info}\n"));
+    stop()
 }
