@@ -14,8 +14,8 @@
 //! - **Timer:** the core's machine performance counter counting cycles (CSRs `mpcer`,
 //!   `mpcmr`, `mpccr`: the counter ESP-IDF's `esp_cpu_get_cycle_count` reads), 32 bits,
 //!   its wraps counted on every reading.
-//! - **End:** after the run the core waits for interrupts that never come; press RESET to
-//!   run again. No semihosting anywhere.
+//! - **End:** after its report the core sleeps (`wfi`); press RESET to run again. No
+//!   semihosting anywhere.
 //! - **`defmt` feature:** the console's bytes and any failure go over RTT as well.
 #![no_std]
 #![no_main]
@@ -62,9 +62,14 @@ fn main() -> ! {
         #[cfg(feature = "defmt")]
         defmt::error!("{}: {}", NAME, e);
     }
-    say!(&mut board, "done; press RESET to run again");
+    sleep()
+}
+
+/// The end of a run: the core waits for interrupts (none is enabled) until RESET.
+fn sleep() -> ! {
     loop {
-        core::hint::spin_loop();
+        // SAFETY: `wfi` only pauses the core; it touches no memory.
+        unsafe { core::arch::asm!("wfi", options(nomem, nostack)) };
     }
 }
 
@@ -144,7 +149,5 @@ fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
     #[cfg(feature = "defmt")]
     defmt::error!("{}: panic", NAME);
     let _ = writeln!(esp_println::Printer, "\n{NAME}: panic: {info}");
-    loop {
-        core::hint::spin_loop();
-    }
+    sleep()
 }
