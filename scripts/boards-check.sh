@@ -9,6 +9,7 @@
 # ~13 M instructions, so 64 tokens take 1-2 minutes, 32 about half.
 #
 # Checks:
+# - the shared application's tests (examples/boards/app, on the host);
 # - the Pico image (model linked in, its UF2 as a user would copy it) under rp2040js prints
 #   "And God said" + its text equal to the first bytes of the host's
 #   `kvm generate --prompt "And God said" -n N --temperature 0 --raw` on the same model (the
@@ -19,7 +20,7 @@
 # - the Pico 2 image (tiny-kjv q8_0, f16 cache, dsp tier) builds within the chip's flash
 #   and RAM (a link-time check), its UF2 holds the IMAGE_DEF block in the first 4 KiB;
 # - no image holds a semihosting call (check_no_semihosting, scripts/firmware-lib.sh);
-# - the Pico builds with `--features defmt` (defmt over RTT);
+# - the Pico builds with `--features defmt,usb` (defmt over RTT, the console on USB CDC);
 # then prints the budget table (scripts/board-budget.sh). Builds the host `kvm` and
 # `kvm-export` (release). Prints "N passed, N failed"; exits non-zero on any failure.
 set -euo pipefail
@@ -96,6 +97,9 @@ same_text() {
 
 (cd "$boards/emulate" && npm ci --no-audit --no-fund --silent)
 
+check "the application's tests on the host (kvm-board-app: slot verdicts, streamed text, fit)" \
+    cargo test --quiet --locked --manifest-path "$boards/app/Cargo.toml"
+
 # The Pico, model linked in: the image a user flashes, as its UF2.
 pico="$work/kvm-pico.elf"
 check "the Pico firmware builds (thumbv6m, rp2040-hal, $n_gen tokens)" \
@@ -133,9 +137,10 @@ check "an erased slot: the Pico says so" refuses "$work/empty.log" \
 check "the good model in the slot: the host's text (4 tokens)" \
     eval 'run_pico "$slot" "$work/slot.log" --slot "$pico_model" && same_text "$work/slot.log" 4'
 
-check "the Pico builds with defmt over RTT (--features defmt)" \
-    build "$boards/pico" kvm-pico "$work/kvm-pico-defmt.elf" KVM_BOARD_MODEL="$pico_model" -- --features defmt
-check "no semihosting in the defmt image" check_no_semihosting "$work/kvm-pico-defmt.elf"
+# One build for both optional features; neither is run (README.md says why).
+check "the Pico builds with defmt over RTT and USB CDC (--features defmt,usb)" \
+    build "$boards/pico" kvm-pico "$work/kvm-pico-defmt-usb.elf" KVM_BOARD_MODEL="$pico_model" -- --features defmt,usb
+check "no semihosting in the defmt and USB image" check_no_semihosting "$work/kvm-pico-defmt-usb.elf"
 
 # The Pico 2: no emulator; it must build, fit and boot as the ROM expects.
 pico2="$work/kvm-pico2.elf"

@@ -11,8 +11,9 @@
 // Stops when the firmware prints its last line (`kvm-<board>: stack used ...` after a run,
 // `kvm-<board>: error: ...` or `kvm-<board>: panic: ...`), then prints on stderr the
 // instructions and cycles it took and the emulator's speed. Exit code: 0 after
-// `stack used`, 1 after an error or a panic, 124 when a limit is reached first, 2 on bad
-// usage or an image it cannot read.
+// `stack used`, 1 after an error or a panic, 124 when a limit is reached first or the core
+// runs an instruction rp2040js does not implement (a crash), 2 on bad usage or an image it
+// cannot read.
 //
 // The firmware is the image a user flashes; the harness supplies only what the chip has
 // before the image runs and rp2040js lacks: the boot ROM. On a Pico the ROM checks the
@@ -106,7 +107,13 @@ const mcu = new RP2040();
 const { clock } = mcu;
 // The emulator's own messages (a register it does not model, such as UART0's DMA control,
 // which the HAL sets and nothing here uses) go to stderr: stdout is the UART's alone.
-const toStderr = (level) => (component, message) => process.stderr.write(`run.mjs: rp2040js ${level}: [${component}] ${message}\n`);
+// An instruction it does not implement means the firmware has crashed (or rp2040js lacks
+// it): either way the run is over.
+let crashed = null;
+const toStderr = (level) => (component, message) => {
+  process.stderr.write(`run.mjs: rp2040js ${level}: [${component}] ${message}\n`);
+  if (/Instruction at .* is not implemented/.test(message)) crashed ??= message;
+};
 mcu.logger = { debug() {}, info() {}, warn: toStderr('warning'), error: toStderr('error') };
 function writeFlash(addr, bytes) {
   const off = addr - FLASH;
@@ -155,7 +162,7 @@ let instructions = 0;
 let reason = null;
 for (;;) {
   // Steps in batches, checking the limits between them.
-  for (let i = 0; i < 100_000 && verdict === null; i++) {
+  for (let i = 0; i < 100_000 && verdict === null && !crashed; i++) {
     if (mcu.core.waiting) {
       // Asleep (WFI) until the next timer event.
       const next = clock.nanosToNextAlarm;
@@ -170,6 +177,7 @@ for (;;) {
       clock.tick((cycles * 1e9) / mcu.clkSys);
     }
   }
+  if (crashed) reason = `a crash (${crashed})`;
   if (verdict !== null || reason) break;
   if (instructions >= maxInstructions) reason = `${maxInstructions} instructions`;
   else if (Date.now() - started > timeoutS * 1000) reason = `${timeoutS} s of wall time`;

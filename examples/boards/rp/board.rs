@@ -1,10 +1,11 @@
 //! The board of both Raspberry Pi firmwares (Pico: RP2040, `rp2040-hal`; Pico 2: RP2350,
 //! `rp235x-hal`): the two HALs share their API, so one file serves both, included by each
-//! firmware's `main.rs` with `#[path]`, which names its HAL `hal` and gives `NAME`, `XOSC_HZ`
-//! and its `model_info` consts.
+//! firmware's `main.rs` with `#[path]`, which names its HAL `hal` and gives `NAME`, `XOSC_HZ`,
+//! its `model_info` consts and `usb_peripherals!` (the chips name the USB blocks apart).
 //!
 //! Clocks from the crystal through the PLL (125 MHz on the RP2040, 150 MHz on the RP2350),
-//! UART0 on GP0 (TX) / GP1 (RX) at 115200 8N1 as the console, SysTick as the cycle
+//! UART0 on GP0 (TX) / GP1 (RX) at 115200 8N1 as the console (and USB CDC with the `usb`
+//! feature, `usb.rs`), SysTick as the cycle
 //! counter; the model linked into flash, or (feature `slot`) read from the model slot; the
 //! arena and sampler scratch in statics sized at build time.
 
@@ -23,6 +24,10 @@ use kvm_core::Model;
 
 use crate::model_info::{ARENA_LEN, VOCAB_LEN};
 use crate::{hal, NAME, XOSC_HZ};
+
+#[cfg(feature = "usb")]
+#[path = "usb.rs"]
+mod usb;
 
 const BAUD: u32 = 115_200;
 
@@ -61,6 +66,8 @@ impl Board for Rp {
 
     fn write(&mut self, bytes: &[u8]) {
         self.uart.write_full_blocking(bytes);
+        #[cfg(feature = "usb")]
+        usb::write(bytes);
         #[cfg(feature = "defmt")]
         defmt::info!("{=[u8]:a}", bytes);
     }
@@ -93,6 +100,11 @@ pub fn start() -> Option<Rp> {
     let uart = UartPeripheral::new(pac.UART0, uart_pins, &mut pac.RESETS)
         .enable(UartConfig::new(BAUD.Hz(), DataBits::Eight, None, StopBits::One), clocks.peripheral_clock.freq())
         .ok()?;
+    #[cfg(feature = "usb")]
+    {
+        let (regs, dpram) = crate::usb_peripherals!(pac);
+        usb::start(hal::usb::UsbBus::new(regs, dpram, clocks.usb_clock, true, &mut pac.RESETS));
+    }
     kvm_board_app::systick::start(core.SYST);
     Some(Rp { uart, sys_hz: clocks.system_clock.freq().to_Hz() })
 }

@@ -22,6 +22,16 @@ use rp2040_hal as hal;
 #[cfg(feature = "defmt")]
 use defmt_rtt as _;
 
+/// The USB controller's registers and its RAM, taken from the peripherals.
+#[cfg(feature = "usb")]
+macro_rules! usb_peripherals {
+    ($pac:ident) => {
+        ($pac.USBCTRL_REGS, $pac.USBCTRL_DPRAM)
+    };
+}
+#[cfg(feature = "usb")]
+use usb_peripherals;
+
 #[path = "../../rp/board.rs"]
 mod board;
 

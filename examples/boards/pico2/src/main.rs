@@ -21,6 +21,16 @@ use rp235x_hal as hal;
 #[cfg(feature = "defmt")]
 use defmt_rtt as _;
 
+/// The USB controller's registers and its RAM, taken from the peripherals.
+#[cfg(feature = "usb")]
+macro_rules! usb_peripherals {
+    ($pac:ident) => {
+        ($pac.USB, $pac.USB_DPRAM)
+    };
+}
+#[cfg(feature = "usb")]
+use usb_peripherals;
+
 #[path = "../../rp/board.rs"]
 mod board;
 
