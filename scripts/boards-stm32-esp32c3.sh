@@ -16,9 +16,9 @@
 #    (scripts/elf-image-check.py). `espflash save-image` writes the flashable image when
 #    espflash is installed (CI does not install it: ~7 minutes for a file the check above
 #    already sizes).
-# 3. the STM32's `defmt` build, for the chip (PLL at 168 MHz; the RTT console for users
-#    with a probe; the ESP32-C3's
-#    builds the same way, left out of CI because it rebuilds esp-hal: about 1.5 minutes).
+# 3. the STM32's `defmt` build, its build for the chip (PLL at 168 MHz), with the RTT
+#    console for users with a probe (the ESP32-C3's builds the same way; CI leaves it out
+#    because it rebuilds esp-hal: about 1.5 minutes).
 # 4. kvm's C static library (examples/c-firmware/kvm-fw) for thumbv6m, thumbv7em,
 #    thumbv8m.main and riscv32imc through its CMake file, each exporting the C API.
 #    (The C firmware itself builds through that file and runs in QEMU in scripts/mcu-check.sh.)
