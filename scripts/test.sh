@@ -101,4 +101,7 @@ KVM_MCU_BOARDS="an385 riscv32imc" bash scripts/mcu-check.sh target/tiny-hybrid-i
 step "the Raspberry Pi boards (examples/boards): the Pico image under rp2040js equals the host (32 tokens) and refuses a corrupted or missing model in words; the Pico 2 image builds and fits; no semihosting in either; their budget"
 bash scripts/boards-check.sh
 
+step "the STM32F405 and ESP32-C3 boards (examples/boards): the STM32 under QEMU netduinoplus2 equal to the host, linked in and from its model slot, a flipped byte refused in words; the ESP32-C3 image within its chip; no semihosting in either; the STM32's defmt build; kvm's C library for four targets through CMake; their budget"
+bash scripts/boards-stm32-esp32c3.sh
+
 step "all checks passed"

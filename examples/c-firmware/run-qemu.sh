@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the C firmware (arm-none-eabi-gcc + kvm's C API as a no_std staticlib) for QEMU
-# mps2-an386 and runs it under a timeout.
+# Builds the C firmware (arm-none-eabi-gcc + kvm's C API as a no_std staticlib, through
+# CMake: CMakeLists.txt, kvm-fw/kvmConfig.cmake) for QEMU mps2-an386 and runs it under a
+# timeout.
 #
 # usage: examples/c-firmware/run-qemu.sh [--dtype D] [--out FILE] [--expect FILE]
 #                                        [--timeout SECS] [MODEL]
@@ -14,14 +15,13 @@
 # Output contract and exit codes as examples/mcu/run-qemu.sh: the text is the generated
 # continuation, between the lines `--- kvm output ---` and `--- end ---` (the newline
 # before the end marker is not part of it). Environment: ARENA_BYTES (default 655360)
-# sizes the static arena. Needs kvm-runtime/include/kvm.h (the C API).
+# sizes the static arena. Needs kvm-runtime/include/kvm.h (the C API) and cmake.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 # shellcheck source=../../scripts/firmware-lib.sh
 source "$root/scripts/firmware-lib.sh"
-target=thumbv7em-none-eabihf
 
 model=""
 dtype=""
@@ -57,19 +57,14 @@ model="${model:-$root/models/tiny-kjv-q8_0.kvm}"
 [[ -f "$model" ]] || { echo "run-qemu.sh: no model at $model (try --dtype f16)" >&2; exit 2; }
 model="$(cd "$(dirname "$model")" && pwd)/$(basename "$model")"
 
-# kvm as a static library (kvm-runtime's C API + the panic handler).
-(cd "$here/kvm-fw" && cargo build --quiet --release --target "$target") || exit 2
-lib="$here/kvm-fw/target/$target/release/libkvm_fw.a"
-
-# The firmware. -nostdlib: no C library at all; the Rust archive brings memcpy/memset and
-# libgcc the remaining compiler helpers.
-cflags=(-mcpu=cortex-m4 -mthumb -mfpu=fpv4-sp-d16 -mfloat-abi=hard -O2 -g -std=c11 -ffreestanding
-        -ffunction-sections -fdata-sections -Wall -Wextra -Werror -I "$root/kvm-runtime/include")
-[[ -z "${ARENA_BYTES:-}" ]] || cflags+=("-DARENA_BYTES=${ARENA_BYTES}u")
-elf="$build/c-firmware.elf"
-arm-none-eabi-gcc "${cflags[@]}" -DMODEL_FILE="\"$model\"" -nostdlib -T "$here/link.ld" \
-    -Wl,--gc-sections -Wl,-z,noexecstack -Wl,-Map="$build/c-firmware.map" \
-    "$here/startup.c" "$here/semihosting.c" "$here/main.c" "$here/model.S" "$lib" -lgcc -o "$elf" || exit 2
+# The firmware through CMake (CMakeLists.txt): kvm-fw's CMake file runs cargo for the
+# toolchain file's core (thumbv7em-none-eabihf) and the firmware links the archive.
+cmake_args=(-DCMAKE_TOOLCHAIN_FILE="$here/cmake/arm-none-eabi.cmake" -DCMAKE_BUILD_TYPE=
+            -DMODEL_FILE="$model" -DARENA_BYTES="${ARENA_BYTES:-}"
+            -DKVM_CARGO_TARGET_DIR="$here/kvm-fw/target")
+cmake -S "$here" -B "$build/cmake" "${cmake_args[@]}" >/dev/null || exit 2
+cmake --build "$build/cmake" >/dev/null || exit 2
+elf="$build/cmake/c-firmware.elf"
 arm-none-eabi-size -A "$elf" | grep -E '^\.(vectors|text|rodata|ARM\.exidx|data|bss) ' >&2
 
 log="$(mktemp)"

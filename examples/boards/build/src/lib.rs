@@ -37,12 +37,19 @@ const N_GEN: usize = 64;
 impl Firmware {
     /// Everything the build script does: the memory map and the model's consts.
     pub fn build(&self) {
-        let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
-        let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+        let (manifest, out) = dirs();
+        self.memory_map(&manifest, &out);
+        self.build_model();
+    }
+
+    /// The model's consts only, for a board whose HAL brings the whole memory map and its
+    /// linker scripts (esp-hal's `linkall.x`): the firmware links those itself and
+    /// `stack_reserve` is not used.
+    pub fn build_model(&self) {
+        let (manifest, out) = dirs();
         for var in ["KVM_BOARD_MODEL", "KVM_BOARD_N_GEN"] {
             println!("cargo:rerun-if-env-changed={var}");
         }
-        self.memory_map(&manifest, &out);
         self.model_info(&manifest, &out);
     }
 
@@ -84,9 +91,11 @@ impl Firmware {
         let path = env::var("KVM_BOARD_MODEL").unwrap_or_else(|_| self.default_model.to_owned());
         let path = manifest.join(path);
         println!("cargo:rerun-if-changed={}", path.display());
-        let blob = fs::read(&path)
-            .unwrap_or_else(|e| self.fail(&format!("model {}: {e}\n  make it with: {}", path.display(), self.make_model)));
-        let model = kvm_core::Model::from_bytes(&blob).unwrap_or_else(|e| self.fail(&format!("model {}: {e}", path.display())));
+        let blob = fs::read(&path).unwrap_or_else(|e| {
+            self.fail(&format!("model {}: {e}\n  make it with: {}", path.display(), self.make_model))
+        });
+        let model =
+            kvm_core::Model::from_bytes(&blob).unwrap_or_else(|e| self.fail(&format!("model {}: {e}", path.display())));
         let n_gen = match env::var("KVM_BOARD_N_GEN") {
             Ok(v) => match v.parse::<usize>() {
                 Ok(n) if (1..=N_GEN).contains(&n) => n,
@@ -115,4 +124,11 @@ impl Firmware {
         eprintln!("{} build: {msg}", self.name);
         std::process::exit(1);
     }
+}
+
+/// The firmware's directory and the build script's output directory.
+fn dirs() -> (PathBuf, PathBuf) {
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    (manifest, out)
 }
