@@ -5,13 +5,12 @@
 
 use crate::cache::SlotReads;
 use crate::config::flags;
+use crate::fixed::{fixed_of, isqrt, mul_fx, one_plus_elu, shr32, sigmoid, tanh, FX, ONE};
 use crate::format::Role;
-use crate::int::fixed::{fixed_of, isqrt, mul_fx, one_plus_elu, shr32, sigmoid, tanh, ONE};
 use crate::int::head::{HeadScratch, KvmHead, SwaHead};
 use crate::int::ops::{dequant_row, layer_norm, matvec, relu_sq_input, to_input};
 use crate::math::Rope;
 use crate::model::Model;
-use crate::quant::FX;
 use crate::state::arena_int::{IntLayer, IntScratch};
 use crate::state::plan::{Counters, Phase, Plan};
 use crate::state::Layout;
@@ -43,7 +42,7 @@ fn rope_tables(rope: &Rope, half: usize, t: usize, out: &mut [i32]) {
     let (cos, sin) = out.split_at_mut(half);
     for j in 0..half {
         let p = (t as u64).wrapping_mul(phase_step(rope.freq(j)));
-        (cos[j], sin[j]) = crate::int::fixed::cos_sin((p >> 32) as u32);
+        (cos[j], sin[j]) = crate::fixed::cos_sin((p >> 32) as u32);
     }
 }
 
