@@ -91,7 +91,7 @@ pub fn requant32(acc: i32, (m, sh): (i32, i32), s: i32) -> i32 {
     }
 }
 
-/// A row's output of an [`DType::I8`] product: `round(acc * m * 2^(s - sh))` for the exact
+/// A row's output of an [`crate::quant::DType::I8`] product: `round(acc * m * 2^(s - sh))` for the exact
 /// sum `acc` of its products with an input of exponent `s`, saturating.
 #[inline]
 pub fn requant(acc: i64, (m, sh): (i32, i32), s: i32) -> i32 {

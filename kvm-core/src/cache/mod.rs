@@ -4,7 +4,7 @@
 //! the arena), as llama.cpp's f16 KV cache does; [`CacheDtype::Q8`] quarters it (one i8 per
 //! value and one f32 scale per row, as llama.cpp's q8_0 KV cache). The state's sums, radii
 //! and gates stay f32 either way, so merges keep accumulating at full precision. The
-//! integer numerics' rows are [`int`]'s.
+//! integer numerics' rows are `int`'s.
 
 use core::marker::PhantomData;
 
