@@ -8,7 +8,7 @@ use crate::config::{flags, Config};
 use crate::fixed::{exp_neg, isqrt, mul_fx, sat32, shr32, shr_round, FX, ONE};
 use crate::int::ops::{dot_row, layer_norm, norm, to_row};
 use crate::state::arena_int::IntLayer;
-use crate::state::fold::{self, mark_least, FoldHead, MERGED};
+use crate::state::fold::{self, mark_least, FoldHead, HeadWrites, MERGED};
 use crate::state::plan::Plan;
 use crate::tensor::Vector;
 
@@ -97,29 +97,10 @@ impl KvmHead<'_, '_> {
         layer_norm(pk, 0, self.ln_sk.0, self.ln_sk.1);
     }
 
-    /// A token's updates (`plan` the token's): its initial append, if any, then its window
-    /// push of key `k`, value `v` (fixed point) and merge gate `m`.
+    /// A token's updates ([`fold::update`], `plan` the token's) of key `k`, value `v`
+    /// (fixed point) and merge gate `m`.
     pub(crate) fn update(&mut self, plan: &Plan, k: &[i32], v: &[i32], m: i32, s: &mut HeadScratch<'_>) {
-        if let Some(slot) = plan.initial {
-            let g = if plan.gate_initial { m } else { ONE };
-            let (i, dk, dv) = (self.slot(slot), self.dk(), self.dv());
-            let pk = &mut s.wide[..dk];
-            pk.copy_from_slice(k);
-            self.prepare_key(pk);
-            gate(pk, g);
-            self.st.sk[i * dk..(i + 1) * dk].copy_from_slice(pk);
-            let sv = &mut self.st.sv[i * dv..(i + 1) * dv];
-            sv.copy_from_slice(v);
-            gate(sv, g);
-            // The radius is the ungated |v|; exponents start at 0.
-            let r = if self.cfg.has(flags::VLENS) { norm(v) } else { 1 };
-            self.st.sr[3 * i..3 * i + 3].copy_from_slice(&[r, 0, 0]);
-            self.refresh(slot, true, s);
-        }
-        let ri = self.ring(plan.t);
-        push(&mut self.st.wk, ri, k, &mut s.row[..k.len()]);
-        push(&mut self.st.wv, ri, v, &mut s.row[..v.len()]);
-        self.st.wm[ri] = m;
+        fold::update(&mut Work { head: self, s }, plan, (k, v, m));
     }
 
     /// Recomputes what reads of slot `s` see: with `key`, `nk = LN_s_k(sk)`; and the value
@@ -176,7 +157,7 @@ impl KvmHead<'_, '_> {
     /// Folds window chunk `[b, b + chunk_len)` into the state ([`fold::fold`]).
     pub(crate) fn fold(&mut self, b: usize, slots_before: usize, slots_after: usize, s: &mut HeadScratch<'_>) {
         let cfg = self.cfg;
-        fold::fold(cfg, &mut Folding { head: self, s }, b, slots_before, slots_after);
+        fold::fold(cfg, &mut Work { head: self, s }, b, slots_before, slots_after);
     }
 
     /// Attention of query `q` (fixed point, post LN_q and RoPE) over the state slots
@@ -206,15 +187,15 @@ impl KvmHead<'_, '_> {
     }
 }
 
-/// An integer head's fold ([`FoldHead`]): its state and the head's scratch. A merged
-/// token joins its slot's sums at once, in token order, each sum rounded to the slot's
-/// exponent as it grows.
-struct Folding<'f, 'l, 's, 'x> {
+/// An integer head's writes ([`HeadWrites`], [`FoldHead`]): its state and the head's
+/// scratch. In a fold, a merged token joins its slot's sums at once, in token order, each
+/// sum rounded to the slot's exponent as it grows.
+struct Work<'f, 'l, 's, 'x> {
     head: &'f mut KvmHead<'l, 's>,
     s: &'f mut HeadScratch<'x>,
 }
 
-impl Folding<'_, '_, '_, '_> {
+impl Work<'_, '_, '_, '_> {
     /// `(d_qk, d_v, chunk_len)`.
     #[inline]
     fn dims(&self) -> (usize, usize, usize) {
@@ -230,7 +211,43 @@ impl Folding<'_, '_, '_, '_> {
     }
 }
 
-impl FoldHead for Folding<'_, '_, '_, '_> {
+impl HeadWrites for Work<'_, '_, '_, '_> {
+    type Token<'t> = (&'t [i32], &'t [i32], i32);
+
+    /// Exponents start at 0.
+    fn store_initial(&mut self, slot: usize, (k, v, _): Self::Token<'_>) {
+        let (dk, dv, _) = self.dims();
+        let hd = &mut *self.head;
+        let (i, vlens) = (hd.slot(slot), hd.cfg.has(flags::VLENS));
+        let pk = &mut self.s.wide[..dk];
+        pk.copy_from_slice(k);
+        hd.prepare_key(pk);
+        hd.st.sk[i * dk..(i + 1) * dk].copy_from_slice(pk);
+        hd.st.sv[i * dv..(i + 1) * dv].copy_from_slice(v);
+        let r = if vlens { norm(v) } else { 1 };
+        hd.st.sr[3 * i..3 * i + 3].copy_from_slice(&[r, 0, 0]);
+    }
+
+    fn gate_slot(&mut self, slot: usize, (_, _, m): Self::Token<'_>, gated: bool) {
+        let (dk, dv, _) = self.dims();
+        let (i, g) = (self.head.slot(slot), if gated { m } else { ONE });
+        gate(&mut self.head.st.sk[i * dk..(i + 1) * dk], g);
+        gate(&mut self.head.st.sv[i * dv..(i + 1) * dv], g);
+    }
+
+    fn refresh_initial(&mut self, slot: usize) {
+        self.head.refresh(slot, true, self.s);
+    }
+
+    fn push_window(&mut self, t: usize, (k, v, m): Self::Token<'_>) {
+        let ri = self.head.ring(t);
+        push(&mut self.head.st.wk, ri, k, &mut self.s.row[..k.len()]);
+        push(&mut self.head.st.wv, ri, v, &mut self.s.row[..v.len()]);
+        self.head.st.wm[ri] = m;
+    }
+}
+
+impl FoldHead for Work<'_, '_, '_, '_> {
     fn prepare_keys(&mut self, b: usize) {
         let (dk, _, c) = self.dims();
         for i in 0..c {

@@ -1,12 +1,46 @@
-//! A fold (spec §3 "Overflow update"), written once for both numerics: the chunk leaving
-//! the window has its keys prepared, its most novel tokens become new slots (appends),
-//! the others join their nearest non-sink slot (merge targets, then sums), and the slots
-//! whose sums changed are refreshed. The parts whose arithmetic differs (a prepared key, a
-//! similarity, a sum, a refresh) are [`FoldHead`]'s: [`crate::state::update`]'s over
-//! floats, `crate::int::head`'s over integer rows and sums, each in the order that keeps
-//! its bits.
+//! A head's writes (spec §3), written once for both numerics: a token's [`update`] (an
+//! initial-state token's slot, then its window push) and a [`fold`] (the chunk leaving the
+//! window has its keys prepared, its most novel tokens become new slots, the others join
+//! their nearest non-sink slot, and the slots whose sums changed are refreshed). The parts
+//! whose arithmetic differs (a prepared key, a similarity, a sum, a stored row) are
+//! [`HeadWrites`]' and [`FoldHead`]'s: [`crate::state::update`]'s over floats,
+//! `crate::int::head`'s over integer rows and sums, each in the order that keeps its bits.
 
 use crate::config::{flags, Config};
+use crate::state::plan::Plan;
+
+/// A token's writes to one head's state in one numerics: the steps of [`update`].
+pub(crate) trait HeadWrites {
+    /// A token's key (post LN_k and RoPE), value and merge gate, as the numerics holds
+    /// them.
+    type Token<'t>: Copy;
+
+    /// Slot `s` takes the token: its prepared key (`LN_s_k`, rope dims zeroed) and its
+    /// value as the sums, its radius `|v|` (vlens) or a fold count of 1.
+    fn store_initial(&mut self, s: usize, tok: Self::Token<'_>);
+
+    /// Slot `s`'s sums times the token's merge gate where `gated`.
+    fn gate_slot(&mut self, s: usize, tok: Self::Token<'_>, gated: bool);
+
+    /// Recomputes what reads of slot `s` see, its key included.
+    fn refresh_initial(&mut self, s: usize);
+
+    /// The token's key, value and merge gate into the ring entry of window position `t`.
+    fn push_window(&mut self, t: usize, tok: Self::Token<'_>);
+}
+
+/// A token's writes (`plan` the token's): an initial-state token's slot (its sums, gated
+/// when the model gates initial appends; the radius the ungated `|v|`), then its window
+/// push.
+#[inline]
+pub(crate) fn update<H: HeadWrites>(h: &mut H, plan: &Plan, tok: H::Token<'_>) {
+    if let Some(s) = plan.initial {
+        h.store_initial(s, tok);
+        h.gate_slot(s, tok, plan.gate_initial);
+        h.refresh_initial(s);
+    }
+    h.push_window(plan.t, tok);
+}
 
 /// A merged token's flag in a fold's `index` (the slot it joins in the low bits).
 pub(crate) const MERGED: u32 = 1 << 31;

@@ -1,8 +1,8 @@
 //! A session's decode state and its updates (spec §3), in the caller's arena, in the order
 //! a step uses them: `words` (the arena's unit) -> `arena_int` (an integer session's parts)
 //! -> `arena` (the layout and the views carved from it) -> `plan` (what this token does to
-//! the state) -> `fold` (a fold's story, written once over the numerics) -> `update`
-//! (every write in floats: initial appends, window pushes, a fold's arithmetic) ->
+//! the state) -> `fold` (a head's writes, a token's and a fold's, written once over the
+//! numerics) -> `update` (their float arithmetic: initial slots, window pushes, folds) ->
 //! `attend` (every read: attention over the slots and the window) -> `schedule` (step 7 of
 //! a layer over a batch: runs, segments, the heads' jobs).
 //!

@@ -9,7 +9,7 @@ use crate::kernels;
 use crate::math::{layer_norm_inplace, ln_stats, norm};
 use crate::quant::round_bf16;
 use crate::state::arena::{ring_index, slot_index, FoldScratch, LayerState};
-use crate::state::fold::{self, mark_least, touched, FoldHead, MERGED};
+use crate::state::fold::{self, mark_least, touched, FoldHead, HeadWrites, MERGED};
 use crate::state::plan::Plan;
 use crate::tensor::Vector;
 
@@ -56,14 +56,11 @@ impl HeadState<'_, '_> {
         ring_index(self.cfg, self.h, j)
     }
 
-    /// A token's updates (`plan` the token's): its initial append, if any, then its window
-    /// push of key `k`, value `v` and merge gate `m`.
+    /// A token's updates ([`fold::update`], `plan` the token's) of key `k`, value `v` and
+    /// merge gate `m`.
     #[inline]
-    pub(crate) fn update(&mut self, plan: &Plan, (k, v, m): (&[f32], &[f32], f32)) {
-        if let Some(slot) = plan.initial {
-            self.initial_append(slot, k, v, m, plan.gate_initial);
-        }
-        self.push_window(plan.t, k, v, m);
+    pub(crate) fn update(&mut self, plan: &Plan, tok: (&[f32], &[f32], f32)) {
+        fold::update(self, plan, tok);
     }
 
     /// Recomputes what reads of slots `[from, to)` see.
@@ -96,31 +93,6 @@ impl HeadState<'_, '_> {
         }
     }
 
-    /// Copies the new token (`k` post-RoPE, `v`, gate `m`) into initial-state slot `s`;
-    /// the radius is the ungated `|v|` even when the copy is gated.
-    pub fn initial_append(&mut self, s: usize, k: &[f32], v: &[f32], m: f32, gated: bool) {
-        let (i, dk, dv) = (self.slot(s), self.dk(), self.dv());
-        let vlens = self.cfg.has(flags::VLENS);
-        let st = &mut *self.st;
-        let sk = &mut st.sk[i * dk..(i + 1) * dk];
-        sk.copy_from_slice(k);
-        prepare_key(self.cfg, self.ln_sk, sk);
-        let sv = &mut st.sv[i * dv..(i + 1) * dv];
-        sv.copy_from_slice(v);
-        let gate = if gated { m } else { 1.0 };
-        store_slot(sk, sv, &mut st.r[i], (gate, gate), vlens, false);
-        self.refresh(s, s + 1);
-    }
-
-    /// Stores the new token's key, value and merge gate in the window ring.
-    pub fn push_window(&mut self, t: usize, k: &[f32], v: &[f32], m: f32) {
-        let (dk, dv) = (self.dk(), self.dv());
-        let ri = self.ring(t);
-        self.st.wk.set(ri, dk, |c| k[c]);
-        self.st.wv.set(ri, dv, |c| v[c]);
-        self.st.wm[ri] = m;
-    }
-
     /// Folds window chunk `[b, b + chunk_len)` into the state ([`fold::fold`]), its
     /// similarities spread through `exec`.
     pub fn fold(
@@ -135,8 +107,8 @@ impl HeadState<'_, '_> {
         fold::fold(cfg, &mut Folding { head: self, fs, exec }, b, slots_before, slots_after);
     }
 
-    /// Prefetches what [`HeadState::initial_append`] to slot `initial` (if any) and
-    /// [`HeadState::push_window`] of token `t` will write, so their stores find the lines
+    /// Prefetches what [`HeadState::update`] of token `t` will write (to slot `initial`,
+    /// if any, and the window ring), so their stores find the lines
     /// in cache: those rows were last touched many steps ago.
     pub fn prefetch_writes(&self, t: usize, initial: Option<usize>) {
         let (dk, dv) = (self.dk(), self.dv());
@@ -151,6 +123,42 @@ impl HeadState<'_, '_> {
         let ri = self.ring(t);
         st.wk.prefetch_row(ri, dk);
         st.wv.prefetch_row(ri, dv);
+    }
+}
+
+/// A float head's token writes: `k` post-RoPE, `v`, gate `m`.
+impl HeadWrites for HeadState<'_, '_> {
+    type Token<'t> = (&'t [f32], &'t [f32], f32);
+
+    fn store_initial(&mut self, s: usize, (k, v, _): Self::Token<'_>) {
+        let (i, dk, dv) = (self.slot(s), self.dk(), self.dv());
+        let vlens = self.cfg.has(flags::VLENS);
+        let st = &mut *self.st;
+        let sk = &mut st.sk[i * dk..(i + 1) * dk];
+        sk.copy_from_slice(k);
+        prepare_key(self.cfg, self.ln_sk, sk);
+        st.sv[i * dv..(i + 1) * dv].copy_from_slice(v);
+        st.r[i] = if vlens { norm(v) } else { 1.0 };
+    }
+
+    /// Times 1 where not gated, as the reference does.
+    fn gate_slot(&mut self, s: usize, (_, _, m): Self::Token<'_>, gated: bool) {
+        let (i, dk, dv) = (self.slot(s), self.dk(), self.dv());
+        let gate = if gated { m } else { 1.0 };
+        self.st.sk[i * dk..(i + 1) * dk].iter_mut().for_each(|o| *o *= gate);
+        self.st.sv[i * dv..(i + 1) * dv].iter_mut().for_each(|o| *o *= gate);
+    }
+
+    fn refresh_initial(&mut self, s: usize) {
+        self.refresh(s, s + 1);
+    }
+
+    fn push_window(&mut self, t: usize, (k, v, m): Self::Token<'_>) {
+        let (dk, dv) = (self.dk(), self.dv());
+        let ri = self.ring(t);
+        self.st.wk.set(ri, dk, |c| k[c]);
+        self.st.wv.set(ri, dv, |c| v[c]);
+        self.st.wm[ri] = m;
     }
 }
 
@@ -214,7 +222,7 @@ impl FoldHead for Folding<'_, '_, '_, '_> {
         sk.copy_from_slice(&self.fs.pk[i * dk..(i + 1) * dk]);
         let sv = &mut st.sv[si * dv..(si + 1) * dv];
         st.wv.as_rows().get(ri, sv);
-        store_slot(sk, sv, &mut st.r[si], (gate(gated.0), gate(gated.1)), vlens, true);
+        store_slot(sk, sv, &mut st.r[si], (gate(gated.0), gate(gated.1)), vlens);
     }
 
     fn gate_key(&mut self, b: usize, i: usize) {
@@ -325,28 +333,16 @@ fn similarities(
     }
 }
 
-/// `sk = pk * key_gate`, `sv = v * value_gate` (`sk` and `sv` hold `pk` and `v` on
-/// entry), `r = |v|` or `|v * value_gate|` (vlens) or 1.
-fn store_slot(
-    sk: &mut [f32],
-    sv: &mut [f32],
-    r: &mut f32,
-    (key_gate, value_gate): (f32, f32),
-    vlens: bool,
-    gated_radius: bool,
-) {
-    let ungated = if vlens && !gated_radius { norm(sv) } else { 0.0 };
+/// An appended token's slot: `sk = pk * key_gate`, `sv = v * value_gate` (`sk` and `sv`
+/// hold `pk` and `v` on entry), `r = |v * value_gate|` (vlens) or 1.
+fn store_slot(sk: &mut [f32], sv: &mut [f32], r: &mut f32, (key_gate, value_gate): (f32, f32), vlens: bool) {
     for o in sk.iter_mut() {
         *o *= key_gate;
     }
     for o in sv.iter_mut() {
         *o *= value_gate;
     }
-    *r = match (vlens, gated_radius) {
-        (false, _) => 1.0,
-        (true, true) => norm(sv),
-        (true, false) => ungated,
-    };
+    *r = if vlens { norm(sv) } else { 1.0 };
 }
 
 #[cfg(test)]
