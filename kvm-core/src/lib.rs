@@ -5,10 +5,11 @@
 //! Data flows one way; each module imports only modules listed before it, and
 //! `docs/architecture.md` maps each file to the step of the spec it owns:
 //!
-//! - [`error`], [`crc`], [`config`] (hyper-parameters), [`quant`] (weight blocks);
+//! - [`error`], [`crc`], [`config`] (hyper-parameters), [`fixed`] (the integer
+//!   numerics' fixed-point arithmetic, a leaf), [`quant`] (weight blocks);
 //! - [`tensor`] (the [`tensor::Vector`] and [`tensor::Matrix`] views) -> [`math`] (norms,
 //!   RoPE) and [`kernels`] (matrix x vector in tiers) -> [`cache`] (how attention rows are
-//!   stored) -> [`exec`] (how splittable work runs);
+//!   stored, float and integer) -> [`exec`] (how splittable work runs);
 //! - [`format`] (the file) -> [`tokenizer`] -> [`state`] (the arena layout, the step plan,
 //!   the means state, the window and attention reads) -> [`model`] (the validated weights)
 //!   -> [`forward`] (the forward pass) and `int` (the same pass in the integer numerics,
@@ -25,6 +26,7 @@ pub mod config;
 pub mod crc;
 pub mod error;
 pub mod exec;
+pub mod fixed;
 pub mod format;
 pub mod forward;
 pub(crate) mod int;

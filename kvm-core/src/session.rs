@@ -6,7 +6,7 @@ use crate::cache::Rows;
 use crate::config::Config;
 use crate::error::{Error, Origin, Result};
 use crate::exec::{Exec, Serial};
-use crate::forward::{forward, Logits, Pass, Tap, Work};
+use crate::forward::{forward, Logits, Pass, Tap, TapFn, Work};
 use crate::int::forward::IntPass;
 use crate::math::{all_finite, Rope};
 use crate::model::Model;
@@ -133,10 +133,12 @@ impl<'m, 'a> Session<'m, 'a> {
     /// would overflow (after 2^32 - 1 tokens); [`Error::NonFiniteLogits`] when logits were
     /// asked for and hold a NaN or an infinity (the step was taken).
     pub fn step(&mut self, token: u32, phase: Phase, want_logits: bool) -> Result<()> {
-        self.step_tapped(token, phase, want_logits, &mut |_, _| {})
+        let logits = if want_logits { Logits::Last } else { Logits::None };
+        self.run(&[token], phase, None, logits, &Serial, None)
     }
 
-    /// [`Session::step`], calling `tap` at every [`Tap`] point.
+    /// [`Session::step`], calling `tap` at every [`Tap`] point (for an integer file, with
+    /// the f32 of each fixed-point value, exact to 24 bits).
     ///
     /// # Errors
     /// As [`Session::step`].
@@ -148,14 +150,16 @@ impl<'m, 'a> Session<'m, 'a> {
         tap: &mut dyn FnMut(Tap, &[f32]),
     ) -> Result<()> {
         let logits = if want_logits { Logits::Last } else { Logits::None };
-        self.run(&[token], phase, None, logits, &Serial, tap)
+        self.run(&[token], phase, None, logits, &Serial, Some(tap))
     }
 
     /// Feeds `tokens` as one batch: every matrix product runs over all of them at once,
     /// so each weight is read once per batch instead of once per token, while the state
     /// is updated token by token exactly as [`Session::step`] would. `batch` is scratch
     /// of at least [`Layout::acts_len`]`(tokens.len())` f32s; `exec` runs the products
-    /// (the std runtime passes a thread pool).
+    /// (the std runtime passes a thread pool). An integer file's session
+    /// ([`Layout::is_int`]) feeds the batch token by token, with the bits of single steps:
+    /// its `acts_len` is 0 and its products run on the calling thread (`exec` unused).
     ///
     /// # Errors
     /// [`Error::BufferTooSmall`] for a short `batch` or `Logits::All` buffer;
@@ -169,7 +173,7 @@ impl<'m, 'a> Session<'m, 'a> {
         exec: &dyn Exec,
         logits: Logits<'_>,
     ) -> Result<()> {
-        self.run(tokens, phase, Some(batch), logits, exec, &mut |_, _| {})
+        self.run(tokens, phase, Some(batch), logits, exec, None)
     }
 
     fn run(
@@ -179,7 +183,7 @@ impl<'m, 'a> Session<'m, 'a> {
         batch: Option<&mut [f32]>,
         logits: Logits<'_>,
         exec: &dyn Exec,
-        tap: &mut dyn FnMut(Tap, &[f32]),
+        tap: Option<&mut TapFn<'_>>,
     ) -> Result<()> {
         let vocab_len = self.model.config().vocab_len;
         if tokens.is_empty() {
@@ -200,7 +204,7 @@ impl<'m, 'a> Session<'m, 'a> {
         }
         let lay = self.layout;
         if lay.is_int() {
-            return self.run_int(tokens, phase, logits);
+            return self.run_int(tokens, phase, logits, tap);
         }
         let arena = lay.split(self.arena);
         let mut s = arena.scratch;
@@ -225,7 +229,8 @@ impl<'m, 'a> Session<'m, 'a> {
         };
         let pass = Pass::new(&self.model, (&self.rope, &self.alt_rope), &lay, at, phase, exec);
         let work = Work::new(arena.layers, arena.reads, &mut s, &mut acts);
-        let (next, origin) = forward(&pass, work, tokens, asked, tap);
+        let mut none = |_: Tap, _: &[f32]| {};
+        let (next, origin) = forward(&pass, work, tokens, asked, tap.unwrap_or(&mut none));
         let c: &mut [u32] = bytemuck::cast_slice_mut(arena.counters);
         c[counter::POS] = next.pos as u32;
         c[counter::SLOTS] = next.slots as u32;
@@ -239,10 +244,16 @@ impl<'m, 'a> Session<'m, 'a> {
     }
 
     /// [`Session::run`] in the integer numerics: token by token, the logits of those asked
-    /// for (the last, or each into the caller's rows).
+    /// for (the last, or each into the caller's rows), the taps at their points.
     // Never inlined: the integer step's frames then take no stack in a float session's.
     #[inline(never)]
-    fn run_int(&mut self, tokens: &[u32], phase: Phase, logits: Logits<'_>) -> Result<()> {
+    fn run_int(
+        &mut self,
+        tokens: &[u32],
+        phase: Phase,
+        logits: Logits<'_>,
+        mut tap: Option<&mut TapFn<'_>>,
+    ) -> Result<()> {
         let lay = self.layout;
         let cfg = *self.model.config();
         let vocab = cfg.vocab_len as usize;
@@ -257,7 +268,7 @@ impl<'m, 'a> Session<'m, 'a> {
                 Logits::All(_) => true,
             };
             let pass = IntPass { model: &self.model, rope: &self.rope, alt_rope: &self.alt_rope, lay: &lay, at, phase };
-            at = pass.step(token, (&mut *layers, &mut *reads), &mut s, want);
+            at = pass.step(token, (&mut *layers, &mut *reads), &mut s, want, &mut tap);
             if let Logits::All(rows) = &mut out {
                 rows[i * vocab..(i + 1) * vocab].copy_from_slice(&s.logits[..vocab]);
             }
@@ -292,12 +303,13 @@ impl<'m, 'a> Session<'m, 'a> {
         Ok(self.logits())
     }
 
-    /// [`Session::decode`] with the matrix products run by `exec` (a thread pool).
+    /// [`Session::decode`] with the matrix products run by `exec` (a thread pool; an
+    /// integer file's session runs them on the calling thread).
     ///
     /// # Errors
     /// As [`Session::step`].
     pub fn decode_with(&mut self, token: u32, exec: &dyn Exec) -> Result<&[f32]> {
-        self.run(&[token], Phase::Decode, None, Logits::Last, exec, &mut |_, _| {})?;
+        self.run(&[token], Phase::Decode, None, Logits::Last, exec, None)?;
         Ok(self.logits())
     }
 

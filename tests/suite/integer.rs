@@ -1,12 +1,12 @@
 //! The integer numerics (docs/integer.md): tiny-kjv's bits per byte next to f32's (i16
 //! and i8 attention rows), every golden case's top tokens next to the reference's,
-//! recomputed slot reads equal to stored ones, a batch equal to its tokens one by one, and
-//! a snapshot that continues bit for bit.
+//! recomputed slot reads equal to stored ones, a batch equal to its tokens one by one, a
+//! snapshot that continues bit for bit, and taps at every point, near the float model's.
 
 use crate::common::*;
 use kvm_core::cache::{CacheDtype, SlotReads};
 use kvm_core::exec::Serial;
-use kvm_core::forward::Logits;
+use kvm_core::forward::{Logits, Tap};
 use kvm_core::quant::DType;
 use kvm_core::state::Phase;
 use kvm_core::{Model, Session};
@@ -133,5 +133,43 @@ fn batches_and_snapshots_give_the_steps_bits() {
         let a: Vec<u32> = one.decode(id).unwrap().iter().map(|v| v.to_bits()).collect();
         let b: Vec<u32> = batch.decode(id).unwrap().iter().map(|v| v.to_bits()).collect();
         assert_eq!(a, b, "restored session after token {id}");
+    }
+}
+
+/// Every tap point of a step is called for an integer file too, with the f32 of its
+/// fixed-point values, near the float file's (cosine above 0.99 for each), and tapping
+/// leaves the logits' bits as they are.
+#[test]
+fn taps_see_every_point_near_the_float_models() {
+    let dir = golden_dir("hybrid_swa_saturation");
+    let int_blob = convert_with(&dir, &Policy::int());
+    let f32_blob = convert_with(&dir, &Policy::uniform(DType::F32));
+    let taps = |blob: &[u8], tapped: bool| {
+        let model = Model::from_bytes(blob).unwrap();
+        let mut arena = Arena::new(model.arena_len());
+        let mut session = Session::new(model, arena.bytes_mut()).unwrap();
+        let (mut seen, mut logits) = (vec![], vec![]);
+        for id in (0..40u32).map(|i| (i * 11 + 1) % model.config().vocab_len) {
+            if tapped {
+                session.step_tapped(id, Phase::Prefill, true, &mut |tap, x| seen.push((tap, x.to_vec()))).unwrap();
+            } else {
+                session.step(id, Phase::Prefill, true).unwrap();
+            }
+            logits.extend(session.logits().iter().map(|v| v.to_bits()));
+        }
+        (seen, logits, model.config().n_layers as usize, model.config().d_model as usize)
+    };
+    let (int_taps, int_logits, n_layers, d) = taps(&int_blob, true);
+    assert_eq!(int_logits, taps(&int_blob, false).1, "tapping changed the integer logits");
+    let (f32_taps, ..) = taps(&f32_blob, true);
+    assert_eq!(int_taps.len(), 40 * (1 + n_layers));
+    let points: Vec<Tap> = int_taps.iter().map(|(t, _)| *t).collect();
+    assert_eq!(points, f32_taps.iter().map(|(t, _)| *t).collect::<Vec<_>>());
+    for (i, ((tap, a), (_, b))) in int_taps.iter().zip(&f32_taps).enumerate() {
+        assert_eq!(a.len(), d, "tap {i} ({tap:?})");
+        let dot: f64 = a.iter().zip(b).map(|(&x, &y)| f64::from(x) * f64::from(y)).sum();
+        let norm = |v: &[f32]| v.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+        let cos = dot / (norm(a) * norm(b)).max(1e-30);
+        assert!(cos > 0.99, "tap {i} ({tap:?}): cosine {cos} to the float model's");
     }
 }

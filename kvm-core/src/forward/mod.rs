@@ -30,6 +30,9 @@ pub enum Tap {
     Block(usize),
 }
 
+/// A tap's callback: each [`Tap`] point's values.
+pub(crate) type TapFn<'t> = dyn FnMut(Tap, &[f32]) + 't;
+
 /// Which logits a forward pass computes.
 #[derive(Debug)]
 pub enum Logits<'o> {
@@ -54,20 +57,10 @@ pub(crate) fn forward(
     let (model, exec, at) = (pass.model, pass.exec, pass.at);
     let Work { layers, reads, s, x } = work;
     let cfg = model.config();
-    let (d, half) = (cfg.d_model as usize, cfg.rope_dim as usize / 2);
+    let d = cfg.d_model as usize;
 
     // x0 = LN_emb(wte[token]): [n, d_model]; each token's RoPE tables: [n, rope_dim / 2]
-    let (ln_w, ln_b) = (model.vector(Role::LnEmbW, 0), model.vector(Role::LnEmbB, 0));
-    for (i, &token) in tokens.iter().enumerate() {
-        let row = &mut x.x[i * d..(i + 1) * d];
-        kernels::dequant_row(&model.matrix(Role::TokEmbed, 0), token as usize, row);
-        layer_norm_inplace(row, ln_w, ln_b);
-        tap(Tap::Embed, row);
-        pass.rope.tables(at.pos + i, &mut x.cos[i * half..(i + 1) * half], &mut x.sin[i * half..(i + 1) * half]);
-        let ah = cfg.alt_rope_dim as usize / 2;
-        let (cos, sin) = (&mut x.alt_cos[i * ah..(i + 1) * ah], &mut x.alt_sin[i * ah..(i + 1) * ah]);
-        pass.alt_rope.tables(at.pos + i, cos, sin);
-    }
+    embed(pass, tokens, x, tap);
     // A hybrid's KVM layers' v_first = c_v(LN_attn(x0)) of the first KVM layer (spec §5):
     // [n, n_heads * d_v]
     if cfg.is_hybrid() && cfg.has(flags::VALUE_RESIDUAL) && !cfg.has(flags::ALT_SHARE_V0) {
@@ -131,6 +124,24 @@ pub(crate) fn forward(
     }
     // The counters after the batch: every KVM layer's state made the same steps.
     (at.after(cfg, pass.lay.state_len, x.n), origin)
+}
+
+/// `x.x <- LN_emb(wte[token])` of each token, `[n, d_model]`, and its position's RoPE
+/// tables, both kinds' (`[n, rope_dim / 2]`, `[n, alt_rope_dim / 2]`).
+fn embed(pass: &Pass<'_, '_>, tokens: &[u32], x: &mut Acts<'_>, tap: &mut dyn FnMut(Tap, &[f32])) {
+    let (model, at) = (pass.model, pass.at);
+    let cfg = model.config();
+    let (d, half, ah) = (cfg.d_model as usize, cfg.rope_dim as usize / 2, cfg.alt_rope_dim as usize / 2);
+    let (ln_w, ln_b) = (model.vector(Role::LnEmbW, 0), model.vector(Role::LnEmbB, 0));
+    for (i, &token) in tokens.iter().enumerate() {
+        let row = &mut x.x[i * d..(i + 1) * d];
+        kernels::dequant_row(&model.matrix(Role::TokEmbed, 0), token as usize, row);
+        layer_norm_inplace(row, ln_w, ln_b);
+        tap(Tap::Embed, row);
+        pass.rope.tables(at.pos + i, &mut x.cos[i * half..(i + 1) * half], &mut x.sin[i * half..(i + 1) * half]);
+        let (cos, sin) = (&mut x.alt_cos[i * ah..(i + 1) * ah], &mut x.alt_sin[i * ah..(i + 1) * ah]);
+        pass.alt_rope.tables(at.pos + i, cos, sin);
+    }
 }
 
 /// `x.a <- MLP(x.a)` for layer `l`: `c_proj(relu(c_fc m)^2)`, `m` token-shifted towards

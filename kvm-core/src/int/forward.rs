@@ -5,13 +5,13 @@
 
 use crate::cache::SlotReads;
 use crate::config::flags;
+use crate::fixed::{fixed_of, isqrt, mul_fx, one_plus_elu, shr32, sigmoid, tanh, FX, ONE};
 use crate::format::Role;
-use crate::int::fixed::{fixed_of, isqrt, mul_fx, one_plus_elu, shr32, sigmoid, tanh, ONE};
+use crate::forward::{Tap, TapFn};
 use crate::int::head::{HeadScratch, KvmHead, SwaHead};
 use crate::int::ops::{dequant_row, layer_norm, matvec, relu_sq_input, to_input};
 use crate::math::Rope;
 use crate::model::Model;
-use crate::quant::FX;
 use crate::state::arena_int::{IntLayer, IntScratch};
 use crate::state::plan::{Counters, Phase, Plan};
 use crate::state::Layout;
@@ -43,7 +43,7 @@ fn rope_tables(rope: &Rope, half: usize, t: usize, out: &mut [i32]) {
     let (cos, sin) = out.split_at_mut(half);
     for j in 0..half {
         let p = (t as u64).wrapping_mul(phase_step(rope.freq(j)));
-        (cos[j], sin[j]) = crate::int::fixed::cos_sin((p >> 32) as u32);
+        (cos[j], sin[j]) = crate::fixed::cos_sin((p >> 32) as u32);
     }
 }
 
@@ -73,6 +73,17 @@ fn token_shift(cur: &mut [i32], prev: &mut [i32], mix: Vector<'_>, first: bool) 
 fn axpy(y: &mut [i32], s: i32, x: &[i32]) {
     for (y, &x) in y.iter_mut().zip(x) {
         *y = y.saturating_add(if s == ONE { x } else { mul_fx(s, x) });
+    }
+}
+
+/// `tap(at, x)` with `x` (fixed point) as f32s, through `buf` (free scratch as long as
+/// `x`); nothing without a tap, so that a step without one does no float operation.
+fn tap_fixed(tap: &mut Option<&mut TapFn<'_>>, at: Tap, x: &[i32], buf: &mut [i32]) {
+    if let Some(tap) = tap {
+        for (b, &v) in buf.iter_mut().zip(x) {
+            *b = (v as f32 * (1.0 / ONE as f32)).to_bits() as i32;
+        }
+        tap(at, bytemuck::cast_slice(&buf[..x.len()]));
     }
 }
 
@@ -111,6 +122,7 @@ impl IntPass<'_, '_> {
         (layers, reads): (&mut [f32], &mut [f32]),
         s: &mut IntScratch<'_>,
         logits: bool,
+        tap: &mut Option<&mut TapFn<'_>>,
     ) -> Counters {
         let (model, cfg) = (self.model, self.model.config());
         let t = self.at.pos;
@@ -119,6 +131,7 @@ impl IntPass<'_, '_> {
         // x0 = LN_emb(wte[token]): [d_model]; the RoPE tables of position t
         dequant_row(&model.matrix(Role::TokEmbed, 0), token as usize, s.x);
         layer_norm(s.x, 0, model.vector(Role::LnEmbW, 0), model.vector(Role::LnEmbB, 0));
+        tap_fixed(tap, Tap::Embed, s.x, s.a);
         let (half, alt_half) = (cfg.rope_dim as usize / 2, cfg.alt_rope_dim as usize / 2);
         rope_tables(self.rope, half, t, s.rope);
         rope_tables(self.alt_rope, alt_half, t, s.alt_rope);
@@ -146,6 +159,7 @@ impl IntPass<'_, '_> {
             layer_norm(s.a, 0, model.vector(Role::LnMlpW, l), model.vector(Role::LnMlpB, l));
             self.mlp(l, &mut st, s);
             axpy(s.x, rs, s.a);
+            tap_fixed(tap, Tap::Block(l), s.x, s.a);
         }
 
         // logits = lm_head(LN_head(x)): [vocab_len], optionally soft-capped; the f32 of
@@ -171,9 +185,46 @@ impl IntPass<'_, '_> {
     /// `s.a <- Attn(s.a)` for layer `l` (spec §2 "Attn"; §5 for an alternate layer).
     fn attention(&self, l: usize, plan: &Plan, st: &mut IntLayer<'_>, s: &mut IntScratch<'_>) {
         let (model, cfg) = (self.model, self.model.config());
-        let (h_n, dk, dv) = (cfg.n_heads as usize, cfg.d_qk as usize, cfg.d_v as usize);
-        let alt = cfg.is_alt(l);
+        let (dk, alt) = (cfg.d_qk as usize, cfg.is_alt(l));
         let merge_gate = !alt && (cfg.has(flags::MERGE_GATE_KEYS) || cfg.has(flags::MERGE_GATE_VALUES));
+        // 1.-2. q = c_q a, k = c_k a, v = c_v a (+ value residual), merge gate logits
+        self.products(l, merge_gate, s);
+        // 3. token shift of q, k, v towards the previous token's (itself at t = 0)
+        if cfg.has(flags::TOKENSHIFT_ATT) {
+            let first = self.at.pos == 0;
+            token_shift(s.q, st.prev_q, model.vector(Role::ShiftQ, l), first);
+            token_shift(s.k, st.prev_k, model.vector(Role::ShiftK, l), first);
+            token_shift(s.v, st.prev_v, model.vector(Role::ShiftV, l), first);
+        }
+        // 4.-5. per-head LN_q / LN_k, then partial RoPE at the token's position
+        let (lnq, lnk) = ((Role::LnQW, Role::LnQB), (Role::LnKW, Role::LnKB));
+        let (half, tables) =
+            if alt { (cfg.alt_rope_dim as usize / 2, &*s.alt_rope) } else { (cfg.rope_dim as usize / 2, &*s.rope) };
+        for (rows, (w, b)) in [(&mut *s.q, lnq), (&mut *s.k, lnk)] {
+            for head in rows.chunks_exact_mut(dk) {
+                layer_norm(head, 0, model.vector(w, l), model.vector(b, l));
+                rope_apply(head, tables, half);
+            }
+        }
+        // 6. merge gate m_h = 1 + elu(key_weighting a): [n_heads]
+        if merge_gate {
+            s.mg.iter_mut().for_each(|m| *m = one_plus_elu(*m));
+        } else {
+            s.mg.fill(ONE);
+        }
+        // 7. per head: the state updates, then o_h = attention of q_h over the head's
+        //    state slots and window (an alternate layer's: over its ring)
+        self.heads(l, plan, st, s);
+        // Attn = c_proj(concat o_h)
+        self.product(Role::Wo, l, s.o, s.x16, s.a);
+    }
+
+    /// Steps 1-2 of layer `l`'s attention: `s.q`, `s.k`, `s.v` (after the value residual,
+    /// when the model has one) and, with `merge_gate`, the merge gates' logits `s.mg`, all
+    /// from `s.a`.
+    fn products(&self, l: usize, merge_gate: bool, s: &mut IntScratch<'_>) {
+        let (model, cfg) = (self.model, self.model.config());
+        let alt = cfg.is_alt(l);
         // 1. q = c_q a, k = c_k a, v = c_v a; v_gate1 a; key_weighting a
         let x16 = &mut s.x16[..cfg.d_model as usize];
         let sh = to_input(s.a, x16);
@@ -202,31 +253,15 @@ impl IntPass<'_, '_> {
                 *v = v.saturating_add(mul_fx(vf.saturating_sub(*v), g));
             }
         }
-        // 3. token shift of q, k, v towards the previous token's (itself at t = 0)
-        if cfg.has(flags::TOKENSHIFT_ATT) {
-            let first = self.at.pos == 0;
-            token_shift(s.q, st.prev_q, model.vector(Role::ShiftQ, l), first);
-            token_shift(s.k, st.prev_k, model.vector(Role::ShiftK, l), first);
-            token_shift(s.v, st.prev_v, model.vector(Role::ShiftV, l), first);
-        }
-        // 4.-5. per-head LN_q / LN_k, then partial RoPE at the token's position
-        let (lnq, lnk) = ((Role::LnQW, Role::LnQB), (Role::LnKW, Role::LnKB));
-        let (half, tables) =
-            if alt { (cfg.alt_rope_dim as usize / 2, &*s.alt_rope) } else { (cfg.rope_dim as usize / 2, &*s.rope) };
-        for (rows, (w, b)) in [(&mut *s.q, lnq), (&mut *s.k, lnk)] {
-            for head in rows.chunks_exact_mut(dk) {
-                layer_norm(head, 0, model.vector(w, l), model.vector(b, l));
-                rope_apply(head, tables, half);
-            }
-        }
-        // 6. merge gate m_h = 1 + elu(key_weighting a): [n_heads]
-        if merge_gate {
-            s.mg.iter_mut().for_each(|m| *m = one_plus_elu(*m));
-        } else {
-            s.mg.fill(ONE);
-        }
-        // 7. per head: the state updates, then o_h = attention of q_h over the head's
-        //    state slots and window (an alternate layer's: over its ring)
+    }
+
+    /// Step 7 of layer `l`'s attention: per head, the state updates, then `o_h`, the
+    /// attention of `q_h` over the head's state slots and window (an alternate layer's:
+    /// over its ring), into `s.o`.
+    fn heads(&self, l: usize, plan: &Plan, st: &mut IntLayer<'_>, s: &mut IntScratch<'_>) {
+        let (model, cfg) = (self.model, self.model.config());
+        let (h_n, dk, dv) = (cfg.n_heads as usize, cfg.d_qk as usize, cfg.d_v as usize);
+        let alt = cfg.is_alt(l);
         let scale = inv_sqrt(dk);
         let mut hs =
             HeadScratch { scores: s.scores, row: s.qrow, wide: s.wide, pk: s.pk, novelty: s.novelty, index: s.index };
@@ -257,8 +292,6 @@ impl IntPass<'_, '_> {
             let a = temps.map_or((scale, scale), |(f, st)| (mul_fx(scale, f.fixed(h)), mul_fx(scale, st.fixed(h))));
             head.attend(q, plan, a, &mut hs, out);
         }
-        // Attn = c_proj(concat o_h)
-        self.product(Role::Wo, l, s.o, s.x16, s.a);
     }
 
     /// `s.a <- MLP(s.a)` for layer `l`: `c_proj(relu(c_fc m)^2)`, `m` token-shifted

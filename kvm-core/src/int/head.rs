@@ -3,17 +3,14 @@
 //! reads, a sliding-window layer's ring, and attention over rows. Spec §3 and §5, in
 //! integers.
 
+use crate::cache::int::{IntRows, Row};
 use crate::config::{flags, Config};
-use crate::int::fixed::{exp_neg, isqrt, mul_fx, sat32, shr32, shr_round, ONE};
+use crate::fixed::{exp_neg, isqrt, mul_fx, sat32, shr32, shr_round, FX, ONE};
 use crate::int::ops::{dot_row, layer_norm, norm, to_row};
-use crate::quant::FX;
-use crate::state::arena_int::{IntLayer, IntRows, Row};
+use crate::state::arena_int::IntLayer;
+use crate::state::fold::{self, mark_least, FoldHead, HeadWrites, MERGED};
 use crate::state::plan::Plan;
-use crate::state::update::mark_least;
 use crate::tensor::Vector;
-
-/// A merged token's flag in a fold's `index` (the slot it joins in the low bits).
-const MERGED: u32 = 1 << 31;
 
 /// The scratch a head's work uses ([`crate::state::arena_int::IntScratch`]'s parts).
 pub(crate) struct HeadScratch<'a> {
@@ -100,29 +97,10 @@ impl KvmHead<'_, '_> {
         layer_norm(pk, 0, self.ln_sk.0, self.ln_sk.1);
     }
 
-    /// A token's updates (`plan` the token's): its initial append, if any, then its window
-    /// push of key `k`, value `v` (fixed point) and merge gate `m`.
+    /// A token's updates ([`fold::update`], `plan` the token's) of key `k`, value `v`
+    /// (fixed point) and merge gate `m`.
     pub(crate) fn update(&mut self, plan: &Plan, k: &[i32], v: &[i32], m: i32, s: &mut HeadScratch<'_>) {
-        if let Some(slot) = plan.initial {
-            let g = if plan.gate_initial { m } else { ONE };
-            let (i, dk, dv) = (self.slot(slot), self.dk(), self.dv());
-            let pk = &mut s.wide[..dk];
-            pk.copy_from_slice(k);
-            self.prepare_key(pk);
-            gate(pk, g);
-            self.st.sk[i * dk..(i + 1) * dk].copy_from_slice(pk);
-            let sv = &mut self.st.sv[i * dv..(i + 1) * dv];
-            sv.copy_from_slice(v);
-            gate(sv, g);
-            // The radius is the ungated |v|; exponents start at 0.
-            let r = if self.cfg.has(flags::VLENS) { norm(v) } else { 1 };
-            self.st.sr[3 * i..3 * i + 3].copy_from_slice(&[r, 0, 0]);
-            self.refresh(slot, true, s);
-        }
-        let ri = self.ring(plan.t);
-        push(&mut self.st.wk, ri, k, &mut s.row[..k.len()]);
-        push(&mut self.st.wv, ri, v, &mut s.row[..v.len()]);
-        self.st.wm[ri] = m;
+        fold::update(&mut Work { head: self, s }, plan, (k, v, m));
     }
 
     /// Recomputes what reads of slot `s` see: with `key`, `nk = LN_s_k(sk)`; and the value
@@ -155,7 +133,7 @@ impl KvmHead<'_, '_> {
             // r is the fold count (at least 1)
             let count = i64::from(r.max(1));
             for x in row.iter_mut() {
-                *x = crate::int::fixed::div_round(i64::from(*x), count) as i16;
+                *x = crate::fixed::div_round(i64::from(*x), count) as i16;
             }
             e_m
         };
@@ -176,119 +154,10 @@ impl KvmHead<'_, '_> {
         best
     }
 
-    /// Folds window chunk `[b, b + chunk_len)` into the state (spec §3 "Overflow update"):
-    /// the `slots_after - slots_before` most novel tokens become new slots, the rest merge
-    /// into their nearest non-sink slot.
+    /// Folds window chunk `[b, b + chunk_len)` into the state ([`fold::fold`]).
     pub(crate) fn fold(&mut self, b: usize, slots_before: usize, slots_after: usize, s: &mut HeadScratch<'_>) {
-        let (dk, dv, c) = (self.dk(), self.dv(), self.cfg.chunk_len as usize);
-        let gate_keys = self.cfg.has(flags::MERGE_GATE_KEYS);
-        let gate_values = self.cfg.has(flags::MERGE_GATE_VALUES);
-        let gate_appends = self.cfg.has(flags::GATE_APPENDS);
-        let vlens = self.cfg.has(flags::VLENS);
-
-        // pk_j = LN_s_k(k_j, rope dims zeroed) of every leaving token: [chunk_len, d_qk]
-        for i in 0..c {
-            let (m, e) = self.st.wk.row(self.ring(b + i));
-            let pk = &mut s.pk[i * dk..(i + 1) * dk];
-            widen(m, e, pk);
-            self.prepare_key(pk);
-        }
-
-        // Novelty: a token's best similarity to the current slots; the n_append lowest
-        // (ties: lower token first) are appended.
-        let n_append = slots_after - slots_before;
-        let index = &mut s.index[..c];
-        if n_append == 0 || n_append == c {
-            index.fill((n_append == c) as u32);
-        } else {
-            for i in 0..c {
-                let row = &mut s.row[..dk];
-                let e = to_row(&s.pk[i * dk..(i + 1) * dk], 0, row);
-                s.novelty[i] = self.best_slot(row, e, 0, slots_before).map_or(i64::MIN, |(sim, _)| sim);
-            }
-            let novelty = &s.novelty[..c];
-            mark_least(n_append, index, |a, b| novelty[a].cmp(&novelty[b]));
-        }
-
-        // Appends, in token order; gated copies when the model gates appends.
-        let mut slot = slots_before;
-        for i in 0..c {
-            if s.index[i] == 0 {
-                continue;
-            }
-            let ri = self.ring(b + i);
-            let m = self.st.wm[ri];
-            let g = |kind: bool| if gate_appends && kind { m } else { ONE };
-            let si = self.slot(slot);
-            let sk = &mut self.st.sk[si * dk..(si + 1) * dk];
-            sk.copy_from_slice(&s.pk[i * dk..(i + 1) * dk]);
-            gate(sk, g(gate_keys));
-            let (vm, ve) = self.st.wv.row(ri);
-            let sv = &mut self.st.sv[si * dv..(si + 1) * dv];
-            widen(vm, ve, sv);
-            gate(sv, g(gate_values));
-            let r = if vlens { norm(sv) } else { 1 };
-            self.st.sr[3 * si..3 * si + 3].copy_from_slice(&[r, 0, 0]);
-            slot += 1;
-        }
-        for slot in slots_before..slots_after {
-            self.refresh(slot, true, s);
-        }
-
-        // Merges: every other token joins argmax_{s >= sink} gk . LN_s_k(sk[s]) (ties:
-        // lowest slot; with every slot a sink, the last), all decided against the
-        // post-append state, then summed in token order.
-        let protected = (self.cfg.sink_len as usize).min(slots_after);
-        let mut merges = false;
-        for i in 0..c {
-            if s.index[i] != 0 {
-                continue;
-            }
-            let pk = &mut s.pk[i * dk..(i + 1) * dk];
-            if gate_keys {
-                gate(pk, self.st.wm[self.ring(b + i)]);
-            }
-            let row = &mut s.row[..dk];
-            let e = to_row(pk, 0, row);
-            let best =
-                self.best_slot(row, e, protected, slots_after).map_or(protected.min(slots_after - 1), |(_, s)| s);
-            s.index[i] = MERGED | best as u32;
-            merges = true;
-        }
-        if !merges {
-            return;
-        }
-        for i in 0..c {
-            if s.index[i] & MERGED == 0 {
-                continue;
-            }
-            let si = self.slot((s.index[i] & !MERGED) as usize);
-            let ri = self.ring(b + i);
-            let (e_k, e_v) = (&mut 0, &mut 0);
-            *e_k = self.st.sr[3 * si + 1];
-            add_into(&mut self.st.sk[si * dk..(si + 1) * dk], e_k, &s.pk[i * dk..(i + 1) * dk]);
-            self.st.sr[3 * si + 1] = *e_k;
-            let gv = &mut s.wide[..dv];
-            let (vm, ve) = self.st.wv.row(ri);
-            widen(vm, ve, gv);
-            if gate_values {
-                gate(gv, self.st.wm[ri]);
-            }
-            *e_v = self.st.sr[3 * si + 2];
-            add_into(&mut self.st.sv[si * dv..(si + 1) * dv], e_v, gv);
-            self.st.sr[3 * si + 2] = *e_v;
-        }
-        for slot in 0..slots_after {
-            let hit = s.index[..c].contains(&(MERGED | slot as u32));
-            // The reference's broadcast quirk: every slot's count grows once per fold.
-            if !vlens {
-                let i = self.slot(slot);
-                self.st.sr[3 * i] = self.st.sr[3 * i].saturating_add(1);
-            }
-            if hit || !vlens {
-                self.refresh(slot, hit, s);
-            }
-        }
+        let cfg = self.cfg;
+        fold::fold(cfg, &mut Work { head: self, s }, b, slots_before, slots_after);
     }
 
     /// Attention of query `q` (fixed point, post LN_q and RoPE) over the state slots
@@ -318,6 +187,154 @@ impl KvmHead<'_, '_> {
     }
 }
 
+/// An integer head's writes ([`HeadWrites`], [`FoldHead`]): its state and the head's
+/// scratch. In a fold, a merged token joins its slot's sums at once, in token order, each
+/// sum rounded to the slot's exponent as it grows.
+struct Work<'f, 'l, 's, 'x> {
+    head: &'f mut KvmHead<'l, 's>,
+    s: &'f mut HeadScratch<'x>,
+}
+
+impl Work<'_, '_, '_, '_> {
+    /// `(d_qk, d_v, chunk_len)`.
+    #[inline]
+    fn dims(&self) -> (usize, usize, usize) {
+        (self.head.dk(), self.head.dv(), self.head.cfg.chunk_len as usize)
+    }
+
+    /// The slot of highest similarity of `[from, to)` to prepared key `i`.
+    fn best_slot(&mut self, i: usize, from: usize, to: usize) -> Option<(i64, usize)> {
+        let dk = self.dims().0;
+        let row = &mut self.s.row[..dk];
+        let e = to_row(&self.s.pk[i * dk..(i + 1) * dk], 0, row);
+        self.head.best_slot(row, e, from, to)
+    }
+}
+
+impl HeadWrites for Work<'_, '_, '_, '_> {
+    type Token<'t> = (&'t [i32], &'t [i32], i32);
+
+    /// Exponents start at 0.
+    fn store_initial(&mut self, slot: usize, (k, v, _): Self::Token<'_>) {
+        let (dk, dv, _) = self.dims();
+        let hd = &mut *self.head;
+        let (i, vlens) = (hd.slot(slot), hd.cfg.has(flags::VLENS));
+        let pk = &mut self.s.wide[..dk];
+        pk.copy_from_slice(k);
+        hd.prepare_key(pk);
+        hd.st.sk[i * dk..(i + 1) * dk].copy_from_slice(pk);
+        hd.st.sv[i * dv..(i + 1) * dv].copy_from_slice(v);
+        let r = if vlens { norm(v) } else { 1 };
+        hd.st.sr[3 * i..3 * i + 3].copy_from_slice(&[r, 0, 0]);
+    }
+
+    fn gate_slot(&mut self, slot: usize, (_, _, m): Self::Token<'_>, gated: bool) {
+        let (dk, dv, _) = self.dims();
+        let (i, g) = (self.head.slot(slot), if gated { m } else { ONE });
+        gate(&mut self.head.st.sk[i * dk..(i + 1) * dk], g);
+        gate(&mut self.head.st.sv[i * dv..(i + 1) * dv], g);
+    }
+
+    fn refresh_initial(&mut self, slot: usize) {
+        self.head.refresh(slot, true, self.s);
+    }
+
+    fn push_window(&mut self, t: usize, (k, v, m): Self::Token<'_>) {
+        let ri = self.head.ring(t);
+        push(&mut self.head.st.wk, ri, k, &mut self.s.row[..k.len()]);
+        push(&mut self.head.st.wv, ri, v, &mut self.s.row[..v.len()]);
+        self.head.st.wm[ri] = m;
+    }
+}
+
+impl FoldHead for Work<'_, '_, '_, '_> {
+    fn prepare_keys(&mut self, b: usize) {
+        let (dk, _, c) = self.dims();
+        for i in 0..c {
+            let (m, e) = self.head.st.wk.row(self.head.ring(b + i));
+            let pk = &mut self.s.pk[i * dk..(i + 1) * dk];
+            widen(m, e, pk);
+            self.head.prepare_key(pk);
+        }
+    }
+
+    fn mark_novel(&mut self, slots: usize, n: usize) {
+        let c = self.dims().2;
+        for i in 0..c {
+            self.s.novelty[i] = self.best_slot(i, 0, slots).map_or(i64::MIN, |(sim, _)| sim);
+        }
+        let novelty = &self.s.novelty[..c];
+        mark_least(n, &mut self.s.index[..c], |a, b| novelty[a].cmp(&novelty[b]));
+    }
+
+    /// The bits in the novelty buffer, free once the appends are chosen.
+    fn flags(&mut self) -> (&mut [u32], &mut [u32]) {
+        let c = self.dims().2;
+        (&mut self.s.index[..c], bytemuck::cast_slice_mut(&mut self.s.novelty[..c]))
+    }
+
+    fn append(&mut self, b: usize, i: usize, slot: usize, gated: (bool, bool)) {
+        let (dk, dv, _) = self.dims();
+        let hd = &mut *self.head;
+        let (ri, si, vlens) = (hd.ring(b + i), hd.slot(slot), hd.cfg.has(flags::VLENS));
+        let m = hd.st.wm[ri];
+        let g = |x: bool| if x { m } else { ONE };
+        let sk = &mut hd.st.sk[si * dk..(si + 1) * dk];
+        sk.copy_from_slice(&self.s.pk[i * dk..(i + 1) * dk]);
+        gate(sk, g(gated.0));
+        let (vm, ve) = hd.st.wv.row(ri);
+        let sv = &mut hd.st.sv[si * dv..(si + 1) * dv];
+        widen(vm, ve, sv);
+        gate(sv, g(gated.1));
+        let r = if vlens { norm(sv) } else { 1 };
+        hd.st.sr[3 * si..3 * si + 3].copy_from_slice(&[r, 0, 0]);
+    }
+
+    fn gate_key(&mut self, b: usize, i: usize) {
+        let dk = self.dims().0;
+        gate(&mut self.s.pk[i * dk..(i + 1) * dk], self.head.st.wm[self.head.ring(b + i)]);
+    }
+
+    fn merge_targets(&mut self, from: usize, to: usize, fallback: usize) {
+        for i in 0..self.dims().2 {
+            if self.s.index[i] == 0 {
+                let best = self.best_slot(i, from, to).map_or(fallback, |(_, s)| s);
+                self.s.index[i] = MERGED | best as u32;
+            }
+        }
+    }
+
+    fn merge_sums(&mut self, b: usize, _slots: usize, gate_values: bool) {
+        let (dk, dv, c) = self.dims();
+        let (hd, s) = (&mut *self.head, &mut *self.s);
+        for i in (0..c).filter(|&i| s.index[i] & MERGED != 0) {
+            let si = hd.slot((s.index[i] & !MERGED) as usize);
+            let ri = hd.ring(b + i);
+            let mut e_k = hd.st.sr[3 * si + 1];
+            add_into(&mut hd.st.sk[si * dk..(si + 1) * dk], &mut e_k, &s.pk[i * dk..(i + 1) * dk]);
+            hd.st.sr[3 * si + 1] = e_k;
+            let gv = &mut s.wide[..dv];
+            let (vm, ve) = hd.st.wv.row(ri);
+            widen(vm, ve, gv);
+            if gate_values {
+                gate(gv, hd.st.wm[ri]);
+            }
+            let mut e_v = hd.st.sr[3 * si + 2];
+            add_into(&mut hd.st.sv[si * dv..(si + 1) * dv], &mut e_v, gv);
+            hd.st.sr[3 * si + 2] = e_v;
+        }
+    }
+
+    fn count(&mut self, slot: usize) {
+        let i = self.head.slot(slot);
+        self.head.st.sr[3 * i] = self.head.st.sr[3 * i].saturating_add(1);
+    }
+
+    fn refresh_slot(&mut self, slot: usize, key: bool) {
+        self.head.refresh(slot, key, self.s);
+    }
+}
+
 /// Head `h`'s ring of `len` rows from token `first` on: the row of the `i`-th token, for
 /// `i < len`, with one division for the whole walk (a core without a divider pays a
 /// library call for each).
@@ -342,7 +359,7 @@ impl Ring {
 /// A score in fixed point: `dot * 2^(e - 2 FX) * mult`.
 #[inline]
 fn score(dot: i32, mult: i32, e: i32) -> i32 {
-    shr32(crate::quant::mul_wide(dot, mult), 2 * FX as i32 - e)
+    shr32(crate::fixed::mul_wide(dot, mult), 2 * FX as i32 - e)
 }
 
 /// `out = sum_j softmax(scores)_j * value_j` (fixed point), `rows(j)` value `j`'s row:

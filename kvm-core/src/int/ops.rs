@@ -3,10 +3,10 @@
 //! norm), LayerNorm, and the Euclidean norm. Values are fixed point (`FX` fraction bits)
 //! unless a comment says otherwise.
 
-use crate::int::fixed::{bit_len, div_round, isqrt, shr32, shr_round};
+use crate::cache::int::Row;
+use crate::fixed::{bit_len, div_round, isqrt, mul_wide, rshr, shr32, shr_round, FX};
 use crate::kernels;
-use crate::quant::{i8_row, mul_wide, FX};
-use crate::state::arena_int::Row;
+use crate::quant::i8_row;
 use crate::tensor::{Matrix, Vector};
 
 /// `x` as a product's input: `out[c] = round(x[c] * 2^-s)` for the least `s >= 0` that
@@ -22,21 +22,6 @@ pub(crate) fn to_input(x: &[i32], out: &mut [i16]) -> i32 {
         *o = rshr(v, s) as i16;
     }
     s
-}
-
-/// [`shr_round`] of an i32 in i32 arithmetic (`round(v * 2^-k)`, halves up; a saturating
-/// left shift for `k < 0`): `floor((floor(v / 2^(k-1)) + 1) / 2)` is the same value.
-#[inline]
-pub(crate) fn rshr(v: i32, k: i32) -> i32 {
-    match k {
-        ..=0 => v.checked_shl(k.unsigned_abs()).filter(|&w| w >> k.unsigned_abs() == v).unwrap_or(if v < 0 {
-            i32::MIN
-        } else {
-            i32::MAX
-        }),
-        1..=31 => (v >> (k - 1)).saturating_add(1) >> 1,
-        _ => 0,
-    }
 }
 
 /// [`to_input`] of `relu(h)^2` (`h` fixed point, its own scratch): `h` first as an input
@@ -201,7 +186,7 @@ pub(crate) fn norm(x: &[i32]) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::int::fixed::ONE;
+    use crate::fixed::ONE;
     use crate::quant::{quantize_row, to_fixed, DType};
     use crate::sampler::Pcg32;
 

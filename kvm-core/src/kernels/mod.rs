@@ -113,7 +113,7 @@ pub fn matvec_prepared(w: &Matrix<'_>, x: &[f32], act: &[u8], y: &mut [f32]) {
 }
 
 /// The integer numerics' product (docs/integer.md): `y[r] =`
-/// [`crate::quant::requant`]`(sum_c q[r, c] * x[c], scale_r, s)` for an [`DType::I8`]
+/// [`crate::fixed::requant`]`(sum_c q[r, c] * x[c], scale_r, s)` for an [`DType::I8`]
 /// matrix `w` and an i16 input `x` of exponent `s` (`x.len() >= w.cols`, `y.len() <=
 /// w.rows`). The sums are exact, so every tier gives the same bits.
 #[inline]

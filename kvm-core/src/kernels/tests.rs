@@ -991,7 +991,7 @@ fn integer_products_are_exact_in_every_tier() {
                     for (r, &g) in got.iter().enumerate() {
                         let (scale, q) = crate::quant::i8_row(&data, rb, r);
                         let acc: i64 = q.iter().zip(&xs).map(|(&a, &b)| i64::from(a) * i64::from(b)).sum();
-                        let want = crate::quant::requant(acc, scale, s);
+                        let want = crate::fixed::requant(acc, scale, s);
                         assert_eq!(g, want, "{t:?} [{rows}, {cols}] row {r}, s {s}");
                     }
                 }

@@ -430,7 +430,7 @@ unsafe fn sparse_tile<K: IntKernel, const R: usize>(
 ) -> [i32; R] {
     // SAFETY: forwarded.
     let sums = unsafe { K::sparse_sums::<R>(rows.map(|(_, q)| q), nz) };
-    core::array::from_fn(|r| crate::quant::requant32(sums[r], rows[r].0, s))
+    core::array::from_fn(|r| crate::fixed::requant32(sums[r], rows[r].0, s))
 }
 
 /// The outputs of `R` rows (each its scale and weights) against `x` ([`matvec_i8`]).
@@ -456,7 +456,7 @@ unsafe fn i8_tile<K: IntKernel, const R: usize>(rows: [((i32, i32), &[i8]); R], 
     if x.len() <= I8_PART {
         // One partial sum a row: the oracle's product of two i32s.
         let sums = part(0, x);
-        return core::array::from_fn(|r| crate::quant::requant32(sums[r], rows[r].0, s));
+        return core::array::from_fn(|r| crate::fixed::requant32(sums[r], rows[r].0, s));
     }
     let mut acc = [0i64; R];
     for (c, xs) in x.chunks(I8_PART).enumerate() {
@@ -464,5 +464,5 @@ unsafe fn i8_tile<K: IntKernel, const R: usize>(rows: [((i32, i32), &[i8]); R], 
             *a += i64::from(p);
         }
     }
-    core::array::from_fn(|r| crate::quant::requant(acc[r], rows[r].0, s))
+    core::array::from_fn(|r| crate::fixed::requant(acc[r], rows[r].0, s))
 }

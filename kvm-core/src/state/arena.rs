@@ -30,14 +30,14 @@
 //! Everything before `scratch` is the session's state: [`crate::Session::snapshot`] copies
 //! it and nothing else. Every region starts on a 64-byte boundary.
 
+use crate::cache::int::RowWidth;
 use crate::cache::{CacheDtype, Parts, Rows, RowsMut, RowsParts, SlotReads};
-use crate::config::Config;
+use crate::config::{flags, Config};
 use crate::error::{ConfigField, Error, Result};
 use crate::kernels;
-use crate::state::arena_int::RowWidth;
 use crate::state::plan::SEGMENT_LEN;
 pub use crate::state::words::ARENA_ALIGN;
-use crate::state::words::{pad, take, LAYER_PARTS, UNIT};
+use crate::state::words::{pad, take, ArenaWords, LAYER_PARTS, UNIT};
 
 /// f32s of the counters block.
 pub(crate) const COUNTERS: usize = UNIT;
@@ -60,7 +60,29 @@ pub struct Layout {
     /// f32s of the per-step scratch.
     scratch_len: usize,
     n_layers: usize,
-    /// Elements of each part of a KVM layer's state ([`Layout::LAYER_CACHED`] ones of
+    /// Words of each part of a KVM layer's state, as the numerics sizes them
+    /// ([`ArenaWords::layer_words`]).
+    layer_words: [usize; LAYER_PARTS],
+    /// Words of each part of an alternate layer's state.
+    alt_words: [usize; LAYER_PARTS],
+    /// The float numerics' parts: what a float session carves its state and scratch by.
+    floats: Floats,
+    /// An integer-numerics session's ([`crate::int`]): its parts carve themselves from
+    /// the words above, and its scratch is its own.
+    int: bool,
+}
+
+const STEP_PARTS: usize = 8;
+const ROW_PARTS: usize = 16;
+
+/// The float numerics' arena for a config and capacity: the elements of its state's
+/// parts (attention rows stored as the cache dtype, the rest f32), its step scratch and
+/// its activations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Floats {
+    cache: CacheDtype,
+    reads: SlotReads,
+    /// Elements of each part of a KVM layer's state ([`Floats::LAYER_CACHED`] ones of
     /// `cache`).
     layer_sizes: [usize; LAYER_PARTS],
     /// Elements of each part of an alternate layer's state: the ring (wk, wv) and the
@@ -73,18 +95,12 @@ pub struct Layout {
     row_widths: [usize; ROW_PARTS],
     /// The widest input a matrix kernel sees.
     widest_input: usize,
-    /// An integer-numerics session's ([`crate::int`]): its parts are sized in words and
-    /// its scratch is its own.
-    int: bool,
     /// f32s a batch of several tokens keeps for its segments' attention scores
     /// ([`Acts::scores`]).
     segment_scores: usize,
 }
 
-const STEP_PARTS: usize = 8;
-const ROW_PARTS: usize = 16;
-
-impl Layout {
+impl Floats {
     /// The parts of a layer's state that [`SlotReads::Recomputed`] moves to the scratch:
     /// nk, nv.
     const SLOT_READS: [usize; 2] = [3, 4];
@@ -93,164 +109,61 @@ impl Layout {
     const LAYER_CACHED: [bool; LAYER_PARTS] =
         [false, false, false, true, true, true, true, false, false, false, false, false];
 
-    /// The layout of a session of `cfg` holding at most `state_len` slots, its attention
-    /// rows stored as `cache`, the slots' read rows where `reads` says.
-    ///
-    /// # Errors
-    /// [`Error::BadConfig`] (`StateCapacity`) if `state_len` is below `chunk_len` (the
-    /// first chunk always enters the state whole) or above the model's
-    /// [`Config::natural_state_len`]; [`Error::BadConfig`] if the arena size overflows.
-    pub fn new(cfg: &Config, state_len: usize, cache: CacheDtype, reads: SlotReads) -> Result<Layout> {
-        let too_big = Error::BadConfig(ConfigField::StateCapacity);
-        if state_len < cfg.chunk_len as usize || state_len > cfg.natural_state_len() {
-            return Err(too_big);
-        }
+    /// The float parts of a session of `cfg` holding `s` slots (`None` on overflow).
+    fn new(cfg: &Config, s: usize, cache: CacheDtype, reads: SlotReads) -> Option<Floats> {
         let h = cfg.n_heads as usize;
         let (dk, dv, d) = (cfg.d_qk as usize, cfg.d_v as usize, cfg.d_model as usize);
-        let (s, w, c) = (state_len, cfg.window_len(), cfg.chunk_len as usize);
-        let mul = |a: usize, b: usize| a.checked_mul(b).ok_or(too_big);
-        let layer_sizes = [
-            mul(mul(h, s)?, dk)?,
-            mul(mul(h, s)?, dv)?,
-            mul(h, s)?,
-            mul(mul(h, s)?, dk)?,
-            mul(mul(h, s)?, dv)?,
-            mul(mul(h, w)?, dk)?,
-            mul(mul(h, w)?, dv)?,
-            mul(h, w)?,
-            cfg.q_dim(),
-            cfg.q_dim(),
-            cfg.v_dim(),
-            d,
-        ];
+        let (w, c, qd, vd) = (cfg.window_len(), cfg.chunk_len as usize, cfg.q_dim(), cfg.v_dim());
+        let (hs, hw) = (h.checked_mul(s)?, h.checked_mul(w)?);
         let wa = if cfg.is_hybrid() { cfg.alt_window as usize } else { 0 };
-        let alt_sizes =
-            [0, 0, 0, 0, 0, mul(mul(h, wa)?, dk)?, mul(mul(h, wa)?, dv)?, 0, cfg.q_dim(), cfg.q_dim(), cfg.v_dim(), d];
-        // Row widths of the cached parts (nk, nv, wk, wv).
-        let part_widths = [1, 1, 1, dk, dv, dk, dv, 1, 1, 1, 1, 1];
-        let slot_rows = match reads {
-            SlotReads::Recomputed => {
-                Self::SLOT_READS.iter().map(|&i| pad(Self::part_words(cache, &part_widths, i, layer_sizes[i]))).sum()
-            }
-            SlotReads::Stored => 0,
-        };
-        let step_sizes = [
-            cfg.vocab_len as usize, // logits of the last token (first: see `Session::logits`)
-            mul(h, s.checked_add(w).ok_or(too_big)?.max(wa))?, // attention scores, per head
-            mul(c, dk)?,            // prepared overflow keys
-            c,                      // novelty scores
-            c,                      // appended flags (u32)
-            mul(s, dk)?,            // merged key deltas
-            mul(s, dv)?,            // merged value deltas
-            slot_rows,              // one layer's nk and nv (words)
-        ];
-        let row_widths = [
-            d,                                             // x: residual stream
-            d,                                             // a: block input / output
-            cfg.q_dim(),                                   // q
-            cfg.q_dim(),                                   // k
-            cfg.v_dim(),                                   // v
-            cfg.v_dim(),                                   // v_first
-            cfg.d_vgate as usize,                          // value-gate LoRA hidden
-            cfg.v_dim(),                                   // value gate
-            h,                                             // merge gates
-            cfg.v_dim(),                                   // attention output
-            cfg.d_ff as usize,                             // MLP hidden
-            cfg.rope_dim as usize / 2,                     // RoPE cos
-            cfg.rope_dim as usize / 2,                     // RoPE sin
-            cfg.alt_rope_dim as usize / 2,                 // alternate layers' RoPE cos
-            cfg.alt_rope_dim as usize / 2,                 // alternate layers' RoPE sin
-            if cfg.is_hybrid() { cfg.v_dim() } else { 0 }, // KVM layers' v_first in a hybrid
-        ];
-        let widest_input = d.max(cfg.d_vgate as usize).max(cfg.v_dim()).max(cfg.d_ff as usize);
-        // Per head: a segment's queries (`[SEGMENT_LEN, dk]`), their scores and their dot
-        // products as the kernels write them (`[SEGMENT_LEN, s + w]` each).
-        let per_head = mul(2 * SEGMENT_LEN, s.checked_add(w).ok_or(too_big)?)?.checked_add(mul(SEGMENT_LEN, dk)?);
-        let segment_scores = mul(h, per_head.ok_or(too_big)?)?;
-        let sum = |sizes: &[usize]| sizes.iter().try_fold(0usize, |acc, &n| acc.checked_add(pad(n)));
-        let step_len = sum(&step_sizes).ok_or(too_big)?;
-        let n_layers = cfg.n_layers as usize;
-        let int = cfg.has(crate::config::flags::INT_NUMERICS);
-        // An integer session's rows are i16, or i8 for the q8 cache (no f16).
-        let width = match (int, cache) {
-            (true, CacheDtype::F16) => return Err(Error::BadConfig(ConfigField::CacheDtype)),
-            (_, CacheDtype::Q8) => RowWidth::I8,
-            _ => RowWidth::I16,
-        };
-        let (layer_sizes, alt_sizes, part_widths) = match int {
-            true => {
-                let (kvm, alt) = crate::state::arena_int::layer_words(cfg, state_len, width, reads).ok_or(too_big)?;
-                (kvm, alt, [1; LAYER_PARTS])
-            }
-            false => (layer_sizes, alt_sizes, part_widths),
-        };
-        let mut lay = Layout {
-            state_len,
+        let ha = h.checked_mul(wa)?;
+        let (sk, sv, wk, wv) = (hs.checked_mul(dk)?, hs.checked_mul(dv)?, hw.checked_mul(dk)?, hw.checked_mul(dv)?);
+        let mut f = Floats {
             cache,
             reads,
-            layer_len: 0,
-            alt_len: 0,
-            alt_every: if cfg.is_hybrid() { cfg.alt_layer_every as usize } else { 0 },
-            scratch_len: 0,
-            n_layers,
-            layer_sizes,
-            alt_sizes,
-            part_widths,
-            step_sizes,
-            row_widths,
-            widest_input,
-            segment_scores,
-            int,
+            layer_sizes: [sk, sv, hs, sk, sv, wk, wv, hw, qd, qd, vd, d],
+            alt_sizes: [0, 0, 0, 0, 0, ha.checked_mul(dk)?, ha.checked_mul(dv)?, 0, qd, qd, vd, d],
+            // Row widths of the cached parts (nk, nv, wk, wv).
+            part_widths: [1, 1, 1, dk, dv, dk, dv, 1, 1, 1, 1, 1],
+            step_sizes: [0; STEP_PARTS],
+            row_widths: row_widths(cfg),
+            widest_input: d.max(cfg.d_vgate as usize).max(vd).max(cfg.d_ff as usize),
+            segment_scores: 0,
         };
-        let layer_words = core::array::from_fn::<_, LAYER_PARTS, _>(|i| lay.layer_part_words(i));
-        lay.layer_len = sum(&layer_words).ok_or(too_big)?;
-        let alt_words = core::array::from_fn::<_, LAYER_PARTS, _>(|i| match int {
-            true => alt_sizes[i],
-            false => Self::part_words(cache, &part_widths, i, alt_sizes[i]),
-        });
-        lay.alt_len = sum(&alt_words).ok_or(too_big)?;
-        lay.scratch_len = match int {
-            true => crate::state::arena_int::scratch_words(cfg, state_len, width, reads).ok_or(too_big)?,
-            false => step_len.checked_add(lay.acts_len(1).ok_or(too_big)?).ok_or(too_big)?,
+        let slot_rows = match reads {
+            SlotReads::Recomputed => Self::SLOT_READS.iter().map(|&i| pad(f.part_words(i, f.layer_sizes[i]))).sum(),
+            SlotReads::Stored => 0,
         };
-        let n_alt = cfg.alt_before(n_layers);
-        let layers = mul(lay.layer_len, n_layers - n_alt)?.checked_add(mul(lay.alt_len, n_alt)?).ok_or(too_big)?;
-        let total = layers.checked_add(lay.scratch_len + COUNTERS).ok_or(too_big)?;
-        mul(total, 4)?;
-        Ok(lay)
+        let reach = s.checked_add(w)?;
+        f.step_sizes = [
+            cfg.vocab_len as usize,        // logits of the last token (first: see `Session::logits`)
+            h.checked_mul(reach.max(wa))?, // attention scores, per head
+            c.checked_mul(dk)?,            // prepared overflow keys
+            c,                             // novelty scores
+            c,                             // appended flags (u32)
+            s.checked_mul(dk)?,            // merged key deltas
+            s.checked_mul(dv)?,            // merged value deltas
+            slot_rows,                     // one layer's nk and nv (words)
+        ];
+        // Per head: a segment's queries (`[SEGMENT_LEN, dk]`), their scores and their dot
+        // products as the kernels write them (`[SEGMENT_LEN, s + w]` each).
+        let per_head = (2 * SEGMENT_LEN).checked_mul(reach)?.checked_add(SEGMENT_LEN.checked_mul(dk)?)?;
+        f.segment_scores = h.checked_mul(per_head)?;
+        Some(f)
     }
 
-    /// f32 words of part `i` of a layer's state, `n` elements in rows of `width[i]`.
+    /// f32 words of part `i` of a layer's state, `n` elements in rows of its width.
     #[inline]
-    fn part_words(cache: CacheDtype, width: &[usize; LAYER_PARTS], i: usize, n: usize) -> usize {
+    fn part_words(&self, i: usize, n: usize) -> usize {
         if Self::LAYER_CACHED[i] {
-            cache.words(n, width[i])
+            self.cache.words(n, self.part_widths[i])
         } else {
             n
         }
     }
 
-    /// f32 words part `i` takes in a layer's state (none for the slot reads when they are
-    /// recomputed).
-    #[inline]
-    fn layer_part_words(&self, i: usize) -> usize {
-        if self.int {
-            // `arena_int::layer_words` sized them in words.
-            self.layer_sizes[i]
-        } else if self.reads == SlotReads::Recomputed && Self::SLOT_READS.contains(&i) {
-            0
-        } else {
-            Self::part_words(self.cache, &self.part_widths, i, self.layer_sizes[i])
-        }
-    }
-
-    /// f32s of the activations of `n` tokens processed together (the `batch` of
-    /// [`crate::Session::step_batch`]).
-    pub fn acts_len(&self, n: usize) -> Option<usize> {
-        if self.int {
-            // An integer session runs a batch token by token in its own scratch.
-            return Some(0);
-        }
+    /// f32s of the activations of `n` tokens processed together.
+    fn acts_len(&self, n: usize) -> Option<usize> {
         let rows = self.row_widths.iter().try_fold(0usize, |acc, &w| acc.checked_add(pad(w.checked_mul(n)?)))?;
         let rows = rows.checked_add(pad(self.segment_scores_len(n)))?;
         rows.checked_add(pad(kernels::matmul_scratch_len(self.widest_input, n).div_ceil(4)))
@@ -264,6 +177,104 @@ impl Layout {
         } else {
             self.segment_scores
         }
+    }
+}
+
+impl ArenaWords for Floats {
+    /// No nk or nv in a KVM layer's state where they are recomputed.
+    fn layer_words(&self, _: &Config, _: usize, _: SlotReads) -> Option<[[usize; LAYER_PARTS]; 2]> {
+        let recomputed = |i: usize| self.reads == SlotReads::Recomputed && Self::SLOT_READS.contains(&i);
+        let kvm = core::array::from_fn(|i| if recomputed(i) { 0 } else { self.part_words(i, self.layer_sizes[i]) });
+        Some([kvm, core::array::from_fn(|i| self.part_words(i, self.alt_sizes[i]))])
+    }
+
+    /// The step's parts, then one token's activations.
+    fn scratch_words(&self, _: &Config, _: usize, _: SlotReads) -> Option<usize> {
+        let step = self.step_sizes.iter().try_fold(0usize, |acc, &n| acc.checked_add(pad(n)))?;
+        step.checked_add(self.acts_len(1)?)
+    }
+}
+
+/// Widths of a float step's per-token activation rows ([`Acts`], in order).
+fn row_widths(cfg: &Config) -> [usize; ROW_PARTS] {
+    let (d, vd, half, alt_half) =
+        (cfg.d_model as usize, cfg.v_dim(), cfg.rope_dim as usize / 2, cfg.alt_rope_dim as usize / 2);
+    [
+        d,                                    // x: residual stream
+        d,                                    // a: block input / output
+        cfg.q_dim(),                          // q
+        cfg.q_dim(),                          // k
+        vd,                                   // v
+        vd,                                   // v_first
+        cfg.d_vgate as usize,                 // value-gate LoRA hidden
+        vd,                                   // value gate
+        cfg.n_heads as usize,                 // merge gates
+        vd,                                   // attention output
+        cfg.d_ff as usize,                    // MLP hidden
+        half,                                 // RoPE cos
+        half,                                 // RoPE sin
+        alt_half,                             // alternate layers' RoPE cos
+        alt_half,                             // alternate layers' RoPE sin
+        if cfg.is_hybrid() { vd } else { 0 }, // KVM layers' v_first in a hybrid
+    ]
+}
+
+impl Layout {
+    /// The layout of a session of `cfg` holding at most `state_len` slots, its attention
+    /// rows stored as `cache`, the slots' read rows where `reads` says.
+    ///
+    /// # Errors
+    /// [`Error::BadConfig`] (`StateCapacity`) if `state_len` is below `chunk_len` (the
+    /// first chunk always enters the state whole) or above the model's
+    /// [`Config::natural_state_len`]; [`Error::BadConfig`] if the arena size overflows,
+    /// or (`CacheDtype`) for an f16 cache of an integer file.
+    pub fn new(cfg: &Config, state_len: usize, cache: CacheDtype, reads: SlotReads) -> Result<Layout> {
+        let too_big = Error::BadConfig(ConfigField::StateCapacity);
+        if state_len < cfg.chunk_len as usize || state_len > cfg.natural_state_len() {
+            return Err(too_big);
+        }
+        let floats = Floats::new(cfg, state_len, cache, reads).ok_or(too_big)?;
+        let int = cfg.has(flags::INT_NUMERICS);
+        // An integer session's rows are i16, or i8 for the q8 cache (no f16).
+        if int && cache == CacheDtype::F16 {
+            return Err(Error::BadConfig(ConfigField::CacheDtype));
+        }
+        let rows = RowWidth::of(cache);
+        // The session's numerics says what each part and its scratch take.
+        let numerics: &dyn ArenaWords = if int { &rows } else { &floats };
+        let [layer_words, alt_words] = numerics.layer_words(cfg, state_len, reads).ok_or(too_big)?;
+        let sum = |words: &[usize]| words.iter().try_fold(0usize, |acc, &n| acc.checked_add(pad(n))).ok_or(too_big);
+        let n_layers = cfg.n_layers as usize;
+        let lay = Layout {
+            state_len,
+            cache,
+            reads,
+            layer_len: sum(&layer_words)?,
+            alt_len: sum(&alt_words)?,
+            alt_every: if cfg.is_hybrid() { cfg.alt_layer_every as usize } else { 0 },
+            scratch_len: numerics.scratch_words(cfg, state_len, reads).ok_or(too_big)?,
+            n_layers,
+            layer_words,
+            alt_words,
+            floats,
+            int,
+        };
+        let mul = |a: usize, b: usize| a.checked_mul(b).ok_or(too_big);
+        let n_alt = cfg.alt_before(n_layers);
+        let layers = mul(lay.layer_len, n_layers - n_alt)?.checked_add(mul(lay.alt_len, n_alt)?).ok_or(too_big)?;
+        let total = layers.checked_add(lay.scratch_len + COUNTERS).ok_or(too_big)?;
+        mul(total, 4)?;
+        Ok(lay)
+    }
+
+    /// f32s of the activations of `n` tokens processed together (the `batch` of
+    /// [`crate::Session::step_batch`]); 0 for an integer session, which runs a batch
+    /// token by token in its own scratch.
+    pub fn acts_len(&self, n: usize) -> Option<usize> {
+        if self.int {
+            return Some(0);
+        }
+        self.floats.acts_len(n)
     }
 
     /// Alternate layers among layers `[0, l)`.
@@ -306,18 +317,15 @@ impl Layout {
     /// reads in `reads` (the scratch's, [`ArenaParts::reads`]) when they are recomputed.
     pub(crate) fn carve_layer<'s>(&self, layers: &'s mut [f32], reads: &'s mut [f32], l: usize) -> LayerState<'s> {
         let (at, len) = self.layer_span(l);
-        let sizes = if self.is_alt(l) { &self.alt_sizes } else { &self.layer_sizes };
-        LayerState::carve(&mut layers[at..at + len], reads, self, sizes)
+        let f = &self.floats;
+        let sizes = if self.is_alt(l) { &f.alt_sizes } else { &f.layer_sizes };
+        LayerState::carve(&mut layers[at..at + len], reads, f, sizes)
     }
 
     /// An integer session's attention rows: i8 for the q8 cache, else i16.
     #[inline]
     pub(crate) fn int_rows(&self) -> RowWidth {
-        if self.cache == CacheDtype::Q8 {
-            RowWidth::I8
-        } else {
-            RowWidth::I16
-        }
+        RowWidth::of(self.cache)
     }
 
     /// Whether this is an integer-numerics session's layout.
@@ -330,8 +338,8 @@ impl Layout {
     /// in order, each padded to 64 bytes (an integer session carves them itself).
     pub(crate) fn layer_words<'s>(&self, layers: &'s mut [f32], l: usize) -> (&'s mut [f32], &[usize; LAYER_PARTS]) {
         let (at, len) = self.layer_span(l);
-        let sizes = if self.is_alt(l) { &self.alt_sizes } else { &self.layer_sizes };
-        (&mut layers[at..at + len], sizes)
+        let words = if self.is_alt(l) { &self.alt_words } else { &self.layer_words };
+        (&mut layers[at..at + len], words)
     }
 
     /// The arena's counters, layers and scratch (`[arena_len / 4]`).
@@ -345,21 +353,22 @@ impl Layout {
     pub(crate) fn split<'s>(&self, arena: &'s mut [f32]) -> ArenaParts<'s> {
         let (counters, rest) = arena.split_at_mut(COUNTERS);
         let (layers, scratch) = rest.split_at_mut(self.state_floats() - COUNTERS);
-        let step_len = self.step_sizes.iter().map(|&n| pad(n)).sum();
+        let sizes = &self.floats.step_sizes;
+        let step_len = sizes.iter().map(|&n| pad(n)).sum();
         let (step, acts) = scratch.split_at_mut(step_len);
-        let (step, reads) = step.split_at_mut(step_len - self.step_sizes[STEP_PARTS - 1]);
-        ArenaParts { counters, layers, reads, scratch: Scratch::carve(step, self), acts }
+        let (step, reads) = step.split_at_mut(step_len - sizes[STEP_PARTS - 1]);
+        ArenaParts { counters, layers, reads, scratch: Scratch::carve(step, sizes), acts }
     }
 
     /// Read-only views of layer `l`'s state sums, radii and window rings in `arena`
     /// (`l < n_layers`).
     pub(crate) fn layer_parts<'s>(&self, arena: &'s [f32], l: usize) -> LayerParts<'s> {
-        let alt = self.is_alt(l);
-        let z = if alt { &self.alt_sizes } else { &self.layer_sizes };
-        let (widths, cache) = (&self.part_widths, self.cache);
+        let (f, alt) = (&self.floats, self.is_alt(l));
+        let (z, words) = if alt { (&f.alt_sizes, &self.alt_words) } else { (&f.layer_sizes, &self.layer_words) };
+        let (widths, cache) = (&f.part_widths, self.cache);
         let mut off = COUNTERS + self.layer_span(l).0;
         let mut next = |i: usize| {
-            let words = if alt { Self::part_words(cache, widths, i, z[i]) } else { self.layer_part_words(i) };
+            let words = words[i];
             let s = &arena[off..off + words];
             off += pad(words);
             s
@@ -423,9 +432,9 @@ pub(crate) struct LayerState<'s> {
 
 impl<'s> LayerState<'s> {
     /// The state of a layer whose parts have `z` elements each.
-    fn carve(mut buf: &'s mut [f32], mut reads: &'s mut [f32], lay: &Layout, z: &[usize; LAYER_PARTS]) -> Self {
+    fn carve(mut buf: &'s mut [f32], mut reads: &'s mut [f32], lay: &Floats, z: &[usize; LAYER_PARTS]) -> Self {
         let rows = |buf: &mut &'s mut [f32], i: usize| {
-            let (d, words) = (lay.part_widths[i], Layout::part_words(lay.cache, &lay.part_widths, i, z[i]));
+            let (d, words) = (lay.part_widths[i], lay.part_words(i, z[i]));
             RowsMut::from_words(take(buf, words), z[i], d, lay.cache)
         };
         let (sk, sv, r) = (take(&mut buf, z[0]), take(&mut buf, z[1]), take(&mut buf, z[2]));
@@ -530,9 +539,9 @@ pub(crate) struct FoldScratch<'s> {
 }
 
 impl<'s> Scratch<'s> {
-    fn carve(mut buf: &'s mut [f32], lay: &Layout) -> Self {
+    fn carve(mut buf: &'s mut [f32], sizes: &[usize; STEP_PARTS]) -> Self {
         // Without the slot reads, which `Layout::split` hands out apart.
-        let z = &lay.step_sizes[..STEP_PARTS - 1];
+        let z = &sizes[..STEP_PARTS - 1];
         Scratch {
             logits: take(&mut buf, z[0]),
             scores: take(&mut buf, z[1]),
@@ -590,6 +599,7 @@ pub(crate) struct Acts<'s> {
 
 impl<'s> Acts<'s> {
     pub(crate) fn carve(mut buf: &'s mut [f32], lay: &Layout, n: usize) -> Self {
+        let lay = &lay.floats;
         let z = lay.row_widths.map(|w| w * n);
         Acts {
             n,

@@ -18,49 +18,25 @@
 //! [`SlotReads::Recomputed`] a KVM layer's nk and nv are not in its state: one layer's
 //! worth sits at the end of the scratch, refreshed when each layer's attention begins.
 
+use crate::cache::int::{IntRows, RowWidth};
 use crate::cache::SlotReads;
 use crate::config::Config;
-use crate::int::ops::rshr;
-use crate::state::words::{pad, take, LAYER_PARTS};
+use crate::state::words::{pad, take, ArenaWords, LAYER_PARTS};
 
-/// The mantissas of a session's attention rows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum RowWidth {
-    /// i16: the default.
-    I16,
-    /// i8 (`--cache q8`): each row the i16 one rounded to at most 7 bits.
-    I8,
-}
-
-impl RowWidth {
-    /// Bytes of one mantissa.
-    #[inline]
-    fn bytes(self) -> usize {
-        if self == RowWidth::I16 {
-            2
-        } else {
-            1
-        }
+/// The integer numerics' arena: attention rows of this width.
+impl ArenaWords for RowWidth {
+    fn layer_words(&self, cfg: &Config, state_len: usize, reads: SlotReads) -> Option<[[usize; LAYER_PARTS]; 2]> {
+        layer_words(cfg, state_len, *self, reads).map(|(kvm, alt)| [kvm, alt])
     }
 
-    /// Words of `rows` rows' `d` mantissas each, all of them side by side (an integer file's
-    /// `d` is even, not always a multiple of 4: i8 rows can end in the middle of a word).
-    #[inline]
-    fn mantissa_words(self, rows: usize, d: usize) -> Option<usize> {
-        Some(rows.checked_mul(d)?.checked_mul(self.bytes())?.div_ceil(4))
-    }
-
-    /// Words of `rows` rows of `d` mantissas and their exponents.
-    #[inline]
-    fn words(self, rows: usize, d: usize) -> Option<usize> {
-        self.mantissa_words(rows, d)?.checked_add(rows)
+    fn scratch_words(&self, cfg: &Config, state_len: usize, reads: SlotReads) -> Option<usize> {
+        scratch_words(cfg, state_len, *self, reads)
     }
 }
 
-/// The words of each part of a KVM layer's state and of an alternate layer's, for
-/// [`crate::state::Layout`]: rows of `width`, and no nk or nv where `reads` recomputes
-/// them.
-pub(crate) fn layer_words(
+/// The words of each part of a KVM layer's state and of an alternate layer's: rows of
+/// `width`, and no nk or nv where `reads` recomputes them.
+fn layer_words(
     cfg: &Config,
     state_len: usize,
     width: RowWidth,
@@ -97,75 +73,6 @@ fn read_words(cfg: &Config, state_len: usize, width: RowWidth, reads: SlotReads)
     }
     let hs = (cfg.n_heads as usize).checked_mul(state_len)?;
     Some([width.words(hs, cfg.d_qk as usize)?, width.words(hs, cfg.d_v as usize)?])
-}
-
-/// A row's mantissas: `m[c] * 2^(e - FX)` with the row's exponent `e`.
-#[derive(Clone, Copy)]
-pub(crate) enum Row<'a> {
-    I16(&'a [i16]),
-    I8(&'a [i8]),
-}
-
-/// The mantissas of [`IntRows`].
-enum Mantissas<'s> {
-    I16(&'s mut [i16]),
-    I8(&'s mut [i8]),
-}
-
-/// Rows of mantissas with one exponent each: row `r` is `m[r] * 2^(e[r] - FX)`.
-pub(crate) struct IntRows<'s> {
-    /// `[rows, d]`
-    m: Mantissas<'s>,
-    /// `[rows]`
-    e: &'s mut [i32],
-    d: usize,
-}
-
-impl<'s> IntRows<'s> {
-    /// `rows` rows of width `d` in `words` ([`RowWidth::words`] of them).
-    fn carve(words: &'s mut [f32], rows: usize, d: usize, width: RowWidth) -> Self {
-        let (m, e) = words.split_at_mut(width.mantissa_words(rows, d).unwrap_or(0));
-        let m = match width {
-            RowWidth::I16 => Mantissas::I16(bytemuck::cast_slice_mut(m)),
-            RowWidth::I8 => Mantissas::I8(bytemuck::cast_slice_mut(m)),
-        };
-        IntRows { m, e: bytemuck::cast_slice_mut(e), d }
-    }
-
-    /// Row `r`'s mantissas and exponent.
-    #[inline]
-    pub(crate) fn row(&self, r: usize) -> (Row<'_>, i32) {
-        let at = r * self.d..(r + 1) * self.d;
-        let m = match &self.m {
-            Mantissas::I16(m) => Row::I16(&m[at]),
-            Mantissas::I8(m) => Row::I8(&m[at]),
-        };
-        (m, self.e[r])
-    }
-
-    /// Stores row `r` as `m * 2^(e - FX)` (`m` of width `d`): as it is, or for i8 rows
-    /// rounded by the least shift that brings every mantissa within +-127.
-    #[inline]
-    pub(crate) fn set(&mut self, r: usize, m: &[i16], e: i32) {
-        let at = r * self.d..(r + 1) * self.d;
-        match &mut self.m {
-            Mantissas::I16(out) => {
-                out[at].copy_from_slice(m);
-                self.e[r] = e;
-            }
-            Mantissas::I8(out) => {
-                let max = m.iter().fold(0i32, |a, &v| a.max(i32::from(v).abs()));
-                let mut k = (32 - max.leading_zeros() as i32 - 7).max(0);
-                if rshr(max, k) > 127 {
-                    k += 1;
-                }
-                for (o, &v) in out[at].iter_mut().zip(m) {
-                    *o = rshr(i32::from(v), k).clamp(-127, 127) as i8;
-                }
-                self.e[r] = e + k;
-            }
-        }
-    }
 }
 
 /// One layer's state in an integer session (an alternate layer's has empty sums and
@@ -271,7 +178,7 @@ const SCRATCH_PARTS: usize = 22;
 
 /// Words of an integer step's scratch: its parts, then one layer's recomputed nk and nv
 /// (none where they are stored).
-pub(crate) fn scratch_words(cfg: &Config, state_len: usize, width: RowWidth, reads: SlotReads) -> Option<usize> {
+fn scratch_words(cfg: &Config, state_len: usize, width: RowWidth, reads: SlotReads) -> Option<usize> {
     let parts = scratch_parts(cfg, state_len)?;
     let [nk, nv] = read_words(cfg, state_len, width, reads)?;
     parts.iter().chain(&[nk, nv]).try_fold(0usize, |acc, &n| acc.checked_add(pad(n)))
@@ -351,38 +258,5 @@ impl<'s> IntScratch<'s> {
             alt_rope,
         };
         (scratch, buf)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    extern crate std;
-
-    use super::*;
-
-    /// Rows of every even width, i8 ones too where `rows * d` is no multiple of 4: each
-    /// row is addressable and keeps what was set.
-    #[test]
-    fn rows_of_any_even_width_fit_their_words() {
-        for width in [RowWidth::I16, RowWidth::I8] {
-            for d in [2usize, 4, 6, 10, 32] {
-                let rows = 3;
-                let mut words = std::vec![0f32; width.words(rows, d).unwrap()];
-                let mut r = IntRows::carve(&mut words, rows, d, width);
-                let m: std::vec::Vec<i16> = (0..d as i16).map(|i| i * 3 - 20).collect(); // within +-127: i8 rows keep them
-                for i in 0..rows {
-                    r.set(i, &m, i as i32);
-                }
-                for i in 0..rows {
-                    let (row, e) = r.row(i);
-                    let got: std::vec::Vec<i32> = match row {
-                        Row::I16(v) => v.iter().map(|&x| i32::from(x)).collect(),
-                        Row::I8(v) => v.iter().map(|&x| i32::from(x)).collect(),
-                    };
-                    let want: std::vec::Vec<i32> = m.iter().map(|&x| i32::from(x)).collect();
-                    assert_eq!((got, e), (want, i as i32), "{width:?} d {d} row {i}");
-                }
-            }
-        }
     }
 }

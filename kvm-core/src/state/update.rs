@@ -9,6 +9,7 @@ use crate::kernels;
 use crate::math::{layer_norm_inplace, ln_stats, norm};
 use crate::quant::round_bf16;
 use crate::state::arena::{ring_index, slot_index, FoldScratch, LayerState};
+use crate::state::fold::{self, mark_least, touched, FoldHead, HeadWrites, MERGED};
 use crate::state::plan::Plan;
 use crate::tensor::Vector;
 
@@ -55,14 +56,11 @@ impl HeadState<'_, '_> {
         ring_index(self.cfg, self.h, j)
     }
 
-    /// A token's updates (`plan` the token's): its initial append, if any, then its window
-    /// push of key `k`, value `v` and merge gate `m`.
+    /// A token's updates ([`fold::update`], `plan` the token's) of key `k`, value `v` and
+    /// merge gate `m`.
     #[inline]
-    pub(crate) fn update(&mut self, plan: &Plan, (k, v, m): (&[f32], &[f32], f32)) {
-        if let Some(slot) = plan.initial {
-            self.initial_append(slot, k, v, m, plan.gate_initial);
-        }
-        self.push_window(plan.t, k, v, m);
+    pub(crate) fn update(&mut self, plan: &Plan, tok: (&[f32], &[f32], f32)) {
+        fold::update(self, plan, tok);
     }
 
     /// Recomputes what reads of slots `[from, to)` see.
@@ -95,35 +93,8 @@ impl HeadState<'_, '_> {
         }
     }
 
-    /// Copies the new token (`k` post-RoPE, `v`, gate `m`) into initial-state slot `s`;
-    /// the radius is the ungated `|v|` even when the copy is gated.
-    pub fn initial_append(&mut self, s: usize, k: &[f32], v: &[f32], m: f32, gated: bool) {
-        let (i, dk, dv) = (self.slot(s), self.dk(), self.dv());
-        let vlens = self.cfg.has(flags::VLENS);
-        let st = &mut *self.st;
-        let sk = &mut st.sk[i * dk..(i + 1) * dk];
-        sk.copy_from_slice(k);
-        prepare_key(self.cfg, self.ln_sk, sk);
-        let sv = &mut st.sv[i * dv..(i + 1) * dv];
-        sv.copy_from_slice(v);
-        let gate = if gated { m } else { 1.0 };
-        store_slot(sk, sv, &mut st.r[i], (gate, gate), vlens, false);
-        self.refresh(s, s + 1);
-    }
-
-    /// Stores the new token's key, value and merge gate in the window ring.
-    pub fn push_window(&mut self, t: usize, k: &[f32], v: &[f32], m: f32) {
-        let (dk, dv) = (self.dk(), self.dv());
-        let ri = self.ring(t);
-        self.st.wk.set(ri, dk, |c| k[c]);
-        self.st.wv.set(ri, dv, |c| v[c]);
-        self.st.wm[ri] = m;
-    }
-
-    /// Folds window chunk `[b, b + chunk_len)` into the state: the `slots_after -
-    /// slots_before` most novel tokens (lowest best similarity to
-    /// the current slots) become new slots, the rest merge into their nearest non-sink slot
-    /// (spec §3 "Overflow update").
+    /// Folds window chunk `[b, b + chunk_len)` into the state ([`fold::fold`]), its
+    /// similarities spread through `exec`.
     pub fn fold(
         &mut self,
         b: usize,
@@ -132,145 +103,12 @@ impl HeadState<'_, '_> {
         fs: &mut FoldScratch<'_>,
         exec: &dyn Exec,
     ) {
-        let (dk, dv) = (self.dk(), self.dv());
-        let c = self.cfg.chunk_len as usize;
-        let gate_keys = self.cfg.has(flags::MERGE_GATE_KEYS);
-        let gate_values = self.cfg.has(flags::MERGE_GATE_VALUES);
-        let gate_appends = self.cfg.has(flags::GATE_APPENDS);
-
-        // pk_j = LN_s_k(k_j, rope dims zeroed) of every leaving token: [chunk_len, d_qk],
-        // in pieces of SIM_PIECE tokens (threads may take them).
-        let (cfg, h, ln_sk, wk) = (self.cfg, self.h, self.ln_sk, self.st.wk.as_rows());
-        exec.pieces(&mut fs.pk[..c * dk], SIM_PIECE * dk, &|p, piece| {
-            for (j, pk) in piece.chunks_exact_mut(dk).enumerate() {
-                wk.get(ring_index(cfg, h, b + p * SIM_PIECE + j), pk);
-                prepare_key(cfg, ln_sk, pk);
-            }
-        });
-
-        // Novelty: a token's best similarity to the current slots; the n_append lowest
-        // (ties: lower token first) are appended.
-        let n_append = slots_after - slots_before;
-        let appended = &mut fs.index[..c];
-        if n_append == 0 || n_append == c {
-            appended.fill((n_append == c) as u32);
-        } else {
-            // Similarities go to `dsk`, free until the merges sum into it.
-            let nk = self.st.nk.as_rows().rows(self.slot(0), self.slot(slots_before), dk);
-            let novelty = &mut fs.novelty[..c];
-            similarities(exec, dk, nk, &fs.pk[..c * dk], fs.dsk, |i, sims| {
-                novelty[i] = sims.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            });
-            mark_least_novel(&fs.novelty[..c], n_append, appended);
-        }
-
-        // Appends, in token order; gated copies when the model gates appends.
-        let mut s = slots_before;
-        for i in 0..c {
-            if fs.index[i] == 0 {
-                continue;
-            }
-            // The gated copies gk, gv when appends are gated: each kind gated only if the
-            // model gates it.
-            let ri = self.ring(b + i);
-            let m = self.st.wm[ri];
-            let gate = |kind_gated: bool| if gate_appends && kind_gated { m } else { 1.0 };
-            let gates = (gate(gate_keys), gate(gate_values));
-            let si = self.slot(s);
-            let vlens = self.cfg.has(flags::VLENS);
-            let st = &mut *self.st;
-            let sk = &mut st.sk[si * dk..(si + 1) * dk];
-            sk.copy_from_slice(&fs.pk[i * dk..(i + 1) * dk]);
-            let sv = &mut st.sv[si * dv..(si + 1) * dv];
-            st.wv.as_rows().get(ri, sv);
-            store_slot(sk, sv, &mut st.r[si], gates, vlens, true);
-            s += 1;
-        }
-        self.refresh(slots_before, slots_after);
-
-        // Merges: every other token joins argmax_{s >= sink} gk . LN_s_k(sk[s]) (ties:
-        // lowest slot), all decided against the post-append snapshot (similarities in
-        // `dsk`, still free), then summed in. A merged token's `index` becomes
-        // `MERGED | slot`; its `pk` row becomes the gated key `gk`.
-        const MERGED: u32 = 1 << 31;
-        let protected = (self.cfg.sink_len as usize).min(slots_after);
-        for i in 0..c {
-            if fs.index[i] == 0 && gate_keys {
-                let m = self.st.wm[self.ring(b + i)];
-                fs.pk[i * dk..(i + 1) * dk].iter_mut().for_each(|x| *x *= m);
-            }
-        }
-        let nk = self.st.nk.as_rows().rows(self.slot(protected), self.slot(slots_after), dk);
-        let index = &mut fs.index[..c];
-        similarities(exec, dk, nk, &fs.pk[..c * dk], fs.dsk, |i, sims| {
-            if index[i] != 0 {
-                return;
-            }
-            // With every slot a sink (a growable state's early fold whose sink_len is not
-            // yet exceeded; the reference asserts there) the last slot takes the token.
-            // The first highest similarity, NaNs and -inf never winning.
-            let best = kernels::argmax(sims).map_or(protected.min(slots_after - 1), |s| protected + s);
-            index[i] = MERGED | best as u32;
-        });
-        // The slots taking merges, a bit each in the novelty buffer (free now): only their
-        // sums change. (A state of more than 32 slots per chunk token, which the bits
-        // cannot hold, counts every slot as taking one.)
-        let bits: &mut [u32] = bytemuck::cast_slice_mut(&mut fs.novelty[..c]);
-        let every = slots_after > 32 * bits.len();
-        bits.fill(0);
-        let mut merges = false;
-        for &ix in fs.index[..c].iter().filter(|&&ix| ix & MERGED != 0) {
-            let s = (ix & !MERGED) as usize;
-            if !every {
-                bits[s / 32] |= 1 << (s % 32);
-            }
-            merges = true;
-        }
-        let touched = |s: usize| every || bits[s / 32] >> (s % 32) & 1 != 0;
-        for s in (0..slots_after).filter(|&s| touched(s)) {
-            fs.dsk[s * dk..(s + 1) * dk].fill(0.0);
-            fs.dsv[s * dv..(s + 1) * dv].fill(0.0);
-        }
-        for i in 0..c {
-            if fs.index[i] & MERGED == 0 {
-                continue;
-            }
-            let best = (fs.index[i] & !MERGED) as usize;
-            let ri = self.ring(b + i);
-            let vm = if gate_values { self.st.wm[ri] } else { 1.0 };
-            for (o, &g) in fs.dsk[best * dk..(best + 1) * dk].iter_mut().zip(&fs.pk[i * dk..(i + 1) * dk]) {
-                *o += g;
-            }
-            self.st.wv.as_rows().add_scaled(ri, vm, &mut fs.dsv[best * dv..(best + 1) * dv]);
-        }
-        if merges {
-            let vlens = self.cfg.has(flags::VLENS);
-            for s in 0..slots_after {
-                let hit = touched(s);
-                let si = self.slot(s);
-                let st = &mut *self.st;
-                if hit {
-                    for (o, &d) in st.sk[si * dk..(si + 1) * dk].iter_mut().zip(&fs.dsk[s * dk..(s + 1) * dk]) {
-                        *o += d;
-                    }
-                    for (o, &d) in st.sv[si * dv..(si + 1) * dv].iter_mut().zip(&fs.dsv[s * dv..(s + 1) * dv]) {
-                        *o += d;
-                    }
-                }
-                // The reference's broadcast quirk: every slot's count grows once per fold
-                // (so every slot's value changes, with or without merges).
-                if !vlens {
-                    st.r[si] += 1.0;
-                }
-                if hit || !vlens {
-                    self.refresh_slot(s, hit);
-                }
-            }
-        }
+        let cfg = self.cfg;
+        fold::fold(cfg, &mut Folding { head: self, fs, exec }, b, slots_before, slots_after);
     }
 
-    /// Prefetches what [`HeadState::initial_append`] to slot `initial` (if any) and
-    /// [`HeadState::push_window`] of token `t` will write, so their stores find the lines
+    /// Prefetches what [`HeadState::update`] of token `t` will write (to slot `initial`,
+    /// if any, and the window ring), so their stores find the lines
     /// in cache: those rows were last touched many steps ago.
     pub fn prefetch_writes(&self, t: usize, initial: Option<usize>) {
         let (dk, dv) = (self.dk(), self.dv());
@@ -288,6 +126,166 @@ impl HeadState<'_, '_> {
     }
 }
 
+/// A float head's token writes: `k` post-RoPE, `v`, gate `m`.
+impl HeadWrites for HeadState<'_, '_> {
+    type Token<'t> = (&'t [f32], &'t [f32], f32);
+
+    fn store_initial(&mut self, s: usize, (k, v, _): Self::Token<'_>) {
+        let (i, dk, dv) = (self.slot(s), self.dk(), self.dv());
+        let vlens = self.cfg.has(flags::VLENS);
+        let st = &mut *self.st;
+        let sk = &mut st.sk[i * dk..(i + 1) * dk];
+        sk.copy_from_slice(k);
+        prepare_key(self.cfg, self.ln_sk, sk);
+        st.sv[i * dv..(i + 1) * dv].copy_from_slice(v);
+        st.r[i] = if vlens { norm(v) } else { 1.0 };
+    }
+
+    /// Times 1 where not gated, as the reference does.
+    fn gate_slot(&mut self, s: usize, (_, _, m): Self::Token<'_>, gated: bool) {
+        let (i, dk, dv) = (self.slot(s), self.dk(), self.dv());
+        let gate = if gated { m } else { 1.0 };
+        self.st.sk[i * dk..(i + 1) * dk].iter_mut().for_each(|o| *o *= gate);
+        self.st.sv[i * dv..(i + 1) * dv].iter_mut().for_each(|o| *o *= gate);
+    }
+
+    fn refresh_initial(&mut self, s: usize) {
+        self.refresh(s, s + 1);
+    }
+
+    fn push_window(&mut self, t: usize, (k, v, m): Self::Token<'_>) {
+        let (dk, dv) = (self.dk(), self.dv());
+        let ri = self.ring(t);
+        self.st.wk.set(ri, dk, |c| k[c]);
+        self.st.wv.set(ri, dv, |c| v[c]);
+        self.st.wm[ri] = m;
+    }
+}
+
+/// A float head's fold ([`FoldHead`]): its state, the fold's scratch, and the threads
+/// its key preparation and similarities may take.
+struct Folding<'f, 'l, 's, 'x> {
+    head: &'f mut HeadState<'l, 's>,
+    fs: &'f mut FoldScratch<'x>,
+    exec: &'f dyn Exec,
+}
+
+impl Folding<'_, '_, '_, '_> {
+    /// `(d_qk, d_v, chunk_len)`.
+    #[inline]
+    fn dims(&self) -> (usize, usize, usize) {
+        (self.head.dk(), self.head.dv(), self.head.cfg.chunk_len as usize)
+    }
+}
+
+impl FoldHead for Folding<'_, '_, '_, '_> {
+    /// In pieces of [`SIM_PIECE`] tokens (threads may take them).
+    fn prepare_keys(&mut self, b: usize) {
+        let (dk, _, c) = self.dims();
+        let hd = &*self.head;
+        let (cfg, h, ln_sk, wk) = (hd.cfg, hd.h, hd.ln_sk, hd.st.wk.as_rows());
+        self.exec.pieces(&mut self.fs.pk[..c * dk], SIM_PIECE * dk, &|p, piece| {
+            for (j, pk) in piece.chunks_exact_mut(dk).enumerate() {
+                wk.get(ring_index(cfg, h, b + p * SIM_PIECE + j), pk);
+                prepare_key(cfg, ln_sk, pk);
+            }
+        });
+    }
+
+    fn mark_novel(&mut self, slots: usize, n: usize) {
+        let (dk, _, c) = self.dims();
+        let hd = &*self.head;
+        // Similarities go to `dsk`, free until the merges sum into it.
+        let nk = hd.st.nk.as_rows().rows(hd.slot(0), hd.slot(slots), dk);
+        let fs = &mut *self.fs;
+        let novelty = &mut fs.novelty[..c];
+        similarities(self.exec, dk, nk, &fs.pk[..c * dk], fs.dsk, |i, sims| {
+            novelty[i] = sims.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        });
+        mark_least_novel(&fs.novelty[..c], n, &mut fs.index[..c]);
+    }
+
+    /// The bits in the novelty buffer, free once the appends are chosen.
+    fn flags(&mut self) -> (&mut [u32], &mut [u32]) {
+        let c = self.dims().2;
+        (&mut self.fs.index[..c], bytemuck::cast_slice_mut(&mut self.fs.novelty[..c]))
+    }
+
+    fn append(&mut self, b: usize, i: usize, s: usize, gated: (bool, bool)) {
+        let (dk, dv, _) = self.dims();
+        let hd = &mut *self.head;
+        let (ri, si, vlens) = (hd.ring(b + i), hd.slot(s), hd.cfg.has(flags::VLENS));
+        let st = &mut *hd.st;
+        let m = st.wm[ri];
+        let gate = |g: bool| if g { m } else { 1.0 };
+        let sk = &mut st.sk[si * dk..(si + 1) * dk];
+        sk.copy_from_slice(&self.fs.pk[i * dk..(i + 1) * dk]);
+        let sv = &mut st.sv[si * dv..(si + 1) * dv];
+        st.wv.as_rows().get(ri, sv);
+        store_slot(sk, sv, &mut st.r[si], (gate(gated.0), gate(gated.1)), vlens);
+    }
+
+    fn gate_key(&mut self, b: usize, i: usize) {
+        let dk = self.dims().0;
+        let m = self.head.st.wm[self.head.ring(b + i)];
+        self.fs.pk[i * dk..(i + 1) * dk].iter_mut().for_each(|x| *x *= m);
+    }
+
+    /// Similarities in `dsk`, still free; the first highest wins, NaNs and -inf never.
+    fn merge_targets(&mut self, from: usize, to: usize, fallback: usize) {
+        let (dk, _, c) = self.dims();
+        let hd = &*self.head;
+        let nk = hd.st.nk.as_rows().rows(hd.slot(from), hd.slot(to), dk);
+        let fs = &mut *self.fs;
+        let index = &mut fs.index[..c];
+        similarities(self.exec, dk, nk, &fs.pk[..c * dk], fs.dsk, |i, sims| {
+            if index[i] == 0 {
+                let best = kernels::argmax(sims).map_or(fallback, |s| from + s);
+                index[i] = MERGED | best as u32;
+            }
+        });
+    }
+
+    /// The merged keys and values summed per slot in `dsk`, `dsv` first (in token order),
+    /// then added to the sums of the slots that take them.
+    fn merge_sums(&mut self, b: usize, slots: usize, gate_values: bool) {
+        let (dk, dv, c) = self.dims();
+        let (hd, fs) = (&mut *self.head, &mut *self.fs);
+        let bits: &[u32] = bytemuck::cast_slice(&fs.novelty[..c]);
+        for s in (0..slots).filter(|&s| touched(bits, slots, s)) {
+            fs.dsk[s * dk..(s + 1) * dk].fill(0.0);
+            fs.dsv[s * dv..(s + 1) * dv].fill(0.0);
+        }
+        for i in (0..c).filter(|&i| fs.index[i] & MERGED != 0) {
+            let best = (fs.index[i] & !MERGED) as usize;
+            let ri = hd.ring(b + i);
+            let vm = if gate_values { hd.st.wm[ri] } else { 1.0 };
+            for (o, &g) in fs.dsk[best * dk..(best + 1) * dk].iter_mut().zip(&fs.pk[i * dk..(i + 1) * dk]) {
+                *o += g;
+            }
+            hd.st.wv.as_rows().add_scaled(ri, vm, &mut fs.dsv[best * dv..(best + 1) * dv]);
+        }
+        for s in (0..slots).filter(|&s| touched(bits, slots, s)) {
+            let si = hd.slot(s);
+            for (o, &d) in hd.st.sk[si * dk..(si + 1) * dk].iter_mut().zip(&fs.dsk[s * dk..(s + 1) * dk]) {
+                *o += d;
+            }
+            for (o, &d) in hd.st.sv[si * dv..(si + 1) * dv].iter_mut().zip(&fs.dsv[s * dv..(s + 1) * dv]) {
+                *o += d;
+            }
+        }
+    }
+
+    fn count(&mut self, s: usize) {
+        let si = self.head.slot(s);
+        self.head.st.r[si] += 1.0;
+    }
+
+    fn refresh_slot(&mut self, s: usize, key: bool) {
+        self.head.refresh_slot(s, key);
+    }
+}
+
 /// `pk <- LN_s_k(pk with dims [0, rope_dim) zeroed)` (spec §3 "State keys are prepared"):
 /// `pk` holds a key on entry.
 fn prepare_key(cfg: &Config, (w, b): (Vector<'_>, Vector<'_>), pk: &mut [f32]) {
@@ -300,23 +298,6 @@ fn prepare_key(cfg: &Config, (w, b): (Vector<'_>, Vector<'_>), pk: &mut [f32]) {
 /// to 0 for the others.
 fn mark_least_novel(novelty: &[f32], n: usize, flags: &mut [u32]) {
     mark_least(n, flags, |a, b| novelty[a].total_cmp(&novelty[b]));
-}
-
-/// Sets `flags[i]` (`i < flags.len()`) to 1 for the `n` least tokens by `cmp` (`0 < n <
-/// flags.len()`; ties: lower token first) and to 0 for the others. A selection over token
-/// indices held in `flags` itself finds the `n`-th of them, then every token is compared
-/// with it: linear, where counting each token's lesser ones was quadratic in the chunk
-/// length. The integer numerics' folds mark theirs with it too.
-pub(crate) fn mark_least(n: usize, flags: &mut [u32], cmp: impl Fn(usize, usize) -> core::cmp::Ordering) {
-    let order = |a: &u32, b: &u32| cmp(*a as usize, *b as usize).then(a.cmp(b));
-    for (i, x) in (0u32..).zip(flags.iter_mut()) {
-        *x = i;
-    }
-    flags.select_nth_unstable_by(n - 1, order);
-    let cut = flags[n - 1];
-    for (i, flag) in (0u32..).zip(flags.iter_mut()) {
-        *flag = order(&i, &cut).is_le() as u32;
-    }
 }
 
 /// Tokens per piece of a fold's parallel work (key preparation, [`similarities`]).
@@ -352,28 +333,16 @@ fn similarities(
     }
 }
 
-/// `sk = pk * key_gate`, `sv = v * value_gate` (`sk` and `sv` hold `pk` and `v` on
-/// entry), `r = |v|` or `|v * value_gate|` (vlens) or 1.
-fn store_slot(
-    sk: &mut [f32],
-    sv: &mut [f32],
-    r: &mut f32,
-    (key_gate, value_gate): (f32, f32),
-    vlens: bool,
-    gated_radius: bool,
-) {
-    let ungated = if vlens && !gated_radius { norm(sv) } else { 0.0 };
+/// An appended token's slot: `sk = pk * key_gate`, `sv = v * value_gate` (`sk` and `sv`
+/// hold `pk` and `v` on entry), `r = |v * value_gate|` (vlens) or 1.
+fn store_slot(sk: &mut [f32], sv: &mut [f32], r: &mut f32, (key_gate, value_gate): (f32, f32), vlens: bool) {
     for o in sk.iter_mut() {
         *o *= key_gate;
     }
     for o in sv.iter_mut() {
         *o *= value_gate;
     }
-    *r = match (vlens, gated_radius) {
-        (false, _) => 1.0,
-        (true, true) => norm(sv),
-        (true, false) => ungated,
-    };
+    *r = if vlens { norm(sv) } else { 1.0 };
 }
 
 #[cfg(test)]

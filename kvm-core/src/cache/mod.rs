@@ -3,13 +3,16 @@
 //! [`CacheDtype::F16`] halves what every decode step reads from them (and their share of
 //! the arena), as llama.cpp's f16 KV cache does; [`CacheDtype::Q8`] quarters it (one i8 per
 //! value and one f32 scale per row, as llama.cpp's q8_0 KV cache). The state's sums, radii
-//! and gates stay f32 either way, so merges keep accumulating at full precision.
+//! and gates stay f32 either way, so merges keep accumulating at full precision. The
+//! integer numerics' rows are `int`'s.
 
 use core::marker::PhantomData;
 
 use half::f16;
 
 use crate::kernels::{self, Stored};
+
+pub(crate) mod int;
 
 /// Element type of the stored attention rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

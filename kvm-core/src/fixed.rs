@@ -1,11 +1,102 @@
-//! The integer numerics' arithmetic (docs/integer.md): rounding shifts, saturation, the
-//! integer square root, and the tables behind `exp`, `sigmoid`, `1 + elu`, `tanh` and the
-//! RoPE sine. Every function is total: no input panics or overflows.
-
-use crate::quant::FX;
-pub(crate) use crate::quant::{shr32, shr_round};
+//! Fixed-point arithmetic of the integer numerics (docs/integer.md) and of the `i8`
+//! product's requantization: the fraction bits, rounding shifts, saturation, wide
+//! multiplies, the integer square root, and the tables behind `exp`, `sigmoid`, `1 + elu`,
+//! `tanh` and the RoPE sine. A leaf: it imports no other module of the crate, so `quant`,
+//! `kernels`, `cache`, `state` and `int` all build on it. Every function is total: no
+//! input panics or overflows.
 
 include!(concat!(env!("OUT_DIR"), "/int_tables.rs"));
+
+/// Fraction bits of the integer mode's fixed-point values (`x = v * 2^-FX`).
+pub const FX: u32 = 16;
+
+/// `round(v * 2^-k)`, halves rounded up; for `k < 0`, `v * 2^-k` saturating at the i64
+/// range (the integer numerics' one rounding rule).
+#[inline]
+pub fn shr_round(v: i64, k: i32) -> i64 {
+    if k <= 0 {
+        let k = k.unsigned_abs().min(63);
+        if v.unsigned_abs() > (i64::MAX as u64) >> k {
+            return if v < 0 { i64::MIN } else { i64::MAX };
+        }
+        v << k
+    } else if k > 62 {
+        0
+    } else {
+        v.saturating_add(1 << (k - 1)) >> k
+    }
+}
+
+/// `round(v * 2^-k)` saturated to i32.
+#[inline]
+pub fn shr32(v: i64, k: i32) -> i32 {
+    shr_round(v, k).clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32
+}
+
+/// [`shr_round`] of an i32 in i32 arithmetic (`round(v * 2^-k)`, halves up; a saturating
+/// left shift for `k < 0`): `floor((floor(v / 2^(k-1)) + 1) / 2)` is the same value.
+#[inline]
+pub(crate) fn rshr(v: i32, k: i32) -> i32 {
+    match k {
+        ..=0 => v.checked_shl(k.unsigned_abs()).filter(|&w| w >> k.unsigned_abs() == v).unwrap_or(if v < 0 {
+            i32::MIN
+        } else {
+            i32::MAX
+        }),
+        1..=31 => (v >> (k - 1)).saturating_add(1) >> 1,
+        _ => 0,
+    }
+}
+
+/// `a * b` exactly. On 32-bit Arm without `smull` (ARMv6-M) from four 16 x 16-bit
+/// products, which its `muls` does in a cycle, rather than the 64 x 64-bit library
+/// multiply; elsewhere the target's own widening multiply.
+#[inline]
+pub fn mul_wide(a: i32, b: i32) -> i64 {
+    if cfg!(all(target_arch = "arm", not(kvm_arm_smull))) {
+        mul_halves(a, b)
+    } else {
+        i64::from(a) * i64::from(b)
+    }
+}
+
+/// `a * b` from the 16-bit halves' four products (each within 32 bits).
+#[inline]
+fn mul_halves(a: i32, b: i32) -> i64 {
+    let (ah, al, bh, bl) = (a >> 16, a & 0xFFFF, b >> 16, b & 0xFFFF);
+    let low = i64::from(al as u32 * bl as u32);
+    let mid = i64::from(ah * bl) + i64::from(al * bh);
+    (i64::from(ah * bh) << 32) + (mid << 16) + low
+}
+
+/// [`requant`] of a sum that is an i32 (a row of at most 512 products): the same value,
+/// from a product of two i32s.
+#[inline]
+pub fn requant32(acc: i32, (m, sh): (i32, i32), s: i32) -> i32 {
+    let k = sh - s;
+    if (17..=46).contains(&k) && (0..1 << 15).contains(&m) {
+        // The usual shifts, in i32 arithmetic (a core without a 64-bit multiply or shift
+        // pays a library call for each): acc = hi * 2^16 + lo, and round(acc * m / 2^k) =
+        // floor((hi m + floor(lo m / 2^16) + 2^(k-17)) / 2^(k-16)), every term below 2^30.
+        let hi = (acc >> 16) * m;
+        let lo = ((acc & 0xFFFF) as u32 * m as u32) >> 16;
+        return (hi + lo as i32 + (1 << (k - 17))) >> (k - 16);
+    }
+    let p = mul_wide(acc, m);
+    if (1..=62).contains(&k) {
+        // |p| < 2^46: no overflow in the rounding add
+        ((p + (1 << (k - 1))) >> k).clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32
+    } else {
+        shr32(p, k)
+    }
+}
+
+/// A row's output of an [`crate::quant::DType::I8`] product: `round(acc * m * 2^(s - sh))` for the exact
+/// sum `acc` of its products with an input of exponent `s`, saturating.
+#[inline]
+pub fn requant(acc: i64, (m, sh): (i32, i32), s: i32) -> i32 {
+    shr32(acc.saturating_mul(i64::from(m)), sh - s)
+}
 
 /// 1.0 in fixed point (`FX` fraction bits).
 pub(crate) const ONE: i32 = 1 << FX;
@@ -22,7 +113,7 @@ pub(crate) fn sat32(v: i64) -> i32 {
 /// `x * y * 2^-FX` (rounded, saturating): the product of two fixed-point values.
 #[inline]
 pub(crate) fn mul_fx(x: i32, y: i32) -> i32 {
-    shr32(crate::quant::mul_wide(x, y), FX as i32)
+    shr32(mul_wide(x, y), FX as i32)
 }
 
 /// An f32 in fixed point, from its bits alone (rounded, saturating; NaN is 0): the
@@ -152,6 +243,57 @@ pub(crate) fn cos_sin(p: u32) -> (i32, i32) {
         1 => (-s, c),
         2 => (-c, -s),
         _ => (s, -c),
+    }
+}
+
+#[cfg(test)]
+mod int_tests {
+    use super::*;
+
+    #[test]
+    fn halves_multiply_exactly() {
+        let edge =
+            [i32::MIN, i32::MIN + 1, -65537, -65536, -65535, -1, 0, 1, 65535, 65536, 65537, i32::MAX - 1, i32::MAX];
+        let mut s = 0x9E37_79B9u32;
+        let mut values = edge.to_vec();
+        for _ in 0..200 {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            values.push(s as i32);
+        }
+        for &a in &values {
+            for &b in &values {
+                assert_eq!(mul_halves(a, b), i64::from(a) * i64::from(b), "{a} * {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn requant32_is_the_wide_rounding() {
+        let wide = |acc: i32, m: i32, k: i32| {
+            let p = i64::from(acc) * i64::from(m);
+            match k {
+                1..=62 => ((p + (1 << (k - 1))) >> k).clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32,
+                _ => shr32(p, k),
+            }
+        };
+        let mut s = 0x2545_F491u32;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s
+        };
+        let accs = [i32::MIN, i32::MIN + 1, -65537, -65536, -32769, -1, 0, 1, 65535, 65536, i32::MAX];
+        for k in -3..70 {
+            for m in [0, 1, 1 << 14, (1 << 15) - 1, 1 << 15, 40_000, 65_535] {
+                for acc in accs.iter().copied().chain((0..50).map(|_| next() as i32 >> (next() % 32))) {
+                    // requant32's input exponent s and head shift sh differ by k
+                    assert_eq!(requant32(acc, (m, k + 5), 5), wide(acc, m, k), "acc {acc} m {m} k {k}");
+                }
+            }
+        }
     }
 }
 
