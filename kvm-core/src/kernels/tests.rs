@@ -343,6 +343,14 @@ fn supported_tiers() -> impl Iterator<Item = Tier> {
     Tier::ALL.into_iter().filter(|&t| tier::supported(t))
 }
 
+/// A simd128 build runs the simd128 tier by default and tests it here.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[test]
+fn simd128_is_the_compiled_tier_and_tested() {
+    assert_eq!(tier::COMPILED, Tier::Simd128);
+    assert!(supported_tiers().any(|t| t == Tier::Simd128));
+}
+
 #[test]
 fn every_supported_tier_matches_scalar() {
     let before = tier();

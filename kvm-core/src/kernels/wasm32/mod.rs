@@ -1,0 +1,56 @@
+//! The WebAssembly SIMD tier (`simd128`), compiled in with `-C target-feature=+simd128`:
+//! WebAssembly has no run-time feature detection, so a module either uses it throughout or
+//! not at all (the scalar wasm build serves engines without it).
+//!
+//! Float weights widen 8 at a time to two f32x4 and meet the activation in separate
+//! multiplies and adds (`simd128` has no FMA); f16 widens in integer operations, as
+//! [`Stored::widen`](crate::kernels::Stored::widen) does, since the instruction set has no
+//! f16 conversion. Integer formats take a whole block's `i8 x i8` products in
+//! `i16x8.extmul` pairs (at most 2 * 128 * 127, which fits i16) widened pairwise into i32
+//! lanes; each block's exact sum is then scaled and added as [`scalar::sum_blocks`] says,
+//! so the bits are the scalar tier's. The integer numerics' product widens i8 weights to
+//! i16 and meets the input in `i32x4.dot_i16x8_s`. Attention's dots and weighted sums and
+//! softmax's exponentials run the scalar tier's operations 4 lanes at a time, in its
+//! order.
+//!
+//! [`scalar::sum_blocks`]: crate::kernels::scalar::sum_blocks
+
+mod attention;
+mod float;
+mod quant;
+
+use crate::kernels::attend::Isa;
+use crate::kernels::scalar;
+use crate::kernels::traits::{Kernels, BF16, F16, F32};
+use crate::quant::DType;
+
+/// The simd128 tier.
+pub(crate) struct Simd128;
+
+impl Kernels for Simd128 {
+    type F32 = float::Float<F32>;
+    type F16 = float::Float<F16>;
+    type BF16 = float::Float<BF16>;
+    type Q8_0 = quant::Quant<quant::Q8>;
+    type Q4_0 = quant::Quant<quant::Q4>;
+    // The interleaved groups and f32p are the scalar tier's (not yet their own here).
+    type Q4_0x16 = scalar::Q4_0x16;
+    type Q8_0x16 = scalar::Q8_0x16;
+    type F32P = scalar::Float<crate::kernels::traits::F32P>;
+
+    unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
+        quant::quantize_act(x, out)
+    }
+
+    unsafe fn dequant_row(dtype: DType, row: &[u8], out: &mut [f32]) {
+        scalar::dequant_row(dtype, row, out)
+    }
+}
+
+impl Isa for Simd128 {
+    /// The whole module is compiled with `simd128`: nothing to enable.
+    #[inline(always)]
+    unsafe fn enable<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
+}
