@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # Installs what kvm's full test run needs beyond a Rust toolchain: cross targets,
-# QEMU (the Arm and RISC-V boards), cross C compilers, valgrind and cbindgen. Idempotent;
-# safe to re-run.
+# QEMU (the Arm and RISC-V boards), cross C compilers, valgrind, Node (the wasm32 tests)
+# and cbindgen. Idempotent; safe to re-run.
 set -euo pipefail
 
 sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 rustup component add rustfmt clippy >/dev/null
 rustup target add thumbv7em-none-eabihf thumbv6m-none-eabi thumbv8m.main-none-eabihf \
-    riscv32imac-unknown-none-elf riscv32imc-unknown-none-elf aarch64-unknown-linux-gnu >/dev/null
+    riscv32imac-unknown-none-elf riscv32imc-unknown-none-elf aarch64-unknown-linux-gnu \
+    wasm32-unknown-unknown wasm32-wasip1 >/dev/null
 
 need=()
 for pkg in qemu-system-arm qemu-system-misc qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
            gcc-arm-none-eabi libnewlib-arm-none-eabi valgrind; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
+# Node (18 or later, for node:wasi) runs the core's wasm32 tests.
+command -v node >/dev/null || need+=(nodejs)
 if [ ${#need[@]} -gt 0 ]; then
     sudo_ apt-get update -qq
     sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -3,8 +3,12 @@
 // prog.wasm args...`. The working directory is preopened as `.`, so tests that read
 // files by relative path find them; the exit code is the program's.
 import { readFile } from "node:fs/promises";
-import { argv, env, exit } from "node:process";
-import { WASI } from "node:wasi";
+import process, { argv, env, exit } from "node:process";
+
+// Node warns that WASI is experimental on every run; any other warning still prints.
+process.removeAllListeners("warning");
+process.on("warning", (w) => w.name === "ExperimentalWarning" || console.warn(w));
+const { WASI } = await import("node:wasi");
 
 const [prog, ...args] = argv.slice(2);
 if (!prog) {
