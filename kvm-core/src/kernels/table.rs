@@ -222,7 +222,7 @@ static HELIUM: Table = Table {
 };
 
 // simd128: 4-row tiles as NEON's (engines give a wasm function about 16 vector
-// registers); the interleaved groups and f32p are the scalar tier's.
+// registers).
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 static SIMD128: Table = Table {
     matvec_i8: walk::matvec_i8::<wasm32::Simd128, 4>,

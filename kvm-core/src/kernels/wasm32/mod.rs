@@ -8,7 +8,8 @@
 //! f16 conversion. Integer formats take a whole block's `i8 x i8` products in
 //! `i16x8.extmul` pairs (at most 2 * 128 * 127, which fits i16) widened pairwise into i32
 //! lanes; each block's exact sum is then scaled and added as [`scalar::sum_blocks`] says,
-//! so the bits are the scalar tier's. The integer numerics' product widens i8 weights to
+//! so the bits are the scalar tier's; the row-interleaved groups meet a broadcast quad of
+//! the activation with 4 bytes of each of 4 rows. The integer numerics' product widens i8 weights to
 //! i16 and meets the input in `i32x4.dot_i16x8_s`. Attention's dots and weighted sums and
 //! softmax's exponentials run the scalar tier's operations 4 lanes at a time, in its
 //! order.
@@ -17,6 +18,7 @@
 
 mod attention;
 mod float;
+mod groups;
 mod quant;
 
 use crate::kernels::attend::Isa;
@@ -33,9 +35,9 @@ impl Kernels for Simd128 {
     type BF16 = float::Float<BF16>;
     type Q8_0 = quant::Quant<quant::Q8>;
     type Q4_0 = quant::Quant<quant::Q4>;
-    // The interleaved groups and f32p are the scalar tier's (not yet their own here).
-    type Q4_0x16 = scalar::Q4_0x16;
-    type Q8_0x16 = scalar::Q8_0x16;
+    type Q4_0x16 = groups::Interleaved<groups::Q4x16>;
+    type Q8_0x16 = groups::Interleaved<groups::Q8x16>;
+    // f32p and row decoding are the scalar tier's.
     type F32P = scalar::Float<crate::kernels::traits::F32P>;
 
     unsafe fn quantize_act(x: &[f32], out: &mut [u8]) {
