@@ -121,14 +121,14 @@ impl<B: X16Blocks> GroupKernel for Interleaved<B> {
                     }
                 }
             }
-            for j in 0..4 {
+            for (j, o) in o.chunks_exact_mut(4).enumerate() {
                 // `scalar::reduce_lanes`' tree, 4 rows a vector.
                 let s = f32x4_add(
                     f32x4_add(f32x4_add(acc[0][j], acc[1][j]), f32x4_add(acc[2][j], acc[3][j])),
                     f32x4_add(f32x4_add(acc[4][j], acc[5][j]), f32x4_add(acc[6][j], acc[7][j])),
                 );
-                // SAFETY: `o` holds 16 floats.
-                unsafe { v128_store(o.as_mut_ptr().add(4 * j).cast(), s) };
+                // SAFETY: `o` holds 4 floats.
+                unsafe { v128_store(o.as_mut_ptr().cast(), s) };
             }
         }
         out
