@@ -58,32 +58,36 @@ impl X16Blocks for Q8x16 {
     }
 }
 
-/// `[row 0, row 1, row 2, row 3]` exact sums of `w` (as [`X16Blocks::load4rows`]) with
-/// the activation block `a`: products in i16 (at most 128 * 127), two pieces' added in
-/// i16 (at most 32512), then widened pairwise into i32, two lanes a row.
+/// The activation quad each of [`X16Blocks::load4rows`]' vectors meets (`v`: quad `v` of
+/// the block `a`), repeated across a vector.
 #[inline(always)]
-fn dot4rows(w: &[v128; 8], a: [v128; 2]) -> v128 {
+fn quads(a: [v128; 2]) -> [v128; 8] {
+    let [a0, a1] = a;
+    [
+        i32x4_shuffle::<0, 0, 0, 0>(a0, a0),
+        i32x4_shuffle::<1, 1, 1, 1>(a0, a0),
+        i32x4_shuffle::<2, 2, 2, 2>(a0, a0),
+        i32x4_shuffle::<3, 3, 3, 3>(a0, a0),
+        i32x4_shuffle::<0, 0, 0, 0>(a1, a1),
+        i32x4_shuffle::<1, 1, 1, 1>(a1, a1),
+        i32x4_shuffle::<2, 2, 2, 2>(a1, a1),
+        i32x4_shuffle::<3, 3, 3, 3>(a1, a1),
+    ]
+}
+
+/// `[row 0, row 1, row 2, row 3]` exact sums of `w` (as [`X16Blocks::load4rows`]) with
+/// the activation quads `x` ([`quads`]): products in i16 (at most 128 * 127), two pieces'
+/// added in i16 (at most 32512), then widened pairwise into i32, two lanes a row.
+#[inline(always)]
+fn dot4rows(w: &[v128; 8], x: &[v128; 8]) -> v128 {
     let (mut lo, mut hi) = (i32x4_splat(0), i32x4_splat(0));
     for v in (0..8).step_by(2) {
-        let x0 = i32x4_splat(i32x4_extract_lane_dyn(a[v / 4], v % 4));
-        let x1 = i32x4_splat(i32x4_extract_lane_dyn(a[v / 4], v % 4 + 1));
-        let l = i16x8_add(i16x8_extmul_low_i8x16(w[v], x0), i16x8_extmul_low_i8x16(w[v + 1], x1));
-        let h = i16x8_add(i16x8_extmul_high_i8x16(w[v], x0), i16x8_extmul_high_i8x16(w[v + 1], x1));
+        let l = i16x8_add(i16x8_extmul_low_i8x16(w[v], x[v]), i16x8_extmul_low_i8x16(w[v + 1], x[v + 1]));
+        let h = i16x8_add(i16x8_extmul_high_i8x16(w[v], x[v]), i16x8_extmul_high_i8x16(w[v + 1], x[v + 1]));
         lo = i32x4_add(lo, i32x4_extadd_pairwise_i16x8(l));
         hi = i32x4_add(hi, i32x4_extadd_pairwise_i16x8(h));
     }
     i32x4_add(i32x4_shuffle::<0, 2, 4, 6>(lo, hi), i32x4_shuffle::<1, 3, 5, 7>(lo, hi))
-}
-
-/// Lane `l` (`0..4`) of `v` as i32.
-#[inline(always)]
-fn i32x4_extract_lane_dyn(v: v128, l: usize) -> i32 {
-    match l {
-        0 => i32x4_extract_lane::<0>(v),
-        1 => i32x4_extract_lane::<1>(v),
-        2 => i32x4_extract_lane::<2>(v),
-        _ => i32x4_extract_lane::<3>(v),
-    }
 }
 
 /// Interleaved groups, one token at a time: accumulator `b % 8` of the canonical sum
@@ -105,7 +109,7 @@ impl<B: X16Blocks> GroupKernel for Interleaved<B> {
                 unsafe {
                     let wb = g.as_ptr().add(b * gb);
                     let p = a.as_ptr().add(b * QK);
-                    let x = [v128_load(p.cast()), v128_load(p.add(16).cast())];
+                    let x = quads([v128_load(p.cast()), v128_load(p.add(16).cast())]);
                     let da = f32x4_splat(f32::from_le_bytes(a.as_ptr().add(cols + 4 * b).cast::<[u8; 4]>().read()));
                     let h = [v128_load(wb.cast()), v128_load(wb.add(16).cast())];
                     let q = wb.add(2 * X16);
@@ -115,7 +119,7 @@ impl<B: X16Blocks> GroupKernel for Interleaved<B> {
                         } else {
                             u32x4_extend_high_u16x8(h[j / 2])
                         });
-                        let isum = dot4rows(&B::load4rows(q.add(16 * j)), x);
+                        let isum = dot4rows(&B::load4rows(q.add(16 * j)), &x);
                         let term = f32x4_mul(f32x4_mul(dw, da), f32x4_convert_i32x4(isum));
                         acc[b % scalar::LANES][j] = f32x4_add(acc[b % scalar::LANES][j], term);
                     }
