@@ -226,6 +226,8 @@ static HELIUM: Table = Table {
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 static SIMD128: Table = Table {
     matvec_i8: walk::matvec_i8::<wasm32::Simd128, 4>,
+    max: wasm32::max,
+    find: wasm32::find,
     ..Table::of::<wasm32::Simd128, 4, 4>().attend::<wasm32::Simd128, 4>()
 };
 

@@ -1,5 +1,5 @@
 //! The simd128 tier's attention tiles ([`crate::kernels::attend`]'s inner steps) and
-//! softmax's exponentials.
+//! softmax's pieces: exponentials, maximum and its position.
 
 use super::float::Widen8;
 use super::Simd128;
@@ -90,9 +90,10 @@ impl Exp for Simd128 {
 #[inline(always)]
 fn exp4(x: v128) -> v128 {
     use scalar::exp;
-    // The clamps: equal to the scalar ones for numbers; NaN stays NaN.
-    let x = f32x4_max(f32x4_splat(exp::LO), x);
-    let x = f32x4_min(f32x4_splat(exp::HI), x);
+    // `pmax(a, b)` is `a < b ? b : a` and `pmin(a, b)` is `b < a ? b : a`: the scalar
+    // clamps, NaN included.
+    let x = f32x4_pmax(x, f32x4_splat(exp::LO));
+    let x = f32x4_pmin(x, f32x4_splat(exp::HI));
     let n = f32x4_floor(f32x4_add(f32x4_mul(x, f32x4_splat(exp::LOG2E)), f32x4_splat(0.5)));
     let r = f32x4_sub(f32x4_sub(x, f32x4_mul(n, f32x4_splat(exp::LN2_HI))), f32x4_mul(n, f32x4_splat(exp::LN2_LO)));
     let mut p = f32x4_splat(exp::P[0]);
@@ -102,4 +103,35 @@ fn exp4(x: v128) -> v128 {
     let y = f32x4_add(f32x4_add(f32x4_mul(f32x4_mul(p, r), r), r), f32x4_splat(1.0));
     let two_n = i32x4_shl(i32x4_add(i32x4_trunc_sat_f32x4(n), i32x4_splat(127)), 23);
     f32x4_mul(y, two_n)
+}
+
+/// [`scalar::max`] in four registers of 4 running maxima: `pmax(acc, x)` is
+/// `acc < x ? x : acc`, so a NaN in `x` leaves `acc` as it was and never enters it.
+pub(crate) fn max(x: &[f32]) -> f32 {
+    let mut acc = [f32x4_splat(f32::NEG_INFINITY); 4];
+    let mut chunks = x.chunks_exact(16);
+    for c in &mut chunks {
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: `c` holds 16 floats.
+            *a = f32x4_pmax(*a, unsafe { v128_load(c.as_ptr().add(4 * k).cast()) });
+        }
+    }
+    let a = f32x4_pmax(f32x4_pmax(acc[0], acc[1]), f32x4_pmax(acc[2], acc[3]));
+    [f32x4_extract_lane::<0>(a), f32x4_extract_lane::<1>(a), f32x4_extract_lane::<2>(a), f32x4_extract_lane::<3>(a)]
+        .into_iter()
+        .fold(scalar::max(chunks.remainder()), f32::max)
+}
+
+/// [`scalar::find`] 4 lanes at a time.
+pub(crate) fn find(x: &[f32], v: f32) -> Option<usize> {
+    let m = f32x4_splat(v);
+    let mut chunks = x.chunks_exact(4);
+    for (i, c) in (&mut chunks).enumerate() {
+        // SAFETY: `c` holds 4 floats.
+        let mask = i32x4_bitmask(f32x4_eq(unsafe { v128_load(c.as_ptr().cast()) }, m));
+        if mask != 0 {
+            return Some(4 * i + mask.trailing_zeros() as usize);
+        }
+    }
+    scalar::find(chunks.remainder(), v).map(|j| x.len() / 4 * 4 + j)
 }

@@ -12,7 +12,7 @@
 //! the activation with 4 bytes of each of 4 rows. The integer numerics' product widens i8 weights to
 //! i16 and meets the input in `i32x4.dot_i16x8_s`. Attention's dots and weighted sums and
 //! softmax's exponentials run the scalar tier's operations 4 lanes at a time, in its
-//! order.
+//! order; softmax's maximum and its position take 16 and 4 lanes at a time.
 //!
 //! [`scalar::sum_blocks`]: crate::kernels::scalar::sum_blocks
 
@@ -20,6 +20,8 @@ mod attention;
 mod float;
 mod groups;
 mod quant;
+
+pub(crate) use attention::{find, max};
 
 use crate::kernels::attend::Isa;
 use crate::kernels::scalar;
