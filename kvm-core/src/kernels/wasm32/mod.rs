@@ -9,10 +9,12 @@
 //! `i16x8.extmul` pairs (at most 2 * 128 * 127, which fits i16) widened pairwise into i32
 //! lanes; each block's exact sum is then scaled and added as [`scalar::sum_blocks`] says,
 //! so the bits are the scalar tier's; the row-interleaved groups meet a broadcast quad of
-//! the activation with 4 bytes of each of 4 rows. The integer numerics' product widens i8 weights to
-//! i16 and meets the input in `i32x4.dot_i16x8_s`. Attention's dots and weighted sums and
-//! softmax's exponentials run the scalar tier's operations 4 lanes at a time, in its
-//! order; softmax's maximum and its position take 16 and 4 lanes at a time.
+//! the activation with 4 bytes of each of 4 rows. The integer numerics' product widens i8
+//! weights to i16 and meets the input in `i32x4.dot_i16x8_s`. Attention's dots and
+//! weighted sums and softmax's exponentials run the scalar tier's operations 4 lanes at a
+//! time, in its order; softmax's maximum and its position take 16 and 4 lanes at a time.
+//! The float tiles, as every SIMD tier's, differ from the oracle's in-order sum only in
+//! summation order (the conformance suite's budget); everything else gives its bits.
 //!
 //! [`scalar::sum_blocks`]: crate::kernels::scalar::sum_blocks
 
