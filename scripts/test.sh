@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # kvm's whole test run, as CI runs it: set-up, lint, unit + integration tests (golden
 # vectors, corrupt inputs, no-alloc), bare-metal builds, aarch64 tests under QEMU, the
-# C API and its example under valgrind, the kernel conformance checks and the firmware in
-# QEMU.
+# C API and its example under valgrind, kvm-core on wasm32 under Node, the kernel
+# conformance checks and the firmware in QEMU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,6 +49,29 @@ if [ "$got" != "$want" ]; then
     exit 1
 fi
 echo "C example (valgrind clean) = kvm generate: $want"
+
+step "kvm-core on wasm32 under Node, scalar and simd128: the unit tests, and greedy text equal to the CLI's"
+# The library for browsers (no allocator), without and with simd128; then on
+# wasm32-wasip1 under Node's WASI, once on scalar wasm and once on the simd128 tier, its
+# unit tests (the kernel conformance suite among them) and the bundled model's greedy text,
+# which must be `kvm generate`'s above. A failing test aborts the binary (wasm's panics do
+# not unwind), hence --nocapture: the message is printed before the abort.
+cargo build -p kvm-core --target wasm32-unknown-unknown --release --quiet
+CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128" \
+    cargo build -p kvm-core --target wasm32-unknown-unknown --release --quiet
+export CARGO_TARGET_WASM32_WASIP1_RUNNER="node $PWD/scripts/wasi-run.mjs"
+for flags in "" "-C target-feature=+simd128"; do
+    export CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="$flags"
+    cargo test -p kvm-core --lib --target wasm32-wasip1 --quiet -- --nocapture
+    got=$(cargo run -p kvm-core --release --example generate --target wasm32-wasip1 --quiet -- \
+        models/tiny-kjv-q8_0.kvm "$prompt" 64)
+    if [ "$got" != "$want" ]; then
+        printf 'wasm32 (%s) printed:\n%s\nkvm generate printed:\n%s\n' "${flags:-scalar}" "$got" "$want" >&2
+        exit 1
+    fi
+    echo "wasm32 ${flags:-scalar}: kvm generate's text"
+done
+unset CARGO_TARGET_WASM32_WASIP1_RUNNER CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS
 
 step "kvm packs an f32 model as it loads: the same bits per byte as stored"
 cargo build --release -p kvm-export --quiet

@@ -1,6 +1,6 @@
 //! Matrix x vector and matrix x matrix kernels over every weight format, in tiers.
 //!
-//! [`scalar`] is the oracle; SIMD tiers (`x86_64::{avx2, avx512}`, `aarch64::neon`) plug
+//! [`scalar`] is the oracle; SIMD tiers (`x86_64::{avx2, avx512}`, `aarch64::neon`, `wasm32`) plug
 //! over it. Every tier supplies the same few pieces (`Kernels`): for each dtype a *tile*
 //! kernel, the dot products of `R` weight rows with `T` activation vectors, plus an
 //! activation quantizer and a row decoder. One driver (`run`) walks every matrix in such
@@ -20,7 +20,7 @@ mod aarch64;
 // emulated instructions.
 #[cfg(any(kvm_arm_dsp, kvm_mve, kvm_armv6m, test))]
 mod arm;
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", all(target_arch = "wasm32", target_feature = "simd128")))]
 mod attend;
 mod gemm;
 mod prefetch;
@@ -31,6 +31,8 @@ mod table;
 pub mod tier;
 mod traits;
 mod walk;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod wasm32;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 

@@ -8,19 +8,33 @@ use super::aarch64;
 use super::arm;
 #[cfg(target_arch = "x86_64")]
 use super::attend::AttendMany;
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    all(target_arch = "wasm32", target_feature = "simd128")
+))]
 use super::attend::{self, Attend, Exp};
 use super::scalar;
 use super::tier::Tier;
 #[cfg(target_arch = "x86_64")]
 use super::tier::{streaming, Streaming};
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    all(target_arch = "wasm32", target_feature = "simd128")
+))]
 use super::traits::Stored;
 use super::traits::{Attention, Decode, Kernels, Table};
 use super::walk::{self, prepared, rows, run};
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+use super::wasm32;
 #[cfg(target_arch = "x86_64")]
 use super::x86_64;
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    all(target_arch = "wasm32", target_feature = "simd128")
+))]
 use half::f16;
 
 impl<T: 'static> Attention<T> {
@@ -33,7 +47,7 @@ impl<T: 'static> Attention<T> {
     }
 }
 
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", all(target_arch = "wasm32", target_feature = "simd128")))]
 impl<T: Stored + 'static> Attention<T> {
     /// A SIMD tier's one-query entries: [`attend`]'s drivers over `A`'s tiles, weighted
     /// sums `V` vectors of columns wide.
@@ -82,7 +96,11 @@ impl Table {
 
     /// `self` with SIMD tier `A`'s softmax exponentials and one-query attention
     /// ([`Attention::of`], weighted sums `V` vectors of columns wide).
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    #[cfg(any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        all(target_arch = "wasm32", target_feature = "simd128")
+    ))]
     const fn attend<A: Exp + Attend<f32> + Attend<f16> + Attend<i8>, const V: usize>(self) -> Table {
         Table {
             exp_sub: attend::exp_sub::<A>,
@@ -203,6 +221,16 @@ static HELIUM: Table = Table {
     ..Table::of::<arm::helium::Helium, 1, 1>()
 };
 
+// simd128: 4-row tiles as NEON's (engines give a wasm function about 16 vector
+// registers).
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+static SIMD128: Table = Table {
+    matvec_i8: walk::matvec_i8::<wasm32::Simd128, 4>,
+    max: wasm32::max,
+    find: wasm32::find,
+    ..Table::of::<wasm32::Simd128, 4, 4>().attend::<wasm32::Simd128, 4>()
+};
+
 /// The table of `tier`; a tier of another architecture gets the scalar one.
 pub(super) fn table(tier: Tier) -> &'static Table {
     match tier {
@@ -222,6 +250,8 @@ pub(super) fn table(tier: Tier) -> &'static Table {
         Tier::Neon => &NEON,
         #[cfg(target_arch = "aarch64")]
         Tier::NeonDot => &NEON_DOT,
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Tier::Simd128 => &SIMD128,
         _ => &SCALAR,
     }
 }

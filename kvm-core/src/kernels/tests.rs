@@ -7,7 +7,9 @@ use std::vec;
 use std::vec::Vec;
 
 use super::table::table;
-use super::traits::{Attention, DotsMany, Kernels, WeightedSumMany};
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+use super::traits::Kernels;
+use super::traits::{Attention, DotsMany, WeightedSumMany};
 use super::*;
 use crate::quant::{quantize_matrix, RowGroup};
 
@@ -339,6 +341,14 @@ fn batch(w: &Matrix<'_>, xs: &[f32]) -> Vec<f32> {
 
 fn supported_tiers() -> impl Iterator<Item = Tier> {
     Tier::ALL.into_iter().filter(|&t| tier::supported(t))
+}
+
+/// A simd128 build runs the simd128 tier by default and tests it here.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[test]
+fn simd128_is_the_compiled_tier_and_tested() {
+    assert_eq!(tier::COMPILED, Tier::Simd128);
+    assert!(supported_tiers().any(|t| t == Tier::Simd128));
 }
 
 #[test]
@@ -882,8 +892,10 @@ fn canonical_block_sum_order() {
     assert_eq!(scalar::sum_blocks(core::iter::empty()).to_bits(), 0.0f32.to_bits());
 }
 
-/// A debug build stops at the shape; a release build writes nothing.
+/// A debug build stops at the shape; a release build writes nothing. (Where a panic aborts,
+/// as on wasm32-wasip1, a debug build's assertion cannot be caught.)
 #[test]
+#[cfg_attr(all(panic = "abort", debug_assertions), ignore = "the assertion would abort the test binary")]
 fn quantizing_an_activation_of_the_wrong_shape_writes_nothing() {
     let x = values(64, 1);
     for (values, bytes) in [(64, act_scratch_len(64) - 1), (40, 100)] {

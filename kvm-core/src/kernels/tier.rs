@@ -31,12 +31,15 @@ pub enum Tier {
     /// Armv8.1-M Helium (MVE), Cortex-M55: compiled only with `-C target-cpu=cortex-m55`
     /// (or `-C target-feature=+mve`), which the crate's build script sees as `kvm_mve`.
     Helium = 6,
+    /// WebAssembly SIMD (`simd128`): compiled only with `-C target-feature=+simd128`, as
+    /// WebAssembly has no run-time detection (an engine without it refuses the module).
+    Simd128 = 7,
 }
 
 impl Tier {
     /// Every tier, best last within each architecture.
-    pub const ALL: [Tier; 7] =
-        [Tier::Scalar, Tier::Avx2, Tier::Avx512, Tier::Neon, Tier::NeonDot, Tier::Dsp, Tier::Helium];
+    pub const ALL: [Tier; 8] =
+        [Tier::Scalar, Tier::Avx2, Tier::Avx512, Tier::Neon, Tier::NeonDot, Tier::Dsp, Tier::Helium, Tier::Simd128];
 
     /// The name `KVM_KERNELS` takes (`avx2`).
     pub const fn name(self) -> &'static str {
@@ -48,6 +51,7 @@ impl Tier {
             Tier::NeonDot => "neondot",
             Tier::Dsp => "dsp",
             Tier::Helium => "helium",
+            Tier::Simd128 => "simd128",
         }
     }
 
@@ -64,6 +68,7 @@ impl Tier {
             Tier::Neon | Tier::NeonDot => cfg!(target_arch = "aarch64"),
             Tier::Dsp => cfg!(kvm_arm_dsp),
             Tier::Helium => cfg!(all(target_arch = "arm", kvm_mve)),
+            Tier::Simd128 => cfg!(all(target_arch = "wasm32", target_feature = "simd128")),
         }
     }
 
@@ -76,6 +81,7 @@ impl Tier {
             4 => Some(Tier::NeonDot),
             5 => Some(Tier::Dsp),
             6 => Some(Tier::Helium),
+            7 => Some(Tier::Simd128),
             _ => None,
         }
     }
@@ -92,9 +98,12 @@ impl fmt::Display for Tier {
 /// not a stable `target_feature`; the crate's build script sets `kvm_arm_dsp` when the
 /// target's code generation has it (`thumbv7em`, or `thumbv8m.main` with
 /// `-C target-cpu=cortex-m33`), and `kvm_mve` for Helium (`-C target-cpu=cortex-m55`):
-/// microcontrollers have no run-time detection.
+/// microcontrollers have no run-time detection, nor has WebAssembly ([`Tier::Simd128`] with
+/// `-C target-feature=+simd128`).
 pub const COMPILED: Tier = if cfg!(all(target_arch = "arm", kvm_mve)) {
     Tier::Helium
+} else if cfg!(all(target_arch = "wasm32", target_feature = "simd128")) {
+    Tier::Simd128
 } else if cfg!(all(
     target_arch = "x86_64",
     target_feature = "avx2",
@@ -240,7 +249,7 @@ pub fn supported(t: Tier) -> bool {
             Tier::Scalar => true,
             Tier::Avx2 => avx2,
             Tier::Avx512 => avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512vnni"),
-            Tier::Neon | Tier::NeonDot | Tier::Dsp | Tier::Helium => false,
+            Tier::Neon | Tier::NeonDot | Tier::Dsp | Tier::Helium | Tier::Simd128 => false,
         }
     }
     #[cfg(target_arch = "aarch64")]
@@ -250,12 +259,13 @@ pub fn supported(t: Tier) -> bool {
             Tier::Scalar => true,
             Tier::Neon => has!("neon"),
             Tier::NeonDot => has!("neon") && has!("dotprod"),
-            Tier::Avx2 | Tier::Avx512 | Tier::Dsp | Tier::Helium => false,
+            Tier::Avx2 | Tier::Avx512 | Tier::Dsp | Tier::Helium | Tier::Simd128 => false,
         }
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
-        // The dsp tier runs on every core that compiles it, Helium's among them.
+        // The dsp tier runs on every core that compiles it, Helium's among them; simd128
+        // on every engine that loaded the module.
         t == Tier::Scalar || t == COMPILED || (t == Tier::Dsp && cfg!(kvm_arm_dsp))
     }
 }
@@ -263,7 +273,7 @@ pub fn supported(t: Tier) -> bool {
 /// The best tier the running CPU supports.
 #[cfg(feature = "std")]
 pub fn detect() -> Tier {
-    [Tier::Avx512, Tier::Avx2, Tier::NeonDot, Tier::Neon, Tier::Helium, Tier::Dsp]
+    [Tier::Avx512, Tier::Avx2, Tier::NeonDot, Tier::Neon, Tier::Helium, Tier::Dsp, Tier::Simd128]
         .into_iter()
         .find(|&t| supported(t))
         .unwrap_or(Tier::Scalar)
@@ -288,7 +298,7 @@ impl fmt::Display for TierError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TierError::UnknownName => {
-                f.write_str("KVM_KERNELS must be one of scalar, avx2, avx512, neon, neondot, dsp, helium")
+                f.write_str("KVM_KERNELS must be one of scalar, avx2, avx512, neon, neondot, dsp, helium, simd128")
             }
             TierError::Unsupported(t) => write!(f, "KVM_KERNELS={t}: this CPU does not support it"),
             TierError::UnknownStreaming => f.write_str("KVM_STREAMING must be software or hardware"),
@@ -299,7 +309,7 @@ impl fmt::Display for TierError {
 #[cfg(feature = "std")]
 impl core::error::Error for TierError {}
 
-/// Activates the tier named by `KVM_KERNELS` (`scalar|avx2|avx512|neon|neondot|dsp|helium`), or the
+/// Activates the tier named by `KVM_KERNELS` (`scalar|avx2|avx512|neon|neondot|dsp|helium|simd128`), or the
 /// detected best when it is unset or empty, and returns it; CI uses it to run every tier on
 /// one machine. `KVM_STREAMING` (`software|hardware`), when set, overrides the CPU's
 /// [`Streaming`].

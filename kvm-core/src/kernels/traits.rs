@@ -211,26 +211,26 @@ impl FloatType for F32P {
 }
 
 /// The q8 cache's `i8` values as a type, for the tiers' row loaders.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", all(target_arch = "wasm32", target_feature = "simd128")))]
 pub(crate) struct I8;
 
 /// A [`Stored`] element's loader type: the SIMD tiers read attention's state rows with the
 /// loaders they have for weight rows of that dtype (and [`I8`]'s), so one loop body serves
 /// every stored type.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", all(target_arch = "wasm32", target_feature = "simd128")))]
 pub(crate) trait StoredType: Stored {
     type Float;
 }
 
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", all(target_arch = "wasm32", target_feature = "simd128")))]
 impl StoredType for f32 {
     type Float = F32;
 }
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", all(target_arch = "wasm32", target_feature = "simd128")))]
 impl StoredType for f16 {
     type Float = F16;
 }
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", all(target_arch = "wasm32", target_feature = "simd128")))]
 impl StoredType for i8 {
     type Float = I8;
 }
