@@ -144,14 +144,10 @@ impl<'l, 's> HeadReader<'l, 's> {
     fn softmax(&self, plan: &Plan, temps: (f32, f32), scores: &mut [f32]) {
         let n_state = self.state_read(plan);
         let scale = 1.0 / libm::sqrtf(self.cfg.d_qk as f32);
-        let (front_temp, state_temp) = temps;
+        let temps = Some([temps.1, temps.0]);
         let (state_scores, window_scores) = scores.split_at_mut(n_state);
-        for x in state_scores.iter_mut() {
-            *x = *x * state_temp * scale;
-        }
-        for x in window_scores.iter_mut() {
-            *x = *x * front_temp * scale;
-        }
+        scale_scores(temps, scale, Part::State, state_scores);
+        scale_scores(temps, scale, Part::Window, window_scores);
         softmax_scaled(scores);
     }
 }
@@ -277,13 +273,10 @@ pub(crate) struct FloatRead<'a> {
 impl ReadArith for FloatRead<'_> {
     type Num = f32;
 
-    /// The dot products, then `* temp * scale` (in that order).
+    /// The dot products, then [`scale_scores`].
     fn scores(&self, part: Part, rows: core::ops::Range<usize>, out: &mut [f32]) {
         self.keys[part as usize].rows(rows.start, rows.end, self.dims.0).dots(self.q, out);
-        match self.temps {
-            Some(temps) => out.iter_mut().for_each(|x| *x = *x * temps[part as usize] * self.scale),
-            None => out.iter_mut().for_each(|x| *x *= self.scale),
-        }
+        scale_scores(self.temps, self.scale, part, out);
     }
 
     fn softmax(&mut self, scores: &mut [f32]) {
@@ -299,4 +292,13 @@ impl ReadArith for FloatRead<'_> {
     }
 
     fn end_sum(&self, _: &mut [f32]) {}
+}
+
+/// Dot products of `part` times their multiplier: `x * temp * scale` (in that order) with a
+/// KVM head's `temps` (indexed by [`Part`]), `x * scale` without (a sliding-window head's).
+fn scale_scores(temps: Option<[f32; 2]>, scale: f32, part: Part, out: &mut [f32]) {
+    match temps {
+        Some(temps) => out.iter_mut().for_each(|x| *x = *x * temps[part as usize] * scale),
+        None => out.iter_mut().for_each(|x| *x *= scale),
+    }
 }
