@@ -5,7 +5,8 @@
 use crate::config::flags;
 use crate::forward::attn;
 use crate::forward::pass::Pass;
-use crate::state::{ring_runs, softmax_scaled, Acts, LayerState, Scratch};
+use crate::state::attend::{read, FloatRead, Reads};
+use crate::state::{ring_runs, Acts, LayerState, Scratch};
 
 /// `x.a <- Attn(x.a)` for alternate layer `l`, every head's tokens of the batch in order
 /// (so a batch gives the bits of single steps).
@@ -41,25 +42,11 @@ pub(super) fn attention(pass: &Pass<'_, '_>, l: usize, st: &mut LayerState<'_>, 
             let begin = (t + 1).saturating_sub(wa);
             own.wk.set(t % wa, dk, |c| k[i * qd + h * dk + c]);
             own.wv.set(t % wa, dv, |c| v[i * vd + h * dv + c]);
-            let scores = &mut scores[..t + 1 - begin];
-            let spans = ring_runs(wa, begin, t + 1);
-            let mut at = 0;
-            for span in spans.clone() {
-                let (keys, n) = (own.wk.as_rows().rows(span.start, span.end, dk), span.len());
-                keys.dots(&q[i * qd + h * dk..i * qd + (h + 1) * dk], &mut scores[at..at + n]);
-                at += n;
-            }
-            for z in scores.iter_mut() {
-                *z *= scale;
-            }
-            softmax_scaled(scores);
-            out.fill(0.0);
-            let mut at = 0;
-            for span in spans {
-                let n = span.len();
-                own.wv.as_rows().rows(span.start, span.end, dv).weighted_sum(&scores[at..at + n], out);
-                at += n;
-            }
+            let reads = Reads { state: 0..0, window: ring_runs(wa, begin, t + 1) };
+            let (keys, values) = (own.wk.as_rows(), own.wv.as_rows());
+            let q = &q[i * qd + h * dk..i * qd + (h + 1) * dk];
+            let mut arith = FloatRead { q, keys: [keys; 2], values: [values; 2], temps: None, scale, dims: (dk, dv) };
+            read(&mut arith, &reads, scores, out);
         }
     });
     // concat o_h: [n, n_heads * d_v] into v's rows, which the pushes consumed

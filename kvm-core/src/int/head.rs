@@ -5,12 +5,14 @@
 
 use crate::cache::int::{IntRows, Row};
 use crate::config::{flags, Config};
-use crate::fixed::{exp_neg, isqrt, mul_fx, sat32, shr32, shr_round, FX, ONE};
+use crate::fixed::{exp_neg, isqrt, mul_fx, mul_wide, sat32, shr32, shr_round, FX, ONE};
 use crate::int::ops::{dot_row, layer_norm, norm, to_row};
 use crate::state::arena_int::IntLayer;
+use crate::state::attend::{read, ring_runs, ring_spans, Part, ReadArith, Reads};
 use crate::state::fold::{self, mark_least, FoldHead, HeadWrites, MERGED};
 use crate::state::plan::Plan;
 use crate::tensor::Vector;
+use core::ops::Range;
 
 /// The scratch a head's work uses ([`crate::state::arena_int::IntScratch`]'s parts).
 pub(crate) struct HeadScratch<'a> {
@@ -165,25 +167,20 @@ impl KvmHead<'_, '_> {
     /// is `(window, state)`'s score multipliers (`temp / sqrt(d_qk)`, fixed point).
     pub(crate) fn attend(&self, q: &[i32], plan: &Plan, a: (i32, i32), s: &mut HeadScratch<'_>, out: &mut [i32]) {
         let n_state = if plan.read_state { plan.slots_after } else { 0 };
-        let n_window = plan.t + 1 - plan.window_begin;
+        let reads = Reads {
+            state: self.slot(0)..self.slot(n_state),
+            window: ring_spans(self.cfg, self.h, plan.window_begin, plan.t + 1),
+        };
         let row = &mut s.row[..self.dk()];
         let e_q = to_row(q, 0, row);
-        let window = Ring::new(self.h, self.cfg.window_len(), plan.window_begin);
-        let scores = &mut s.scores[..n_state + n_window];
-        for (j, sc) in scores.iter_mut().enumerate() {
-            let (keys, r, mult) =
-                if j < n_state { (&self.st.nk, self.slot(j), a.1) } else { (&self.st.wk, window.at(j - n_state), a.0) };
-            let (k, e_k) = keys.row(r);
-            *sc = score(dot_row(row, k), mult, e_q + e_k);
-        }
-        let rows = |j: usize| {
-            if j < n_state {
-                self.st.nv.row(self.slot(j))
-            } else {
-                self.st.wv.row(window.at(j - n_state))
-            }
+        let mut arith = IntRead {
+            q: (row, e_q),
+            keys: [&self.st.nk, &self.st.wk],
+            values: [&self.st.nv, &self.st.wv],
+            mult: [a.1, a.0],
+            e_max: 0,
         };
-        weighted_sum(scores, rows, out);
+        read(&mut arith, &reads, s.scores, out);
     }
 }
 
@@ -335,87 +332,95 @@ impl FoldHead for Work<'_, '_, '_, '_> {
     }
 }
 
-/// Head `h`'s ring of `len` rows from token `first` on: the row of the `i`-th token, for
-/// `i < len`, with one division for the whole walk (a core without a divider pays a
-/// library call for each).
-struct Ring {
-    base: usize,
-    start: usize,
-    len: usize,
+/// The integer numerics' arithmetic of a read (docs/integer.md, "Attention"): the query
+/// as a row `(m, e)`, each part's key and value rows and score multiplier, indexed by
+/// [`Part`]; `e_max` the largest exponent of the values read.
+struct IntRead<'r, 's> {
+    q: (&'r [i16], i32),
+    keys: [&'r IntRows<'s>; 2],
+    values: [&'r IntRows<'s>; 2],
+    mult: [i32; 2],
+    e_max: i32,
 }
 
-impl Ring {
-    fn new(h: usize, len: usize, first: usize) -> Self {
-        Ring { base: h * len, start: first % len.max(1), len }
-    }
+impl ReadArith for IntRead<'_, '_> {
+    type Num = i32;
 
-    #[inline]
-    fn at(&self, i: usize) -> usize {
-        let o = self.start + i;
-        self.base + if o >= self.len { o - self.len } else { o }
-    }
-}
-
-/// A score in fixed point: `dot * 2^(e - 2 FX) * mult`.
-#[inline]
-fn score(dot: i32, mult: i32, e: i32) -> i32 {
-    shr32(crate::fixed::mul_wide(dot, mult), 2 * FX as i32 - e)
-}
-
-/// `out = sum_j softmax(scores)_j * value_j` (fixed point), `rows(j)` value `j`'s row:
-/// `p_j = exp(s_j - max)` in Q15, normalised to weights that sum to at most 2^15 (each
-/// floored), shifted to the largest value exponent, then the exact sums.
-fn weighted_sum<'r>(scores: &mut [i32], rows: impl Fn(usize) -> (Row<'r>, i32), out: &mut [i32]) {
-    let max = scores.iter().copied().max().unwrap_or(0);
-    let mut sum = 0u64;
-    for sc in scores.iter_mut() {
-        let p = exp_neg(sat32(i64::from(max) - i64::from(*sc)));
-        *sc = p;
-        sum += p as u64;
-    }
-    // weights P_j = floor(p_j * 2^15 / sum), by one reciprocal
-    let g = (1u64 << 47) / sum.max(1);
-    let e_max = (0..scores.len()).map(|j| rows(j).1).max().unwrap_or(0);
-    let acc = &mut *out;
-    acc.fill(0);
-    // Each row's weight, shifted to the largest exponent (zero past 31 bits).
-    // floor(p * g / 2^32) from g's halves in u32 arithmetic (p <= 2^15, g < 2^32).
-    let (gh, gl) = ((g >> 16) as u32, (g & 0xFFFF) as u32);
-    let weight = |j: usize, p: i32| {
-        let p = p as u32;
-        let w = ((p * gh + ((p * gl) >> 16)) >> 16) as i32;
-        let shift = e_max - rows(j).1;
-        if shift >= 31 {
-            0
-        } else {
-            w >> shift
+    /// `dot * 2^(e_q + e_k - 2 FX) * mult`, fixed point.
+    fn scores(&self, part: Part, rows: Range<usize>, out: &mut [i32]) {
+        let (keys, mult) = (self.keys[part as usize], self.mult[part as usize]);
+        for (r, sc) in rows.zip(out) {
+            let (k, e_k) = keys.row(r);
+            let dot = mul_wide(dot_row(self.q.0, k), mult);
+            *sc = shr32(dot, 2 * FX as i32 - self.q.1 - e_k);
         }
-    };
-    // Two rows a turn: one load and store of each sum for two products.
-    let pairs = scores.len() / 2;
-    for k in 0..pairs {
-        let (j0, j1) = (2 * k, 2 * k + 1);
-        let (w0, w1) = (weight(j0, scores[j0]), weight(j1, scores[j1]));
-        match (rows(j0).0, rows(j1).0) {
-            (Row::I16(v0), Row::I16(v1)) => add_pair(acc, (w0, v0), (w1, v1)),
-            (Row::I8(v0), Row::I8(v1)) => add_pair(acc, (w0, v0), (w1, v1)),
-            (v0, v1) => {
-                add_row(acc, w0, v0);
-                add_row(acc, w1, v1);
+    }
+
+    /// `p_j = exp(s_j - max)` in Q15, then the weights `P_j = floor(p_j * 2^15 / sum p)`
+    /// (by one reciprocal), which sum to at most 2^15.
+    fn softmax(&mut self, scores: &mut [i32]) {
+        let max = scores.iter().copied().max().unwrap_or(0);
+        let mut sum = 0u64;
+        for sc in scores.iter_mut() {
+            let p = exp_neg(sat32(i64::from(max) - i64::from(*sc)));
+            *sc = p;
+            sum += p as u64;
+        }
+        let g = (1u64 << 47) / sum.max(1);
+        // floor(p * g / 2^32) from g's halves in u32 arithmetic (p <= 2^15, g < 2^32).
+        let (gh, gl) = ((g >> 16) as u32, (g & 0xFFFF) as u32);
+        for sc in scores.iter_mut() {
+            let p = *sc as u32;
+            *sc = ((p * gh + ((p * gl) >> 16)) >> 16) as i32;
+        }
+    }
+
+    /// The sum is kept at the largest exponent of the values read.
+    fn begin_sum(&mut self, reads: &Reads, out: &mut [i32]) {
+        let mut e_max = None;
+        for (part, rows, _) in reads.runs() {
+            let values = self.values[part as usize];
+            e_max = rows.map(|r| Some(values.row(r).1)).fold(e_max, Option::max);
+        }
+        self.e_max = e_max.unwrap_or(0);
+        out.fill(0);
+    }
+
+    /// Each weight shifted to the largest exponent (zero past 31 bits), the products summed
+    /// exactly, two rows a turn: one load and store of each sum for two products.
+    fn accumulate(&self, part: Part, rows: Range<usize>, weights: &[i32], out: &mut [i32]) {
+        let values = self.values[part as usize];
+        let weighted = |i: usize| {
+            let (v, e) = values.row(rows.start + i);
+            let shift = self.e_max - e;
+            (if shift >= 31 { 0 } else { weights[i] >> shift }, v)
+        };
+        for k in 0..weights.len() / 2 {
+            let ((w0, v0), (w1, v1)) = (weighted(2 * k), weighted(2 * k + 1));
+            match (v0, v1) {
+                (Row::I16(v0), Row::I16(v1)) => add_pair(out, (w0, v0), (w1, v1)),
+                (Row::I8(v0), Row::I8(v1)) => add_pair(out, (w0, v0), (w1, v1)),
+                (v0, v1) => {
+                    add_row(out, w0, v0);
+                    add_row(out, w1, v1);
+                }
             }
         }
+        if weights.len() % 2 == 1 {
+            let (w, v) = weighted(weights.len() - 1);
+            add_row(out, w, v);
+        }
     }
-    if scores.len() % 2 == 1 {
-        let j = scores.len() - 1;
-        add_row(acc, weight(j, scores[j]), rows(j).0);
-    }
-    // sum real = acc * 2^-15 * 2^(e_max - FX), in fixed point acc * 2^(e_max - 15)
-    for a in acc.iter_mut() {
-        *a = shr32(i64::from(*a), 15 - e_max);
+
+    /// `sum real = acc * 2^-15 * 2^(e_max - FX)`: in fixed point `acc * 2^(e_max - 15)`.
+    fn end_sum(&self, out: &mut [i32]) {
+        for a in out.iter_mut() {
+            *a = shr32(i64::from(*a), 15 - self.e_max);
+        }
     }
 }
 
-/// `acc += w0 v0 + w1 v1` (exact in i32: see [`weighted_sum`]).
+/// `acc += w0 v0 + w1 v1` (exact in i32: docs/integer.md bounds the sum below 2^31).
 #[inline]
 fn add_pair<T: Copy + Into<i32>>(acc: &mut [i32], (w0, v0): (i32, &[T]), (w1, v1): (i32, &[T])) {
     for ((a, &x0), &x1) in acc.iter_mut().zip(v0).zip(v1) {
@@ -465,15 +470,13 @@ impl SwaHead<'_, '_> {
         push(&mut self.st.wk, ri, k, &mut s.row[..k.len()]);
         push(&mut self.st.wv, ri, v, &mut s.row[..v.len()]);
         let begin = (t + 1).saturating_sub(self.window);
+        let base = self.h * self.window;
+        let reads =
+            Reads { state: 0..0, window: ring_runs(self.window, begin, t + 1).map(|r| base + r.start..base + r.end) };
         let row = &mut s.row[..q.len()];
         let e_q = to_row(q, 0, row);
-        let ring = Ring::new(self.h, self.window, begin);
-        let scores = &mut s.scores[..t + 1 - begin];
-        for (j, sc) in scores.iter_mut().enumerate() {
-            let (k, e_k) = self.st.wk.row(ring.at(j));
-            *sc = score(dot_row(row, k), mult, e_q + e_k);
-        }
-        let wv: &IntRows<'_> = &self.st.wv;
-        weighted_sum(scores, |j| wv.row(ring.at(j)), out);
+        let (wk, wv) = (&self.st.wk, &self.st.wv);
+        let mut arith = IntRead { q: (row, e_q), keys: [wk; 2], values: [wv; 2], mult: [mult; 2], e_max: 0 };
+        read(&mut arith, &reads, s.scores, out);
     }
 }

@@ -1,5 +1,8 @@
 //! A head's attention reads (spec §2 "Attn" step 7): its query attends over the state
 //! slots and the window tokens of its [`Plan`]. The writes are [`crate::state::update`]'s.
+//! A read's story ([`read`]: scores, softmax, weighted sum of values, run by run) is
+//! written once over [`ReadArith`], whose float impls are here and whose integer one is
+//! `int/head.rs`'s; a sliding-window layer's head reads so too, with no state part.
 
 use crate::config::Config;
 use crate::kernels;
@@ -28,18 +31,22 @@ impl<'l, 's> HeadReader<'l, 's> {
     /// token's `plan` leaves (when it reads the state) and window tokens
     /// `[window_begin, t]`; writes `out` (`d_v`).
     pub fn attend(&self, q: &[f32], plan: &Plan, temps: (f32, f32), scores: &mut [f32], out: &mut [f32]) {
-        let dk = self.cfg.d_qk as usize;
-        let n_state = self.state_read(plan);
-        let n_window = plan.t + 1 - plan.window_begin;
-        let scores = &mut scores[..n_state + n_window];
-        let (state_scores, window_scores) = scores.split_at_mut(n_state);
-        self.state_rows(n_state).0.dots(q, state_scores);
-        let mut at = 0;
-        for span in ring_spans(self.cfg, self.h, plan.window_begin, plan.t + 1) {
-            self.st.wk.as_rows().rows(span.start, span.end, dk).dots(q, &mut window_scores[at..at + span.len()]);
-            at += span.len();
-        }
-        self.finish(plan, temps, scores, out);
+        let (dk, dv) = (self.cfg.d_qk as usize, self.cfg.d_v as usize);
+        let state = slot_index(self.h, self.state_len, 0);
+        let reads = Reads {
+            state: state..state + self.state_read(plan),
+            window: ring_spans(self.cfg, self.h, plan.window_begin, plan.t + 1),
+        };
+        let (front_temp, state_temp) = temps;
+        let mut arith = FloatRead {
+            q,
+            keys: [self.st.nk.as_rows(), self.st.wk.as_rows()],
+            values: [self.st.nv.as_rows(), self.st.wv.as_rows()],
+            temps: Some([state_temp, front_temp]),
+            scale: 1.0 / libm::sqrtf(dk as f32),
+            dims: (dk, dv),
+        };
+        read(&mut arith, &reads, scores, out);
     }
 
     /// [`HeadReader::attend`] of the `m = plans.len()` queries `qs` (`[m, d_qk]`) of one
@@ -132,29 +139,15 @@ impl<'l, 's> HeadReader<'l, 's> {
         (self.st.nk.as_rows().rows(state, state + n, dk), self.st.nv.as_rows().rows(state, state + n, dv))
     }
 
-    /// Attention after the dot products: `scores` (the state's, then the window's from
-    /// `window_begin` to `t`) through [`HeadReader::softmax`], then the weighted sum of the
-    /// values into `out`.
-    fn finish(&self, plan: &Plan, temps: (f32, f32), scores: &mut [f32], out: &mut [f32]) {
-        self.softmax(plan, temps, scores);
-        out.fill(0.0);
-        let (dv, len) = (self.cfg.d_v as usize, scores.len());
-        self.value_runs(plan, 0..len, |rows, at| rows.weighted_sum(&scores[at..at + rows.len() / dv], out));
-    }
-
     /// `scores` (the state's, then the window's) scaled by `1 / sqrt(d_qk)` and the head's
     /// temperatures, then their softmax.
     fn softmax(&self, plan: &Plan, temps: (f32, f32), scores: &mut [f32]) {
         let n_state = self.state_read(plan);
         let scale = 1.0 / libm::sqrtf(self.cfg.d_qk as f32);
-        let (front_temp, state_temp) = temps;
+        let temps = Some([temps.1, temps.0]);
         let (state_scores, window_scores) = scores.split_at_mut(n_state);
-        for x in state_scores.iter_mut() {
-            *x = *x * state_temp * scale;
-        }
-        for x in window_scores.iter_mut() {
-            *x = *x * front_temp * scale;
-        }
+        scale_scores(temps, scale, Part::State, state_scores);
+        scale_scores(temps, scale, Part::Window, window_scores);
         softmax_scaled(scores);
     }
 }
@@ -181,8 +174,131 @@ pub(crate) fn ring_runs(len: usize, begin: usize, end: usize) -> [core::ops::Ran
 
 /// Head `h`'s window entries for positions `[begin, end)` (at most `window_len` of them) as
 /// at most two runs of ring indices (the ring may wrap).
-fn ring_spans(cfg: &Config, h: usize, begin: usize, end: usize) -> [core::ops::Range<usize>; 2] {
+pub(crate) fn ring_spans(cfg: &Config, h: usize, begin: usize, end: usize) -> [core::ops::Range<usize>; 2] {
     let w = cfg.window_len();
     let base = h * w;
     ring_runs(w, begin, end).map(|r| base + r.start..base + r.end)
+}
+
+/// The part of a layer's rows a read's run lies in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Part {
+    /// The state slots' read rows (`nk`, `nv`).
+    State = 0,
+    /// The window's ring (`wk`, `wv`).
+    Window = 1,
+}
+
+/// The rows one query reads, in the order of its scores: its state slots' rows, then its
+/// window's ring rows (oldest first, at most two runs: [`ring_runs`] walks a wrapped ring
+/// with one division, so a core without a divider makes one library call a read).
+pub(crate) struct Reads {
+    pub state: core::ops::Range<usize>,
+    pub window: [core::ops::Range<usize>; 2],
+}
+
+impl Reads {
+    /// Keys (and values) read.
+    #[inline]
+    fn len(&self) -> usize {
+        self.state.len() + self.window[0].len() + self.window[1].len()
+    }
+
+    /// The nonempty runs, each with its part and its first score position.
+    pub(crate) fn runs(&self) -> impl Iterator<Item = (Part, core::ops::Range<usize>, usize)> + '_ {
+        let all = [(Part::State, &self.state), (Part::Window, &self.window[0]), (Part::Window, &self.window[1])];
+        let mut at = 0;
+        all.into_iter().filter_map(move |(part, rows)| {
+            let run = (part, rows.clone(), at);
+            at += rows.len();
+            (!rows.is_empty()).then_some(run)
+        })
+    }
+}
+
+/// The arithmetic of a read, for one query: what differs between the float numerics
+/// (f32 scores and weights) and the integer one (docs/integer.md: fixed point scores,
+/// Q15 weights, rows with exponents). `Num` is a score, a weight and an output element.
+pub(crate) trait ReadArith {
+    type Num: Copy;
+    /// `out[i]` = the query's score against key `rows.start + i` of `part`: its dot
+    /// product times the part's multiplier (`temperature / sqrt(d_qk)`).
+    fn scores(&self, part: Part, rows: core::ops::Range<usize>, out: &mut [Self::Num]);
+    /// The scores' softmax in place: each score becomes its value's weight.
+    fn softmax(&mut self, scores: &mut [Self::Num]);
+    /// Starts `out` (`d_v`) as the empty sum of the rows `reads` names.
+    fn begin_sum(&mut self, reads: &Reads, out: &mut [Self::Num]);
+    /// `out += sum_i weights[i] * value rows.start + i` of `part`.
+    fn accumulate(&self, part: Part, rows: core::ops::Range<usize>, weights: &[Self::Num], out: &mut [Self::Num]);
+    /// Ends the sum: `out` in the numerics' activations.
+    fn end_sum(&self, out: &mut [Self::Num]);
+}
+
+/// A read (spec §2 "Attn" step 7, §5's plain attention): `out = sum_j softmax(s)_j v_j`
+/// over the keys and values `reads` names, `s_j` the query's scores; `scores` holds at
+/// least `reads`' rows.
+pub(crate) fn read<A: ReadArith>(arith: &mut A, reads: &Reads, scores: &mut [A::Num], out: &mut [A::Num]) {
+    let scores = &mut scores[..reads.len()];
+    // 1. a score for every key: the state's, then the window's, a run at a time
+    for (part, rows, at) in reads.runs() {
+        let n = rows.len();
+        arith.scores(part, rows, &mut scores[at..at + n]);
+    }
+    // 2. the weights: the scores' softmax
+    arith.softmax(scores);
+    // 3. out = the values weighted, a run at a time in the same order
+    arith.begin_sum(reads, out);
+    for (part, rows, at) in reads.runs() {
+        let n = rows.len();
+        arith.accumulate(part, rows, &scores[at..at + n], out);
+    }
+    arith.end_sum(out);
+}
+
+/// The float numerics' arithmetic of a read: stored rows of any cache dtype
+/// ([`crate::cache::Rows`]), each part's keys and values indexed by [`Part`].
+pub(crate) struct FloatRead<'a> {
+    /// The query, `[d_qk]`.
+    pub q: &'a [f32],
+    pub keys: [crate::cache::Rows<'a>; 2],
+    pub values: [crate::cache::Rows<'a>; 2],
+    /// Each part's temperature (a KVM head's), else none (a sliding-window head's).
+    pub temps: Option<[f32; 2]>,
+    /// `1 / sqrt(d_qk)`.
+    pub scale: f32,
+    /// `(d_qk, d_v)`.
+    pub dims: (usize, usize),
+}
+
+impl ReadArith for FloatRead<'_> {
+    type Num = f32;
+
+    /// The dot products, then [`scale_scores`].
+    fn scores(&self, part: Part, rows: core::ops::Range<usize>, out: &mut [f32]) {
+        self.keys[part as usize].rows(rows.start, rows.end, self.dims.0).dots(self.q, out);
+        scale_scores(self.temps, self.scale, part, out);
+    }
+
+    fn softmax(&mut self, scores: &mut [f32]) {
+        softmax_scaled(scores);
+    }
+
+    fn begin_sum(&mut self, _: &Reads, out: &mut [f32]) {
+        out.fill(0.0);
+    }
+
+    fn accumulate(&self, part: Part, rows: core::ops::Range<usize>, weights: &[f32], out: &mut [f32]) {
+        self.values[part as usize].rows(rows.start, rows.end, self.dims.1).weighted_sum(weights, out);
+    }
+
+    fn end_sum(&self, _: &mut [f32]) {}
+}
+
+/// Dot products of `part` times their multiplier: `x * temp * scale` (in that order) with a
+/// KVM head's `temps` (indexed by [`Part`]), `x * scale` without (a sliding-window head's).
+fn scale_scores(temps: Option<[f32; 2]>, scale: f32, part: Part, out: &mut [f32]) {
+    match temps {
+        Some(temps) => out.iter_mut().for_each(|x| *x = *x * temps[part as usize] * scale),
+        None => out.iter_mut().for_each(|x| *x *= scale),
+    }
 }

@@ -20,7 +20,7 @@ pub(crate) mod words;
 
 pub(crate) use arena::{Acts, LayerState, Scratch};
 pub use arena::{Layout, ARENA_ALIGN};
-pub(crate) use attend::{ring_runs, softmax_scaled};
+pub(crate) use attend::ring_runs;
 pub use plan::{bswa_begin, growth_stops, state_slots, Phase};
 pub(crate) use plan::{coverage_at, Counters};
 pub(crate) use schedule::LayerStep;
