@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # kvm's whole test run, as CI runs it: set-up, lint, unit + integration tests (golden
 # vectors, corrupt inputs, no-alloc), bare-metal builds, aarch64 tests under QEMU, the
-# C API and its example under valgrind, kvm-core on wasm32 and its JS API (kvm-wasm) under Node, the kernel
-# conformance checks and the firmware in QEMU.
+# C API and its example under valgrind, kvm-core on wasm32 and its JS API (kvm-wasm)
+# under Node, the kernel conformance checks and the firmware in QEMU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
