@@ -33,6 +33,7 @@ if [ "${1:-}" = --test ]; then
     cli() { "$KVM_BIN" generate --model "$KVM_MODEL" --prompt "$KVM_PROMPT" -n 64 "$@" 2>/dev/null; }
     KVM_WANT=$(cli --temperature 0)
     KVM_WANT_SAMPLED=$(cli --temperature 0.8 --top-p 0.9 --min-p 0.05 --repeat-penalty 1.1 --seed 7)
-    export KVM_WANT KVM_WANT_SAMPLED
+    KVM_WANT_DEFAULT=$(cli)
+    export KVM_WANT KVM_WANT_SAMPLED KVM_WANT_DEFAULT
     node --test kvm-wasm/test/*.test.mjs
 fi

@@ -23,10 +23,16 @@ fn out_of_memory(what: &str, bytes: usize) -> JsValue {
     kvm_error(&format!("out of memory: {what} needs {bytes} bytes"))
 }
 
-/// A `Vec` of `len` copies of `fill`, or a `KvmError` if the memory is not there.
-fn try_vec<T: Clone>(len: usize, fill: T, what: &str) -> Result<Vec<T>, JsValue> {
+/// An empty `Vec` with room for `len` items, or a `KvmError` if the memory is not there.
+fn try_with_capacity<T>(len: usize, what: &str) -> Result<Vec<T>, JsValue> {
     let mut v = Vec::new();
     v.try_reserve_exact(len).map_err(|_| out_of_memory(what, len * size_of::<T>()))?;
+    Ok(v)
+}
+
+/// A `Vec` of `len` copies of `fill`, or a `KvmError` if the memory is not there.
+fn try_vec<T: Clone>(len: usize, fill: T, what: &str) -> Result<Vec<T>, JsValue> {
+    let mut v = try_with_capacity(len, what)?;
     v.resize(len, fill);
     Ok(v)
 }
@@ -171,7 +177,7 @@ impl Session {
             ready: false,
             sampler: Sampler::new(cfg, 0),
             scratch: try_vec(scratch_len(vocab), Candidate::EMPTY, "the sampler's scratch")?,
-            recent: try_vec(2 * cfg.repeat_window as usize, 0, "the recent tokens")?,
+            recent: try_with_capacity(2 * cfg.repeat_window as usize, "the recent tokens")?,
             partial: Vec::new(),
         })
     }
@@ -205,10 +211,8 @@ impl Session {
         };
         cfg.validate().map_err(|e| kvm_error(&format!("sampler settings: {e}")))?;
         let seed = whole(field(settings, "seed", 0.0)?, "seed")?;
-        let recent = try_vec(2 * cfg.repeat_window as usize, 0, "the recent tokens")?;
+        self.recent = try_with_capacity(2 * cfg.repeat_window as usize, "the recent tokens")?;
         self.sampler = Sampler::new(cfg, seed);
-        self.recent = recent;
-        self.recent.clear();
         Ok(())
     }
 

@@ -52,6 +52,12 @@ test("sampled: the CLI's settings and seed give the CLI's text", () => {
   assert.equal(prompt + s.generate(64), env("KVM_WANT_SAMPLED"));
 });
 
+test("sampled: a new session's sampler is the CLI's defaults", () => {
+  const s = new kvm.Session(model);
+  s.prefill(model.tokenize(prompt));
+  assert.equal(prompt + s.generate(64), env("KVM_WANT_DEFAULT"));
+});
+
 test("sampler settings out of range are a KvmError", () => {
   const s = new kvm.Session(model);
   for (const bad of [{ topP: 0 }, { temperature: -1 }, { minP: 2 }, { repeatPenalty: 0 }, { seed: 1.5 }, { topK: "x" }]) {
