@@ -8,10 +8,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The CLI must be the exact version of the crate's `wasm-bindgen = "=…"`.
+# The CLI must be the exact version of the crate's `wasm-bindgen = "=…"`. Only its
+# `wasm-bindgen` binary, without TLS (which only the test runner's downloads need): 3.6
+# CPU-minutes to build instead of 4.7 (docs/perf.md, "In Node").
 version=$(sed -n 's/^wasm-bindgen = "=\(.*\)"/\1/p' kvm-wasm/Cargo.toml)
 if [ "$(wasm-bindgen --version 2>/dev/null)" != "wasm-bindgen $version" ]; then
-    cargo install --locked --quiet wasm-bindgen-cli --version "$version"
+    cargo install --locked --quiet wasm-bindgen-cli --version "$version" --no-default-features --bin wasm-bindgen
 fi
 
 flags="-C target-feature=+simd128"
