@@ -25,6 +25,8 @@ out=target/npm/kvm-wasm
 rm -rf "$out"
 wasm-bindgen --target nodejs --out-dir "$out/node" "$wasm"
 wasm-bindgen --target web --out-dir "$out/web" "$wasm"
+# The browser build is ES modules; this tells Node and bundlers so.
+echo '{ "type": "module" }' >"$out/web/package.json"
 cp kvm-wasm/package.json kvm-wasm/README.md "$out/"
 echo "kvm-wasm (${flags:-scalar}): $out"
 

@@ -132,6 +132,20 @@ impl std::fmt::Debug for Model {
     }
 }
 
+#[wasm_bindgen(typescript_custom_section)]
+const SAMPLER_SETTINGS: &str = r#"
+/** `Session.setSampler`'s settings, as `kvm generate`'s flags; each absent one its default. */
+export interface SamplerSettings {
+    temperature?: number;
+    topK?: number;
+    topP?: number;
+    minP?: number;
+    repeatPenalty?: number;
+    repeatWindow?: number;
+    seed?: number;
+}
+"#;
+
 /// Prompt tokens fed between two progress calls.
 const PROGRESS_TOKENS: usize = 64;
 
@@ -199,7 +213,10 @@ impl Session {
     /// `repeatWindow`, `seed`) and restarts its generator and look-back. Throws a
     /// `KvmError` for a value out of its range.
     #[wasm_bindgen(js_name = setSampler)]
-    pub fn set_sampler(&mut self, settings: &JsValue) -> Result<(), JsValue> {
+    pub fn set_sampler(
+        &mut self,
+        #[wasm_bindgen(unchecked_param_type = "SamplerSettings | undefined")] settings: &JsValue,
+    ) -> Result<(), JsValue> {
         let d = SamplerConfig::DEFAULT;
         let cfg = SamplerConfig {
             temperature: field(settings, "temperature", d.temperature.into())? as f32,
