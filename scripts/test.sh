@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # kvm's whole test run, as CI runs it: set-up, lint, unit + integration tests (golden
 # vectors, corrupt inputs, no-alloc), bare-metal builds, aarch64 tests under QEMU, the
-# C API and its example under valgrind, kvm-core on wasm32 under Node, the kernel
-# conformance checks and the firmware in QEMU.
+# C API and its example under valgrind, kvm-core on wasm32 and its JS API (kvm-wasm)
+# under Node, the kernel conformance checks and the firmware in QEMU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -72,6 +72,14 @@ for flags in "" "-C target-feature=+simd128"; do
     echo "wasm32 ${flags:-scalar}: kvm generate's text"
 done
 unset CARGO_TARGET_WASM32_WASIP1_RUNNER CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS
+
+step "kvm-wasm: the JS API in Node (simd128): kvm generate's greedy and sampled text, state round trip, bad model"
+# Its own workspace (kvm-wasm/), so its format and lints are checked here. The script
+# installs the exact wasm-bindgen CLI the crate pins when it is missing.
+cargo fmt --manifest-path kvm-wasm/Cargo.toml --check
+RUSTFLAGS="-C target-feature=+simd128" cargo clippy --manifest-path kvm-wasm/Cargo.toml --release \
+    --target wasm32-unknown-unknown --target-dir target/kvm-wasm --quiet -- -D warnings
+bash scripts/wasm-pkg.sh --test
 
 step "kvm packs an f32 model as it loads: the same bits per byte as stored"
 cargo build --release -p kvm-export --quiet

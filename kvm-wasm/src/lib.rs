@@ -1,0 +1,402 @@
+#![doc = include_str!("../README.md")]
+
+use std::ptr::NonNull;
+use std::rc::Rc;
+
+use js_sys::{Function, Uint8Array};
+use kvm_core::sampler::{scratch_len, Candidate, Sampler, SamplerConfig};
+use wasm_bindgen::prelude::*;
+
+/// A JavaScript `Error` named `KvmError` carrying `message`.
+fn kvm_error(message: &str) -> JsValue {
+    let e = js_sys::Error::new(message);
+    e.set_name("KvmError");
+    e.into()
+}
+
+/// The core's error as a `KvmError` with the core's message.
+fn core_error(e: kvm_core::Error) -> JsValue {
+    kvm_error(&e.to_string())
+}
+
+fn out_of_memory(what: &str, bytes: usize) -> JsValue {
+    kvm_error(&format!("out of memory: {what} needs {bytes} bytes"))
+}
+
+/// An empty `Vec` with room for `len` items, or a `KvmError` if the memory is not there.
+fn try_with_capacity<T>(len: usize, what: &str) -> Result<Vec<T>, JsValue> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| out_of_memory(what, len * size_of::<T>()))?;
+    Ok(v)
+}
+
+/// A `Vec` of `len` copies of `fill`, or a `KvmError` if the memory is not there.
+fn try_vec<T: Clone>(len: usize, fill: T, what: &str) -> Result<Vec<T>, JsValue> {
+    let mut v = try_with_capacity(len, what)?;
+    v.resize(len, fill);
+    Ok(v)
+}
+
+/// One cache line: the model blob and the arena are held in these, 64-byte aligned as the
+/// core wants its arena (and as a file mapped from disk gives its tensors).
+#[derive(Clone, Copy, bytemuck::Zeroable, bytemuck::Pod)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// At least `len` zeroed bytes, 64-byte aligned, owned through a raw pointer so that a
+/// `'static` borrow of them (see [`Lines::bytes`]) aliases no `Box`.
+struct Lines {
+    ptr: NonNull<[Line]>,
+    len: usize,
+}
+
+impl Lines {
+    fn zeroed(len: usize, what: &str) -> Result<Lines, JsValue> {
+        let lines = try_vec(len.div_ceil(64), Line([0; 64]), what)?;
+        let ptr = NonNull::from(Box::leak(lines.into_boxed_slice()));
+        Ok(Lines { ptr, len })
+    }
+
+    /// The first `len` bytes, for as long as the caller keeps `self` alive.
+    ///
+    /// # Safety
+    /// At most one borrow at a time, and it must end before `self` is dropped.
+    unsafe fn bytes(&self) -> &'static mut [u8] {
+        // SAFETY: `ptr` came from `Box::leak` and stays valid until `drop`; the caller
+        // promises the borrow is unique and ends before then.
+        let lines: &'static mut [Line] = unsafe { &mut *self.ptr.as_ptr() };
+        &mut bytemuck::cast_slice_mut(lines)[..self.len]
+    }
+}
+
+impl Drop for Lines {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from `Box::leak` in `zeroed`, and every borrow of it has
+        // ended (the owners declare the borrower before their `Lines`, so it drops first).
+        drop(unsafe { Box::from_raw(self.ptr.as_ptr()) });
+    }
+}
+
+/// A validated model and the bytes it borrows.
+struct Loaded {
+    /// Borrows `_blob`; declared first so that it is dropped first.
+    model: kvm_core::Model<'static>,
+    _blob: Lines,
+}
+
+/// A model, validated once (`Model::from_bytes`: header, tensor table, every checksum).
+#[wasm_bindgen]
+pub struct Model {
+    loaded: Rc<Loaded>,
+}
+
+#[wasm_bindgen]
+impl Model {
+    /// Copies `bytes` into wasm memory (once: wasm cannot address a JavaScript buffer)
+    /// and validates them. Throws a `KvmError` with the core's message for a bad model,
+    /// or when memory runs out.
+    #[wasm_bindgen(constructor)]
+    pub fn new(bytes: &Uint8Array) -> Result<Model, JsValue> {
+        let blob = Lines::zeroed(bytes.length() as usize, "the model")?;
+        // SAFETY: the only borrow of `blob`; `Loaded` keeps `blob` behind the model.
+        let data = unsafe { blob.bytes() };
+        bytes.copy_to(data);
+        let model = kvm_core::Model::from_bytes(data).map_err(core_error)?;
+        Ok(Model { loaded: Rc::new(Loaded { model, _blob: blob }) })
+    }
+
+    /// Bytes of wasm memory a session of this model takes for its arena.
+    #[wasm_bindgen(getter, js_name = arenaLen)]
+    pub fn arena_len(&self) -> usize {
+        self.loaded.model.arena_len()
+    }
+
+    /// Token ids in the vocabulary (the length of `Session.logits()`).
+    #[wasm_bindgen(getter, js_name = vocabLen)]
+    pub fn vocab_len(&self) -> u32 {
+        self.loaded.model.config().vocab_len
+    }
+
+    /// The token ids of `text`, as `Session.prefill` takes them.
+    pub fn tokenize(&self, text: &str) -> Result<Vec<u32>, JsValue> {
+        let mut ids = try_vec(text.len() + 1, 0u32, "the token ids")?;
+        let len = self.loaded.model.tokenizer().encode(text, &mut ids).map_err(core_error)?;
+        ids.truncate(len);
+        Ok(ids)
+    }
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model").field("config", self.loaded.model.config()).finish_non_exhaustive()
+    }
+}
+
+#[wasm_bindgen(typescript_custom_section)]
+const SAMPLER_SETTINGS: &str = r#"
+/** `Session.setSampler`'s settings, as `kvm generate`'s flags; each absent one its default. */
+export interface SamplerSettings {
+    temperature?: number;
+    topK?: number;
+    topP?: number;
+    minP?: number;
+    repeatPenalty?: number;
+    repeatWindow?: number;
+    seed?: number;
+}
+"#;
+
+/// Prompt tokens fed between two progress calls.
+const PROGRESS_TOKENS: usize = 64;
+
+/// A session: its arena in wasm memory (allocated once, `model.arenaLen` bytes), the
+/// logits of the next pick, and a sampler with the CLI's settings.
+#[wasm_bindgen]
+pub struct Session {
+    /// Borrows `arena` and `loaded`; declared first so that it is dropped first.
+    session: kvm_core::Session<'static, 'static>,
+    arena: Lines,
+    loaded: Rc<Loaded>,
+    /// `[vocab_len]`: the logits the next token is picked from (kept here, not only in
+    /// the arena, because a restored state must bring them back: the core's snapshot
+    /// holds the state, not the logits).
+    logits: Vec<f32>,
+    /// False until a prompt (or a restored state) gives logits to pick from.
+    ready: bool,
+    sampler: Sampler,
+    scratch: Vec<Candidate>,
+    /// The recent tokens the repetition penalty reads, at most `2 * window` of them.
+    recent: Vec<u32>,
+    /// Bytes of a character split across tokens, held back until it is whole.
+    partial: Vec<u8>,
+}
+
+#[wasm_bindgen]
+impl Session {
+    /// A fresh session of `model`, sampling with `SamplerConfig::DEFAULT` and seed 0.
+    #[wasm_bindgen(constructor)]
+    pub fn new(model: &Model) -> Result<Session, JsValue> {
+        let loaded = Rc::clone(&model.loaded);
+        let m = loaded.model;
+        let arena = Lines::zeroed(m.arena_len(), "the session's arena")?;
+        // SAFETY: the only borrow of `arena`; the session is dropped before it.
+        let session = kvm_core::Session::new(m, unsafe { arena.bytes() }).map_err(core_error)?;
+        let vocab = m.config().vocab_len as usize;
+        let cfg = SamplerConfig::DEFAULT;
+        Ok(Session {
+            session,
+            arena,
+            loaded,
+            logits: try_vec(vocab, 0.0, "the logits")?,
+            ready: false,
+            sampler: Sampler::new(cfg, 0),
+            scratch: try_vec(scratch_len(vocab), Candidate::EMPTY, "the sampler's scratch")?,
+            recent: try_with_capacity(2 * cfg.repeat_window as usize, "the recent tokens")?,
+            partial: Vec::new(),
+        })
+    }
+
+    /// Tokens fed so far.
+    #[wasm_bindgen(getter)]
+    pub fn pos(&self) -> usize {
+        self.session.pos()
+    }
+
+    /// Bytes of the arena (constant for the session's life).
+    #[wasm_bindgen(getter, js_name = arenaLen)]
+    pub fn arena_len(&self) -> usize {
+        self.arena.len
+    }
+
+    /// Sets the sampler (fields of `settings`, each optional, the CLI's defaults
+    /// otherwise: `temperature`, `topK`, `topP`, `minP`, `repeatPenalty`,
+    /// `repeatWindow`, `seed`) and restarts its generator and look-back. Throws a
+    /// `KvmError` for a value out of its range.
+    #[wasm_bindgen(js_name = setSampler)]
+    pub fn set_sampler(
+        &mut self,
+        #[wasm_bindgen(unchecked_param_type = "SamplerSettings | undefined")] settings: &JsValue,
+    ) -> Result<(), JsValue> {
+        let d = SamplerConfig::DEFAULT;
+        let cfg = SamplerConfig {
+            temperature: field(settings, "temperature", d.temperature.into())? as f32,
+            top_k: small(field(settings, "topK", d.top_k.into())?, "topK")?,
+            top_p: field(settings, "topP", d.top_p.into())? as f32,
+            min_p: field(settings, "minP", d.min_p.into())? as f32,
+            repeat_penalty: field(settings, "repeatPenalty", d.repeat_penalty.into())? as f32,
+            repeat_window: small(field(settings, "repeatWindow", d.repeat_window.into())?, "repeatWindow")?,
+        };
+        cfg.validate().map_err(|e| kvm_error(&format!("sampler settings: {e}")))?;
+        let seed = whole(field(settings, "seed", 0.0)?, "seed")?;
+        self.recent = try_with_capacity(2 * cfg.repeat_window as usize, "the recent tokens")?;
+        self.sampler = Sampler::new(cfg, seed);
+        Ok(())
+    }
+
+    /// Feeds `tokens` (a prompt: `Model.tokenize`), calling `progress(done, total)` after
+    /// every 64 tokens and at the end when given. Throws a `KvmError` for an empty
+    /// prompt or a token out of range (the tokens before it are consumed).
+    pub fn prefill(&mut self, tokens: &[u32], progress: Option<Function>) -> Result<(), JsValue> {
+        if tokens.is_empty() {
+            return Err(core_error(kvm_core::Error::InvalidArgument));
+        }
+        self.ready = false;
+        let mut done = 0;
+        for piece in tokens.chunks(PROGRESS_TOKENS) {
+            self.session.prefill(piece).map_err(core_error)?;
+            done += piece.len();
+            if let Some(f) = &progress {
+                f.call2(&JsValue::NULL, &done.into(), &tokens.len().into())?;
+            }
+        }
+        self.took_logits();
+        self.saw(tokens);
+        Ok(())
+    }
+
+    /// Picks the next token, feeds it, and returns its text: `""` while a character's
+    /// bytes are still incomplete, `undefined` at the end-of-text token (which is not
+    /// fed). Throws a `KvmError` before any prompt.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<String>, JsValue> {
+        if !self.ready {
+            return Err(kvm_error("no logits to sample from: prefill a prompt first"));
+        }
+        let tok = self.loaded.model.tokenizer();
+        let text_len = (tok.text_len() as usize).min(self.logits.len());
+        let next =
+            self.sampler.sample(&self.logits[..text_len], &self.recent, &mut self.scratch).map_err(core_error)?;
+        self.saw(&[next]);
+        if Some(next) == tok.eos() {
+            return Ok(None);
+        }
+        self.session.decode(next).map_err(core_error)?;
+        self.took_logits();
+        self.partial.extend_from_slice(tok.token_bytes(next).unwrap_or(&[]));
+        Ok(Some(self.whole_chars()))
+    }
+
+    /// Up to `max_tokens` calls of `next()`, each piece of text also passed to
+    /// `on_piece(piece)` when given; returns the text.
+    pub fn generate(&mut self, max_tokens: u32, on_piece: Option<Function>) -> Result<String, JsValue> {
+        let mut text = String::new();
+        for _ in 0..max_tokens {
+            let Some(piece) = self.next()? else { break };
+            if let (Some(f), false) = (&on_piece, piece.is_empty()) {
+                f.call1(&JsValue::NULL, &JsValue::from_str(&piece))?;
+            }
+            text.push_str(&piece);
+        }
+        Ok(text)
+    }
+
+    /// A copy of the logits the next token is picked from, `[vocab_len]`.
+    pub fn logits(&self) -> Vec<f32> {
+        self.logits.clone()
+    }
+
+    /// The session's state: the core's snapshot (CRC-checked), then the logits of the next
+    /// pick (little-endian f32) and their CRC-32.
+    #[wasm_bindgen(js_name = saveState)]
+    pub fn save_state(&self) -> Result<Vec<u8>, JsValue> {
+        let snap = self.session.snapshot_len();
+        let mut out = try_vec(snap + 4 * self.logits.len() + 4, 0u8, "the saved state")?;
+        self.session.snapshot(&mut out).map_err(core_error)?;
+        let (logits, crc) = out[snap..].split_at_mut(4 * self.logits.len());
+        for (b, x) in logits.chunks_exact_mut(4).zip(&self.logits) {
+            b.copy_from_slice(&x.to_le_bytes());
+        }
+        crc.copy_from_slice(&kvm_core::crc::crc32(logits).to_le_bytes());
+        Ok(out)
+    }
+
+    /// Takes back a `saveState()` of a session of the same model; the sampler's
+    /// look-back starts empty. Throws a `KvmError` (and changes nothing) for bytes that
+    /// are not such a state.
+    #[wasm_bindgen(js_name = restoreState)]
+    pub fn restore_state(&mut self, state: &[u8]) -> Result<(), JsValue> {
+        let snap = self.session.snapshot_len();
+        let bad = || core_error(kvm_core::Error::BadSnapshot);
+        if state.len() != snap + 4 * self.logits.len() + 4 {
+            return Err(bad());
+        }
+        let (logits, crc) = state[snap..].split_at(4 * self.logits.len());
+        if crc != kvm_core::crc::crc32(logits).to_le_bytes() {
+            return Err(bad());
+        }
+        self.session.restore(&state[..snap]).map_err(core_error)?;
+        for (x, b) in self.logits.iter_mut().zip(logits.chunks_exact(4)) {
+            *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+        self.ready = self.session.pos() > 0;
+        self.recent.clear();
+        self.partial.clear();
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("pos", &self.session.pos())
+            .field("arena_len", &self.arena.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// Copies the logits of the step just run.
+    fn took_logits(&mut self) {
+        self.logits.copy_from_slice(self.session.logits());
+        self.ready = true;
+    }
+
+    /// Remembers `ids` for the repetition penalty, keeping at most `2 * window` (within
+    /// the capacity reserved by `set_sampler`, so this never allocates).
+    fn saw(&mut self, ids: &[u32]) {
+        let window = self.sampler.cfg.repeat_window as usize;
+        let keep = ids.len().min(window);
+        let excess = (self.recent.len() + keep).saturating_sub(2 * window);
+        self.recent.drain(..excess);
+        self.recent.extend_from_slice(&ids[ids.len() - keep..]);
+    }
+
+    /// Takes the whole UTF-8 characters off the front of `partial`; bytes that can never
+    /// be UTF-8 come out as U+FFFD, as `TextDecoder` would.
+    fn whole_chars(&mut self) -> String {
+        let end = match std::str::from_utf8(&self.partial) {
+            Ok(_) => self.partial.len(),
+            Err(e) if e.error_len().is_some() => self.partial.len(),
+            Err(e) => e.valid_up_to(),
+        };
+        let text = String::from_utf8_lossy(&self.partial[..end]).into_owned();
+        self.partial.drain(..end);
+        text
+    }
+}
+
+/// `settings[name]` as a number, or `default` when it is absent.
+fn field(settings: &JsValue, name: &str, default: f64) -> Result<f64, JsValue> {
+    if settings.is_undefined() || settings.is_null() {
+        return Ok(default);
+    }
+    let v = js_sys::Reflect::get(settings, &JsValue::from_str(name))?;
+    if v.is_undefined() {
+        return Ok(default);
+    }
+    v.as_f64().ok_or_else(|| kvm_error(&format!("sampler settings: {name} is not a number")))
+}
+
+/// `x` as a whole number `>= 0` that a double holds exactly.
+fn whole(x: f64, name: &str) -> Result<u64, JsValue> {
+    if x >= 0.0 && x.fract() == 0.0 && x <= 9_007_199_254_740_991.0 {
+        Ok(x as u64)
+    } else {
+        Err(kvm_error(&format!("sampler settings: {name} must be a whole number >= 0, not {x}")))
+    }
+}
+
+/// `x` as a whole number that fits a `u32`.
+fn small(x: f64, name: &str) -> Result<u32, JsValue> {
+    u32::try_from(whole(x, name)?).map_err(|_| kvm_error(&format!("sampler settings: {name} is too large: {x}")))
+}

@@ -1,0 +1,125 @@
+// The JS API against the CLI: greedy and sampled text equal to `kvm generate`'s, a state
+// save/restore round trip, and a bad model refused with the core's message. Run by
+// `bash scripts/wasm-pkg.sh --test`, which passes the package, the model, the CLI and the
+// CLI's texts in the environment.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createRequire } from "node:module";
+import { readFileSync, writeFileSync, mkdtempSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const env = (name) => {
+  const v = process.env[name];
+  assert.ok(v !== undefined, `${name} is not set: run scripts/wasm-pkg.sh --test`);
+  return v;
+};
+const kvm = createRequire(import.meta.url)(join(env("KVM_WASM_PKG"), "node/kvm_wasm.js"));
+const blob = readFileSync(env("KVM_MODEL"));
+const prompt = env("KVM_PROMPT");
+const model = new kvm.Model(blob);
+
+function started(settings) {
+  const s = new kvm.Session(model);
+  s.setSampler(settings);
+  s.prefill(model.tokenize(prompt));
+  return s;
+}
+
+test("greedy: 64 tokens equal to kvm generate --temperature 0", () => {
+  const s = started({ temperature: 0 });
+  const pieces = [];
+  const text = s.generate(64, (p) => pieces.push(p));
+  assert.equal(prompt + text, env("KVM_WANT"));
+  assert.equal(pieces.join(""), text);
+  assert.equal(s.arenaLen, model.arenaLen);
+});
+
+test("next(), piece by piece, gives generate()'s text", () => {
+  const s = started({ temperature: 0 });
+  let text = "";
+  for (let i = 0; i < 64; i++) {
+    const piece = s.next();
+    if (piece === undefined) break;
+    text += piece;
+  }
+  assert.equal(prompt + text, env("KVM_WANT"));
+});
+
+test("sampled: the CLI's settings and seed give the CLI's text", () => {
+  const s = started({ temperature: 0.8, topP: 0.9, minP: 0.05, repeatPenalty: 1.1, seed: 7 });
+  assert.equal(prompt + s.generate(64), env("KVM_WANT_SAMPLED"));
+});
+
+test("sampled: a new session's sampler is the CLI's defaults", () => {
+  const s = new kvm.Session(model);
+  s.prefill(model.tokenize(prompt));
+  assert.equal(prompt + s.generate(64), env("KVM_WANT_DEFAULT"));
+});
+
+test("sampler settings out of range are a KvmError", () => {
+  const s = new kvm.Session(model);
+  for (const bad of [{ topP: 0 }, { temperature: -1 }, { minP: 2 }, { repeatPenalty: 0 }, { seed: 1.5 }, { topK: "x" }]) {
+    assert.throws(() => s.setSampler(bad), { name: "KvmError" }, JSON.stringify(bad));
+  }
+  assert.throws(() => s.next(), { name: "KvmError" });
+  assert.throws(() => s.prefill(new Uint32Array(0)), { name: "KvmError" });
+});
+
+test("prefill reports progress up to the prompt's length", () => {
+  const s = new kvm.Session(model);
+  const ids = model.tokenize(prompt.repeat(20));
+  const calls = [];
+  s.prefill(ids, (done, total) => calls.push([done, total]));
+  assert.ok(calls.length > 1);
+  assert.deepEqual(calls.at(-1), [ids.length, ids.length]);
+  calls.forEach(([done, total], i) => {
+    assert.equal(total, ids.length);
+    assert.ok(i === 0 || done > calls[i - 1][0]);
+  });
+  assert.equal(s.pos, ids.length);
+});
+
+test("state: save after prefill, restore, generate again: the same text and logits", () => {
+  const s = started({ temperature: 0 });
+  const saved = s.saveState();
+  const first = s.generate(32);
+  const firstLogits = s.logits();
+  assert.ok(firstLogits instanceof Float32Array);
+  assert.equal(firstLogits.length, model.vocabLen);
+  s.restoreState(saved);
+  assert.equal(s.generate(32), first);
+  assert.deepEqual(s.logits(), firstLogits);
+  // Into a fresh session of the same model too.
+  const t = new kvm.Session(model);
+  t.setSampler({ temperature: 0 });
+  t.restoreState(saved);
+  assert.equal(t.generate(32), first);
+  // A flipped byte anywhere is refused, and the session is unchanged.
+  const posBefore = t.pos;
+  for (const at of [0, saved.length >> 1, saved.length - 1]) {
+    const bad = Uint8Array.from(saved);
+    bad[at] ^= 1;
+    assert.throws(() => t.restoreState(bad), { name: "KvmError" });
+  }
+  assert.equal(t.pos, posBefore);
+});
+
+test("a model with one byte flipped is refused with the core's message", () => {
+  const bad = Uint8Array.from(blob);
+  bad[bad.length >> 1] ^= 1;
+  let err;
+  assert.throws(() => new kvm.Model(bad), (e) => ((err = e), e.name === "KvmError"));
+  // The CLI wraps the same core error in its own context.
+  const path = join(mkdtempSync(join(tmpdir(), "kvm-wasm-")), "bad.kvm");
+  writeFileSync(path, bad);
+  let cli = "";
+  try {
+    execFileSync(env("KVM_BIN"), ["info", "--model", path], { stdio: "pipe" });
+  } catch (e) {
+    cli = e.stderr.toString();
+  }
+  assert.ok(err.message.length > 0 && cli.includes(err.message), `"${err.message}" not in "${cli}"`);
+  assert.throws(() => new kvm.Model(new Uint8Array(10)), { name: "KvmError" });
+});
