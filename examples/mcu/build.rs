@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 
 const DEFAULT_MODEL: &str = "../../models/tiny-kjv-q8_0.kvm";
 /// The `heap` build's default heap: tiny-kjv's largest arena (the f32 cache's, 560,832
-/// bytes) and its sampler scratch, with room for a model twice its width.
+/// bytes), with room for a model twice its width.
 const HEAP_KIB: usize = 1024;
 /// Stack the link reserves below the top of RAM: the firmware's high-water mark is 5-6 KiB
 /// on every board, dtype and cache.
@@ -106,10 +106,8 @@ fn main() {
             Ok(v) => v.parse().unwrap_or_else(|_| fail(&format!("KVM_MCU_HEAP_KIB=`{v}` is not a KiB count"))),
             Err(_) => HEAP_KIB,
         };
-        let info = format!(
-            "/// Bytes of the heap the arena and sampler scratch come from.\npub const HEAP_LEN: usize = {};\n",
-            kib * 1024
-        );
+        let info =
+            format!("/// Bytes of the heap the arena comes from.\npub const HEAP_LEN: usize = {};\n", kib * 1024);
         fs::write(out.join("model_info.rs"), info + &clock).expect("write model_info.rs");
         return;
     }
@@ -131,12 +129,9 @@ fn main() {
         Ok(v) => v.parse().unwrap_or_else(|_| fail(&format!("KVM_MCU_ARENA_LEN=`{v}` is not a byte count"))),
         Err(_) => model.arena_len(),
     };
-    let vocab_len = model.config().vocab_len as usize;
     let info = format!(
         "/// Bytes of the session arena (the model's `arena_len` when this was built).\n\
          pub const ARENA_LEN: usize = {arena_len};\n\
-         /// The model's vocabulary size when this was built.\n\
-         pub const VOCAB_LEN: usize = {vocab_len};\n\
          /// Bytes of the model file.\n\
          pub const MODEL_LEN: usize = {model_len};\n",
         model_len = blob.len()

@@ -7,7 +7,7 @@
 //! UART0 on GP0 (TX) / GP1 (RX) at 115200 8N1 as the console (and USB CDC with the `usb`
 //! feature, `usb.rs`), SysTick as the cycle
 //! counter; the model linked into flash, or (feature `slot`) read from the model slot; the
-//! arena and sampler scratch in statics sized at build time.
+//! arena in a static sized at build time.
 
 use core::fmt::Write as _;
 
@@ -19,10 +19,9 @@ use hal::pac;
 use hal::uart::{DataBits, Enabled, StopBits, UartConfig, UartPeripheral};
 use hal::{Sio, Watchdog};
 use kvm_board_app::Board;
-use kvm_core::sampler::{scratch_len, Candidate};
 use kvm_core::Model;
 
-use crate::model_info::{ARENA_LEN, VOCAB_LEN};
+use crate::model_info::ARENA_LEN;
 use crate::{hal, NAME, XOSC_HZ};
 
 #[cfg(feature = "usb")]
@@ -45,7 +44,6 @@ static MODEL: Aligned<[u8; crate::model_info::MODEL_LEN]> = Aligned(*include_byt
 /// The session arena (`.bss`).
 static mut ARENA: Aligned<[u8; ARENA_LEN]> = Aligned([0; ARENA_LEN]);
 /// The sampler's scratch (`.bss`).
-static mut CANDIDATES: [Candidate; scratch_len(VOCAB_LEN)] = [Candidate::EMPTY; scratch_len(VOCAB_LEN)];
 
 type Uart = UartPeripheral<
     Enabled,
@@ -112,7 +110,7 @@ pub fn start() -> Option<Rp> {
 /// The whole firmware after start-up: the model, the application's run, the stack report.
 pub fn run(rp: &mut Rp) {
     let how = kvm_board_app::Generate { n_gen: crate::model_info::N_GEN, echo_prompt: false };
-    let run = open(rp).and_then(|(model, arena, candidates)| kvm_board_app::run(rp, model, arena, candidates, how));
+    let run = open(rp).and_then(|(model, arena)| kvm_board_app::run(rp, model, arena, how));
     match run {
         Ok(()) => {
             let (bottom, top) = stack_region();
@@ -125,12 +123,12 @@ pub fn run(rp: &mut Rp) {
 }
 
 /// The model (linked, or from the slot), validated and described, with the parts of the
-/// arena and sampler scratch it uses. Call once.
-fn open(rp: &mut Rp) -> Result<(Model<'static>, &'static mut [u8], &'static mut [Candidate]), kvm_board_app::Fail> {
-    let (arena, candidates) = (&raw mut ARENA, &raw mut CANDIDATES);
+/// arena it uses. Call once.
+fn open(rp: &mut Rp) -> Result<(Model<'static>, &'static mut [u8]), kvm_board_app::Fail> {
+    let arena = &raw mut ARENA;
     // SAFETY: called once, from the entry, and nothing else names these statics, so these
     // are the only references to them.
-    let (arena, candidates) = unsafe { (&mut (*arena).0, &mut *candidates) };
+    let arena = unsafe { &mut (*arena).0 };
     #[cfg(not(feature = "slot"))]
     let (model, place) = (kvm_board_app::validate(rp, &MODEL.0)?, "flash");
     #[cfg(feature = "slot")]
@@ -143,8 +141,8 @@ fn open(rp: &mut Rp) -> Result<(Model<'static>, &'static mut [u8], &'static mut 
         arena.len(),
         arena.as_ptr() as usize
     );
-    let (arena, candidates) = kvm_board_app::fit(&model, arena, candidates)?;
-    Ok((model, arena, candidates))
+    let arena = kvm_board_app::fit(&model, arena)?;
+    Ok((model, arena))
 }
 
 extern "C" {

@@ -57,8 +57,7 @@ fn main() -> ! {
     arch::init();
     let board = &mut Semihosting;
     let how = Generate { n_gen: N_GEN, echo_prompt: cfg!(feature = "echo-prompt") };
-    let run = source::open(board)
-        .and_then(|(model, arena, candidates)| Ok(kvm_board_app::run(board, model, arena, candidates, how)?));
+    let run = source::open(board).and_then(|(model, arena)| Ok(kvm_board_app::run(board, model, arena, how)?));
     let code = match run {
         Ok(()) => {
             let (bottom, top) = arch::stack_region();
@@ -119,7 +118,7 @@ enum Fail {
     /// The command line is not `[--cache f32|f16|q8]`.
     #[cfg(feature = "heap")]
     Usage,
-    /// The heap cannot hold the arena and the sampler scratch.
+    /// The heap cannot hold the arena.
     #[cfg(feature = "heap")]
     HeapFull { need: usize, heap: usize },
 }
@@ -144,7 +143,7 @@ impl fmt::Display for Fail {
             Fail::Usage => f.write_str("usage: kvm-mcu [--cache f32|f16|q8]"),
             #[cfg(feature = "heap")]
             Fail::HeapFull { need, heap } => {
-                write!(f, "the arena and sampler scratch need {need} bytes, the heap has {heap}")
+                write!(f, "the arena needs {need} bytes, the heap has {heap}")
             }
         }
     }

@@ -29,8 +29,7 @@ use core::fmt::{self, Write as _};
 
 use kvm_core::config::flags;
 use kvm_core::format::TokenizerKind;
-use kvm_core::sampler::{scratch_len, Candidate, Sampler, SamplerConfig};
-use kvm_core::{Model, Session};
+use kvm_core::{kernels, Model, Session};
 
 pub mod slot;
 pub mod stack;
@@ -103,9 +102,6 @@ pub enum Fail {
     NotByteLevel,
     /// The firmware's arena was sized for another model.
     ArenaLen { built: usize, model: usize },
-    /// The firmware's sampler scratch holds fewer candidates than the model's vocabulary
-    /// needs (`built` candidates, `model` ids).
-    VocabLen { built: usize, model: usize },
 }
 
 impl From<kvm_core::Error> for Fail {
@@ -128,9 +124,6 @@ impl fmt::Display for Fail {
             Fail::NotByteLevel => f.write_str("this firmware needs a byte-level model"),
             Fail::ArenaLen { built, model } => {
                 write!(f, "firmware arena is {built} bytes but the model needs {model}; rebuild for this model")
-            }
-            Fail::VocabLen { built, model } => {
-                write!(f, "firmware sampler scratch holds {built} candidates, too few for a vocabulary of {model}")
             }
         }
     }
@@ -167,22 +160,15 @@ pub fn find_model<B: Board + ?Sized>(board: &mut B, slot: &'static [u8]) -> Resu
     validate(board, blob).map_err(|e| slot::SlotError::bad(slot, e))
 }
 
-/// The parts of a firmware's arena and sampler scratch that a model uses: their first
-/// `model.arena_len()` bytes and `scratch_len(vocab_len)` candidates. Their sizes come from
-/// a model at build time; a model swapped in later (the model slot) may need less, or more.
+/// The part of a firmware's arena that a model uses: its first `model.arena_len()` bytes.
+/// The arena's size comes from a model at build time; a model swapped in later (the model
+/// slot) may need less, or more.
 ///
 /// # Errors
-/// [`Fail::ArenaLen`] or [`Fail::VocabLen`] when the model needs more than the firmware has.
-pub fn fit<'r>(
-    model: &Model<'_>,
-    arena: &'r mut [u8],
-    candidates: &'r mut [Candidate],
-) -> Result<(&'r mut [u8], &'r mut [Candidate]), Fail> {
-    let (built, vocab_len) = (candidates.len(), model.config().vocab_len as usize);
-    let candidates = candidates.get_mut(..scratch_len(vocab_len)).ok_or(Fail::VocabLen { built, model: vocab_len })?;
+/// [`Fail::ArenaLen`] when the model needs more than the firmware has.
+pub fn fit<'r>(model: &Model<'_>, arena: &'r mut [u8]) -> Result<&'r mut [u8], Fail> {
     let built = arena.len();
-    let arena = arena.get_mut(..model.arena_len()).ok_or(Fail::ArenaLen { built, model: model.arena_len() })?;
-    Ok((arena, candidates))
+    arena.get_mut(..model.arena_len()).ok_or(Fail::ArenaLen { built, model: model.arena_len() })
 }
 
 /// How a run generates: how many tokens (at most [`MAX_GEN`]) and whether the prompt is
@@ -195,18 +181,14 @@ pub struct Generate {
 
 /// Greedy generation from [`PROMPT`]: prefill, then `n_gen` tokens, each written to the
 /// console as soon as it is picked; then the timings. `arena` must be `model.arena_len()`
-/// bytes on [`kvm_core::state::ARENA_ALIGN`], `candidates` the sampler's scratch for the
-/// model's vocabulary.
+/// bytes on [`kvm_core::state::ARENA_ALIGN`]. Greedy needs no sampler scratch: the pick is
+/// the sampler's own greedy one (`kernels::argmax` of the ids with text, ties to the lowest
+/// id), so a firmware spends no RAM on candidates (2 KiB for a byte-level vocabulary, which
+/// the 256 KiB configurations have no room for).
 ///
 /// # Errors
 /// [`Fail::NotByteLevel`] for a model with a tokenizer; the core's errors from the session.
-pub fn run<B: Board + ?Sized>(
-    board: &mut B,
-    model: Model<'_>,
-    arena: &mut [u8],
-    candidates: &mut [Candidate],
-    how: Generate,
-) -> Result<(), Fail> {
+pub fn run<B: Board + ?Sized>(board: &mut B, model: Model<'_>, arena: &mut [u8], how: Generate) -> Result<(), Fail> {
     if model.header().tokenizer_kind != TokenizerKind::Bytes {
         return Err(Fail::NotByteLevel);
     }
@@ -220,8 +202,7 @@ pub fn run<B: Board + ?Sized>(
         session.layout().state_len,
         arena_len - state_bytes
     );
-    let mut sampler = Sampler::new(SamplerConfig::greedy(), 0);
-    // Prompt then generated ids, oldest first: the sampler's repetition window.
+    // Prompt then generated ids, oldest first.
     let mut history: heapless::Vec<u32, { PROMPT.len() + MAX_GEN }> = PROMPT.iter().map(|&b| u32::from(b)).collect();
     let n_gen = how.n_gen.min(MAX_GEN);
 
@@ -238,7 +219,7 @@ pub fn run<B: Board + ?Sized>(
     while history.len() < PROMPT.len() + n_gen {
         let t = Stamp::now(board);
         // From the ids with text only: a padding id is never picked.
-        let id = sampler.sample(session.text_logits(), &history, candidates)?;
+        let id = kernels::argmax(session.text_logits()).ok_or(kvm_core::Error::InvalidArgument)? as u32;
         // Cannot fail: the loop runs only while there is room.
         let _ = history.push(id);
         session.decode(id)?;

@@ -6,7 +6,6 @@ use std::fmt::Write as _;
 
 use kvm_board_app::slot::{self, SlotError};
 use kvm_board_app::{Board, Fail, Generate};
-use kvm_core::sampler::{scratch_len, Candidate};
 use kvm_core::state::ARENA_ALIGN;
 
 /// The bundled model (q8_0 weights, f32 cache).
@@ -115,12 +114,9 @@ fn run_streams_the_reference_text_token_by_token() {
     let blob = leak(model_bytes());
     let mut board = Recorder::default();
     let model = kvm_board_app::validate(&mut board, blob).unwrap();
-    let vocab_len = model.config().vocab_len as usize;
-    let (arena, candidates) =
-        (arena(model.arena_len()), Box::leak(vec![Candidate::EMPTY; scratch_len(vocab_len)].into_boxed_slice()));
-    let (arena, candidates) = kvm_board_app::fit(&model, arena, candidates).unwrap();
+    let arena = kvm_board_app::fit(&model, arena(model.arena_len())).unwrap();
     let n_gen = REFERENCE.len();
-    kvm_board_app::run(&mut board, model, arena, candidates, Generate { n_gen, echo_prompt: false }).unwrap();
+    kvm_board_app::run(&mut board, model, arena, Generate { n_gen, echo_prompt: false }).unwrap();
 
     let out = &board.out;
     let start = out.windows(19).position(|w| w == b"--- kvm output ---\n").unwrap() + 19;
@@ -141,14 +137,9 @@ fn run_streams_the_reference_text_token_by_token() {
 fn fit_takes_what_the_model_needs_and_refuses_less() {
     let blob = leak(model_bytes());
     let model = kvm_core::Model::from_bytes(blob).unwrap();
-    let vocab_len = model.config().vocab_len as usize;
-    let mut candidates = vec![Candidate::EMPTY; scratch_len(vocab_len) + 3];
     let big = arena(model.arena_len() + 64);
-    let (a, c) = kvm_board_app::fit(&model, big, &mut candidates).unwrap();
-    assert_eq!((a.len(), c.len()), (model.arena_len(), scratch_len(vocab_len)));
+    assert_eq!(kvm_board_app::fit(&model, big).unwrap().len(), model.arena_len());
     let small = arena(1024);
-    let e = kvm_board_app::fit(&model, small, &mut candidates).unwrap_err();
+    let e = kvm_board_app::fit(&model, small).unwrap_err();
     assert_eq!(e, Fail::ArenaLen { built: 1024, model: model.arena_len() });
-    let e = kvm_board_app::fit(&model, arena(model.arena_len()), &mut candidates[..1]).unwrap_err();
-    assert_eq!(e, Fail::VocabLen { built: 1, model: vocab_len });
 }

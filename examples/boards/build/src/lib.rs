@@ -85,7 +85,7 @@ impl Firmware {
         }
     }
 
-    /// Validates the model and writes `model_info.rs`: `ARENA_LEN`, `VOCAB_LEN`, `N_GEN`
+    /// Validates the model and writes `model_info.rs`: `ARENA_LEN`, `N_GEN`
     /// and, when linked, `MODEL_LEN` (and `KVM_BOARD_MODEL_PATH` for `include_bytes!`).
     fn model_info(&self, manifest: &Path, out: &Path) {
         let path = env::var("KVM_BOARD_MODEL").unwrap_or_else(|_| self.default_model.to_owned());
@@ -106,12 +106,9 @@ impl Firmware {
         let mut info = format!(
             "/// Bytes of the session arena (the model's `arena_len` when this was built).\n\
              pub const ARENA_LEN: usize = {};\n\
-             /// The model's vocabulary size when this was built.\n\
-             pub const VOCAB_LEN: usize = {};\n\
              /// Tokens to generate (`KVM_BOARD_N_GEN`).\n\
              pub const N_GEN: usize = {n_gen};\n",
-            model.arena_len(),
-            model.config().vocab_len
+            model.arena_len()
         );
         if self.linked {
             info += &format!("/// Bytes of the model file.\npub const MODEL_LEN: usize = {};\n", blob.len());

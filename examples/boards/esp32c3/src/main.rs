@@ -22,7 +22,6 @@
 
 use esp_hal::clock::CpuClock;
 use kvm_board_app::{say, Board, Fail, Generate};
-use kvm_core::sampler::{scratch_len, Candidate};
 use kvm_core::Model;
 
 esp_bootloader_esp_idf::esp_app_desc!();
@@ -30,7 +29,7 @@ esp_bootloader_esp_idf::esp_app_desc!();
 mod model_info {
     include!(concat!(env!("OUT_DIR"), "/model_info.rs"));
 }
-use model_info::{ARENA_LEN, MODEL_LEN, VOCAB_LEN};
+use model_info::{ARENA_LEN, MODEL_LEN};
 
 const NAME: &str = "kvm-esp32c3";
 /// The core clock `CpuClock::max()` sets on the ESP32-C3.
@@ -48,7 +47,6 @@ static MODEL: Aligned<[u8; MODEL_LEN]> = Aligned(*include_bytes!(env!("KVM_BOARD
 /// The session arena (`.bss`, in data RAM).
 static mut ARENA: Aligned<[u8; ARENA_LEN]> = Aligned([0; ARENA_LEN]);
 /// The sampler's scratch (`.bss`: the empty candidate is zeros).
-static mut CANDIDATES: [Candidate; scratch_len(VOCAB_LEN)] = [Candidate::EMPTY; scratch_len(VOCAB_LEN)];
 
 #[esp_hal::main]
 fn main() -> ! {
@@ -78,13 +76,13 @@ fn run(board: &mut EspC3) -> Result<(), Fail> {
     let blob: &'static [u8] = &MODEL.0;
     say!(board, "model {} bytes at {:#010x} (flash)", blob.len(), blob.as_ptr() as usize);
     let model: Model<'static> = kvm_board_app::validate(board, blob)?;
-    let (arena, candidates) = (&raw mut ARENA, &raw mut CANDIDATES);
+    let arena = &raw mut ARENA;
     // SAFETY: `run` is called once, from the entry, and nothing else names these statics,
     // so these are the only references to them.
-    let (arena, candidates) = unsafe { (&mut (*arena).0, &mut *candidates) };
-    let (arena, candidates) = kvm_board_app::fit(&model, arena, candidates)?;
+    let arena = unsafe { &mut (*arena).0 };
+    let arena = kvm_board_app::fit(&model, arena)?;
     say!(board, "arena {} bytes at {:#010x}", arena.len(), arena.as_ptr() as usize);
-    kvm_board_app::run(board, model, arena, candidates, Generate { n_gen: model_info::N_GEN, echo_prompt: false })
+    kvm_board_app::run(board, model, arena, Generate { n_gen: model_info::N_GEN, echo_prompt: false })
 }
 
 /// The board as the application sees it.

@@ -15,7 +15,7 @@
 //! - **Timer:** SysTick on the core clock, counting cycles (`kvm_board_app::systick`).
 //! - **Model:** linked into flash from `KVM_BOARD_MODEL` (build.rs), or with the `slot`
 //!   feature read from the model slot at 0x0808_0000 (memory.x), written apart; refused
-//!   in words when missing or bad. The arena and the sampler scratch are statics sized for
+//!   in words when missing or bad. The arena is a static sized for
 //!   the build's model, in the 128 KiB SRAM.
 //! - No semihosting anywhere: panics and faults are reported on USART1 too.
 //! - **`defmt` feature:** the console's bytes and any failure go over RTT as well.
@@ -24,7 +24,6 @@
 
 use cortex_m_rt::{entry, exception, ExceptionFrame};
 use kvm_board_app::{say, Board, Fail, Generate};
-use kvm_core::sampler::{scratch_len, Candidate};
 use kvm_core::Model;
 use stm32f4xx_hal::pac::{self, USART1};
 use stm32f4xx_hal::prelude::*;
@@ -37,7 +36,7 @@ use defmt_rtt as _;
 mod model_info {
     include!(concat!(env!("OUT_DIR"), "/model_info.rs"));
 }
-use model_info::{ARENA_LEN, VOCAB_LEN};
+use model_info::ARENA_LEN;
 
 const NAME: &str = "kvm-stm32f405";
 
@@ -55,7 +54,6 @@ static MODEL: Aligned<[u8; model_info::MODEL_LEN]> = Aligned(*include_bytes!(env
 /// The session arena (`.bss`, in SRAM).
 static mut ARENA: Aligned<[u8; ARENA_LEN]> = Aligned([0; ARENA_LEN]);
 /// The sampler's scratch (`.bss`: the empty candidate is zeros).
-static mut CANDIDATES: [Candidate; scratch_len(VOCAB_LEN)] = [Candidate::EMPTY; scratch_len(VOCAB_LEN)];
 
 #[entry]
 fn main() -> ! {
@@ -119,12 +117,12 @@ fn stop() -> ! {
 /// The model (linked in, or from the slot), checked against the statics, then the run.
 fn run(board: &mut Stm32) -> Result<(), Fail> {
     let model = open_model(board)?;
-    let (arena, candidates) = (&raw mut ARENA, &raw mut CANDIDATES);
+    let arena = &raw mut ARENA;
     // SAFETY: `run` is called once, from the entry, and nothing else names these statics,
     // so these are the only references to them.
-    let (arena, candidates) = unsafe { (&mut (*arena).0, &mut *candidates) };
-    let (arena, candidates) = kvm_board_app::fit(&model, arena, candidates)?;
-    kvm_board_app::run(board, model, arena, candidates, Generate { n_gen: model_info::N_GEN, echo_prompt: false })
+    let arena = unsafe { &mut (*arena).0 };
+    let arena = kvm_board_app::fit(&model, arena)?;
+    kvm_board_app::run(board, model, arena, Generate { n_gen: model_info::N_GEN, echo_prompt: false })
 }
 
 #[cfg(not(feature = "slot"))]

@@ -1,15 +1,13 @@
 //! The `heap` build's model and memory: a model file found in the board's model slot
 //! (written apart from the firmware), the attention cache from the command line, and the
-//! arena and sampler scratch allocated from an `embedded-alloc` heap, sized from the
+//! arena allocated from an `embedded-alloc` heap, sized from the
 //! model (`Model::arena_len`, what the C API's `kvm_arena_size` reports).
 
-use alloc::vec::Vec;
 use core::alloc::Layout;
 use core::mem::MaybeUninit;
 
 use embedded_alloc::LlffHeap;
 use kvm_core::cache::CacheDtype;
-use kvm_core::sampler::{scratch_len, Candidate};
 use kvm_core::state::ARENA_ALIGN;
 use kvm_core::Model;
 use semihosting::println;
@@ -34,8 +32,8 @@ extern "C" {
 const ARGS_LEN: usize = 128;
 
 /// The model in the slot, validated and set to the command line's cache, with an arena
-/// and sampler scratch for it from the heap. Call once.
-pub fn open(board: &mut Semihosting) -> Result<(Model<'static>, &'static mut [u8], &'static mut [Candidate]), Fail> {
+/// for it from the heap. Call once.
+pub fn open(board: &mut Semihosting) -> Result<(Model<'static>, &'static mut [u8]), Fail> {
     let (start, len) = (&raw const _kvm_model_slot as usize, &raw const _kvm_model_slot_len as usize);
     // SAFETY: the memory map makes the model slot readable memory (RAM or flash) that
     // nothing writes while the firmware runs.
@@ -52,8 +50,7 @@ pub fn open(board: &mut Semihosting) -> Result<(Model<'static>, &'static mut [u8
     unsafe { HEAP.init((&raw mut HEAP_MEM) as usize, HEAP_LEN) };
 
     let arena_len = model.arena_len();
-    let vocab_len = model.config().vocab_len as usize;
-    let need = arena_len + scratch_len(vocab_len) * core::mem::size_of::<Candidate>();
+    let need = arena_len;
     let full = Fail::HeapFull { need, heap: HEAP_LEN };
     let layout = Layout::from_size_align(arena_len, ARENA_ALIGN).map_err(|_| full)?;
     // SAFETY: `layout` has a non-zero size (a session's arena holds at least its counters).
@@ -63,9 +60,6 @@ pub fn open(board: &mut Semihosting) -> Result<(Model<'static>, &'static mut [u8
     }
     // SAFETY: `arena` is `arena_len` zeroed bytes, allocated here and never freed.
     let arena: &'static mut [u8] = unsafe { core::slice::from_raw_parts_mut(arena, arena_len) };
-    let mut candidates = Vec::new();
-    candidates.try_reserve_exact(scratch_len(vocab_len)).map_err(|_| Fail::HeapFull { need, heap: HEAP_LEN })?;
-    candidates.resize(scratch_len(vocab_len), Candidate::EMPTY);
 
     println!(
         "kvm-mcu: model {} bytes at {:#010x} (model slot), cache {}, arena {} bytes at {:#010x} (heap of {} bytes)",
@@ -76,7 +70,7 @@ pub fn open(board: &mut Semihosting) -> Result<(Model<'static>, &'static mut [u8
         arena.as_ptr() as usize,
         HEAP_LEN
     );
-    Ok((model, arena, candidates.leak()))
+    Ok((model, arena))
 }
 
 /// `--cache C` from the semihosting command line (the program name first), if given.

@@ -1,11 +1,10 @@
 //! The default build's model and memory: the model file linked into flash, the arena and
 //! the sampler scratch in statics sized at build time.
 
-use kvm_core::sampler::{scratch_len, Candidate};
 use kvm_core::Model;
 use semihosting::println;
 
-use crate::model_info::{ARENA_LEN, MODEL_LEN, VOCAB_LEN};
+use crate::model_info::{ARENA_LEN, MODEL_LEN};
 use crate::{Fail, Semihosting};
 
 /// A value on a 64-byte boundary: tensor data is 64-aligned within the model file, and the
@@ -23,15 +22,14 @@ static MODEL: Aligned<[u8; MODEL_LEN]> = Aligned(*include_bytes!(env!("KVM_MCU_M
 /// The session arena (`.bss`).
 static mut ARENA: Aligned<[u8; ARENA_LEN]> = Aligned([0; ARENA_LEN]);
 /// The sampler's scratch (`.bss`).
-static mut CANDIDATES: [Candidate; scratch_len(VOCAB_LEN)] = [Candidate::EMPTY; scratch_len(VOCAB_LEN)];
 
 /// The linked model, validated, with the arena and sampler scratch it was built for.
 /// Call once.
-pub fn open(board: &mut Semihosting) -> Result<(Model<'static>, &'static mut [u8], &'static mut [Candidate]), Fail> {
-    let (arena, candidates) = (&raw mut ARENA, &raw mut CANDIDATES);
+pub fn open(board: &mut Semihosting) -> Result<(Model<'static>, &'static mut [u8]), Fail> {
+    let arena = &raw mut ARENA;
     // SAFETY: called once, from the entry, and nothing else names these statics, so these
     // are the only references to them.
-    let (arena, candidates) = unsafe { (&mut (*arena).0, &mut *candidates) };
+    let arena = unsafe { &mut (*arena).0 };
     let blob: &'static [u8] = &MODEL.0;
     println!(
         "kvm-mcu: model {} bytes at {:#010x} (flash), arena {} bytes at {:#010x}",
@@ -41,6 +39,6 @@ pub fn open(board: &mut Semihosting) -> Result<(Model<'static>, &'static mut [u8
         arena.as_ptr() as usize
     );
     let model = kvm_board_app::validate(board, blob)?;
-    let (arena, candidates) = kvm_board_app::fit(&model, arena, candidates)?;
-    Ok((model, arena, candidates))
+    let arena = kvm_board_app::fit(&model, arena)?;
+    Ok((model, arena))
 }
