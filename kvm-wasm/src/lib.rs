@@ -5,6 +5,7 @@ use std::rc::Rc;
 
 use js_sys::{Function, Uint8Array};
 use kvm_core::sampler::{scratch_len, Candidate, Sampler, SamplerConfig};
+use kvm_core::tokenizer::StreamDecoder;
 use wasm_bindgen::prelude::*;
 
 /// A JavaScript `Error` named `KvmError` carrying `message`.
@@ -167,8 +168,11 @@ pub struct Session {
     scratch: Vec<Candidate>,
     /// The recent tokens the repetition penalty reads, at most `2 * window` of them.
     recent: Vec<u32>,
-    /// Bytes of a character split across tokens, held back until it is whole.
-    partial: Vec<u8>,
+    /// Holds back a character split across tokens until it is whole (the core's
+    /// incremental `from_utf8_lossy`, as `kvm generate` prints text).
+    decoder: StreamDecoder,
+    /// `[3 * (max_token_len + 3)]`: the decoder's output for one token.
+    piece: Vec<u8>,
 }
 
 #[wasm_bindgen]
@@ -192,7 +196,8 @@ impl Session {
             sampler: Sampler::new(cfg, 0),
             scratch: try_vec(scratch_len(vocab), Candidate::EMPTY, "the sampler's scratch")?,
             recent: try_with_capacity(2 * cfg.repeat_window as usize, "the recent tokens")?,
-            partial: Vec::new(),
+            decoder: StreamDecoder::new(),
+            piece: try_vec(3 * (m.tokenizer().max_token_len() + 3), 0, "the text of a token")?,
         })
     }
 
@@ -256,7 +261,9 @@ impl Session {
 
     /// Picks the next token, feeds it, and returns its text: `""` while a character's
     /// bytes are still incomplete, `undefined` at the end-of-text token (which is not
-    /// fed). Throws a `KvmError` before any prompt.
+    /// fed; `finish()` then gives what an incomplete character held back). Invalid UTF-8
+    /// comes out as U+FFFD, as `kvm generate` prints it. Throws a `KvmError` before any
+    /// prompt.
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Option<String>, JsValue> {
         if !self.ready {
@@ -272,21 +279,25 @@ impl Session {
         }
         self.session.decode(next).map_err(core_error)?;
         self.took_logits();
-        self.partial.extend_from_slice(tok.token_bytes(next).unwrap_or(&[]));
-        Ok(Some(self.whole_chars()))
+        let piece = self.decoder.push(&tok, next, &mut self.piece).map_err(core_error)?;
+        Ok(Some(piece.to_owned()))
     }
 
-    /// Up to `max_tokens` calls of `next()`, each piece of text also passed to
-    /// `on_piece(piece)` when given; returns the text.
+    /// Ends a text made with `next()`: U+FFFD if it ended inside a character (as
+    /// `kvm generate` ends it), else `""`.
+    pub fn finish(&mut self) -> String {
+        self.decoder.finish().to_owned()
+    }
+
+    /// Up to `max_tokens` calls of `next()`, then `finish()`, each piece of text also
+    /// passed to `on_piece(piece)` when given; returns the text.
     pub fn generate(&mut self, max_tokens: u32, on_piece: Option<Function>) -> Result<String, JsValue> {
         let mut text = String::new();
         for _ in 0..max_tokens {
             let Some(piece) = self.next()? else { break };
-            if let (Some(f), false) = (&on_piece, piece.is_empty()) {
-                f.call1(&JsValue::NULL, &JsValue::from_str(&piece))?;
-            }
-            text.push_str(&piece);
+            emit(&piece, on_piece.as_ref(), &mut text)?;
         }
+        emit(&self.finish(), on_piece.as_ref(), &mut text)?;
         Ok(text)
     }
 
@@ -330,7 +341,7 @@ impl Session {
         }
         self.ready = self.session.pos() > 0;
         self.recent.clear();
-        self.partial.clear();
+        self.decoder = StreamDecoder::new();
         Ok(())
     }
 }
@@ -360,19 +371,15 @@ impl Session {
         self.recent.drain(..excess);
         self.recent.extend_from_slice(&ids[ids.len() - keep..]);
     }
+}
 
-    /// Takes the whole UTF-8 characters off the front of `partial`; bytes that can never
-    /// be UTF-8 come out as U+FFFD, as `TextDecoder` would.
-    fn whole_chars(&mut self) -> String {
-        let end = match std::str::from_utf8(&self.partial) {
-            Ok(_) => self.partial.len(),
-            Err(e) if e.error_len().is_some() => self.partial.len(),
-            Err(e) => e.valid_up_to(),
-        };
-        let text = String::from_utf8_lossy(&self.partial[..end]).into_owned();
-        self.partial.drain(..end);
-        text
+/// Appends `piece` to `text`, passing it to `on_piece` first when given (and not empty).
+fn emit(piece: &str, on_piece: Option<&Function>, text: &mut String) -> Result<(), JsValue> {
+    if let (Some(f), false) = (on_piece, piece.is_empty()) {
+        f.call1(&JsValue::NULL, &JsValue::from_str(piece))?;
     }
+    text.push_str(piece);
+    Ok(())
 }
 
 /// `settings[name]` as a number, or `default` when it is absent.
