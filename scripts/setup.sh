@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what kvm's full test run needs beyond a Rust toolchain: cross targets,
 # QEMU (the Arm and RISC-V boards), cross C compilers, valgrind, cmake (kvm's C library for
-# C firmware), Node (the wasm32 tests and the RP2040 emulator) and cbindgen. Idempotent;
-# safe to re-run.
+# C firmware), Chromium and its WebDriver (the page's test, examples/web), Node (the wasm32
+# tests and the RP2040 emulator) and cbindgen. Idempotent; safe to re-run.
 set -euo pipefail
 
 sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -14,7 +14,7 @@ rustup target add thumbv7em-none-eabihf thumbv6m-none-eabi thumbv8m.main-none-ea
 
 need=()
 for pkg in qemu-system-arm qemu-system-misc qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross \
-           gcc-arm-none-eabi libnewlib-arm-none-eabi valgrind cmake; do
+           gcc-arm-none-eabi libnewlib-arm-none-eabi valgrind cmake chromium chromium-driver fonts-liberation; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

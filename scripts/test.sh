@@ -2,7 +2,8 @@
 # kvm's whole test run, as CI runs it: set-up, lint, unit + integration tests (golden
 # vectors, corrupt inputs, no-alloc), bare-metal builds, aarch64 tests under QEMU, the
 # C API and its example under valgrind, kvm-core on wasm32 and its JS API (kvm-wasm)
-# under Node, the kernel conformance checks and the firmware in QEMU.
+# under Node, the page (examples/web) in headless Chromium, the kernel conformance checks
+# and the firmware in QEMU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -80,6 +81,10 @@ cargo fmt --manifest-path kvm-wasm/Cargo.toml --check
 RUSTFLAGS="-C target-feature=+simd128" cargo clippy --manifest-path kvm-wasm/Cargo.toml --release \
     --target wasm32-unknown-unknown --target-dir target/kvm-wasm --quiet -- -D warnings
 bash scripts/wasm-pkg.sh --test
+
+step "the page (examples/web) in headless Chromium: kvm generate's greedy text on the page, a corrupt model's message, a dropped model, Stop"
+cargo build --release -p kvm-export --quiet
+bash scripts/web-test.sh
 
 step "kvm packs an f32 model as it loads: the same bits per byte as stored"
 cargo build --release -p kvm-export --quiet
