@@ -1,6 +1,5 @@
-// The page as a person uses it, in headless Chromium driven over WebDriver (Debian's
-// chromium-driver; plain HTTP, so no npm package): it opens the page from a local
-// `python3 -m http.server`, types the prompt, asks for 64 greedy tokens and reads the text
+// The page as a person uses it, in headless Chromium (driver.mjs): it opens the page
+// from a local `python3 -m http.server`, types the prompt, asks for 64 greedy tokens and reads the text
 // off the page, which must be `kvm generate`'s byte for byte; a corrupt model chosen with
 // the file picker shows the core's message and leaves the loaded model in place; a second
 // model dropped on the page generates the CLI's text too; Stop ends a long generation,
@@ -12,94 +11,19 @@
 //   KVM_SCREENSHOT  where the screenshot of the greedy text goes (a PNG)
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn, execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import { createServer } from "node:net";
-import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
+
+import { click, closePage, el, js, openPage, sleep, state, text, type, until, wd } from "./driver.mjs";
 
 const env = process.env;
 const PROMPT = "And God said";
 const kvm = createRequire(import.meta.url)(join(env.KVM_WASM_PKG, "node/kvm_wasm.js"));
-const children = [];
-let profile;
-let base; // the WebDriver session's URL
-let page; // the page's URL
 
-/** A TCP port free at the time of asking. */
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = createServer().listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-    s.on("error", reject);
-  });
-}
-
-/** Starts `cmd`, resolving once a line of its output matches `ready`. */
-function start(cmd, args, ready) {
-  const child = spawn(cmd, args, { stdio: ["ignore", "pipe", "pipe"] });
-  children.push(child);
-  return new Promise((resolve, reject) => {
-    let seen = "";
-    const look = (chunk) => {
-      seen += chunk;
-      if (ready.test(seen)) resolve(child);
-    };
-    child.stdout.on("data", look);
-    child.stderr.on("data", look);
-    child.on("exit", (code) => reject(new Error(`${cmd} exited (${code}): ${seen}`)));
-  });
-}
-
-async function sleep(ms) {
-  await new Promise((r) => setTimeout(r, ms));
-}
-
-/** One WebDriver command; its `value`, or an exception with the driver's message. */
-async function wd(method, path, body) {
-  const r = await fetch(base + path, {
-    method,
-    headers: { "content-type": "application/json" },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const { value } = await r.json();
-  if (!r.ok) throw new Error(`WebDriver ${method} ${path}: ${value.error}: ${value.message}`);
-  return value;
-}
-
-/** Runs `fn` (a function's source) in the page with `args`; its result. */
-const js = (fn, ...args) => wd("POST", "/execute/sync", { script: `return (${fn})(...arguments)`, args });
-/** The WebDriver reference of the element `css` selects (an object of one field). */
-const el = async (css) => Object.values(await wd("POST", "/element", { using: "css selector", value: css }))[0];
-const click = async (css) => wd("POST", `/element/${await el(css)}/click`, {});
-/** Types into a field as a person would: clears it, then sends the keys. */
-async function type(css, text) {
-  const id = await el(css);
-  await wd("POST", `/element/${id}/clear`, {});
-  await wd("POST", `/element/${id}/value`, { text: String(text) });
-}
-const text = (css) => js((css) => document.querySelector(css).textContent, css);
-const state = () => js(() => document.getElementById("status").dataset.state);
-
-/** Waits (at most `ms`) until `cond()` is truthy; its value. */
-async function until(cond, what, ms = 60_000) {
-  const t0 = Date.now();
-  for (;;) {
-    const v = await cond();
-    if (v) return v;
-    if (Date.now() - t0 > ms) throw new Error(`timed out waiting for ${what}: ${await text("#status")}`);
-    await sleep(50);
-  }
-}
-
-async function idle() {
-  return until(async () => ["idle", "done", "error"].includes(await state()), "the page to be idle");
-}
-
-/** `kvm generate`'s stdout for a greedy text (invalid UTF-8 as U+FFFD, as the page shows it), then the line end it closes with. */
+/** `kvm generate`'s stdout for a greedy text (invalid UTF-8 as U+FFFD, as the page shows
+ *  it), then the line end it closes with. */
 function cli(model, n) {
   const args = ["generate", "--model", model, "--prompt", PROMPT, "-n", String(n), "--temperature", "0"];
   return execFileSync(env.KVM_BIN, args, { stdio: ["ignore", "pipe", "ignore"] });
@@ -115,39 +39,8 @@ async function generateGreedy(n) {
   return text("#output");
 }
 
-before(async () => {
-  const port = await freePort();
-  await start("python3", ["-u", "-m", "http.server", String(port), "--bind", "127.0.0.1", "--directory", env.KVM_WEB_DIR], /Serving HTTP/);
-  page = `http://127.0.0.1:${port}/`;
-  const driverPort = await freePort();
-  await start("chromedriver", [`--port=${driverPort}`], /started successfully/);
-  profile = mkdtempSync(join(tmpdir(), "kvm-web-chromium-"));
-  // Offline flags: without them Chromium's background connections to Google hosts hang.
-  const args = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    `--user-data-dir=${profile}`, "--window-size=960,720", "--enable-precise-memory-info",
-  ];
-  const r = await fetch(`http://127.0.0.1:${driverPort}/session`, {
-    method: "POST",
-    body: JSON.stringify({
-      capabilities: {
-        alwaysMatch: { browserName: "chrome", "goog:chromeOptions": { binary: env.CHROMIUM ?? "/usr/bin/chromium", args } },
-      },
-    }),
-  });
-  const { value } = await r.json();
-  if (!r.ok) throw new Error(`chromedriver: ${value.message}`);
-  base = `http://127.0.0.1:${driverPort}/session/${value.sessionId}`;
-  await wd("POST", "/url", { url: page });
-  await until(async () => (await state()) === "idle", "the bundled model to load");
-});
-
-after(async () => {
-  if (base) await wd("DELETE", "", undefined).catch(() => {});
-  for (const c of children) c.kill();
-  if (profile) rmSync(profile, { recursive: true, force: true });
-});
+before(() => openPage(env.KVM_WEB_DIR));
+after(closePage);
 
 test("the bundled model loads by default and shows its arena", async () => {
   assert.equal(await text("#model-name"), "tiny-kjv-q8_0.kvm");
