@@ -47,6 +47,8 @@
 //! evenly over them. If no logit is above `-inf` (all NaN or `-inf`) there is nothing to
 //! sample and the call fails with [`Error::InvalidArgument`]. No input makes it panic.
 
+pub mod ranges;
+
 use core::cmp::Ordering;
 
 use crate::error::{Error, Result};

@@ -4,6 +4,7 @@ use std::ptr::NonNull;
 use std::rc::Rc;
 
 use js_sys::{Function, Uint8Array};
+use kvm_core::sampler::ranges::{self, Shown};
 use kvm_core::sampler::{scratch_len, Candidate, Sampler, SamplerConfig};
 use kvm_core::tokenizer::StreamDecoder;
 use wasm_bindgen::prelude::*;
@@ -231,6 +232,12 @@ impl Session {
             repeat_penalty: field(settings, "repeatPenalty", d.repeat_penalty.into())? as f32,
             repeat_window: small(field(settings, "repeatWindow", d.repeat_window.into())?, "repeatWindow")?,
         };
+        // The ranges of `kvm generate`'s flags and the C API (one table, the core's), then
+        // the sampler's own check, which has the last word.
+        ranges::check(&cfg).map_err(|e| {
+            let field = camel_case(e.field);
+            kvm_error(&format!("sampler settings: {field} must be in {}", Shown::new(&e.range)))
+        })?;
         cfg.validate().map_err(|e| kvm_error(&format!("sampler settings: {e}")))?;
         let seed = whole(field(settings, "seed", 0.0)?, "seed")?;
         self.recent = try_with_capacity(2 * cfg.repeat_window as usize, "the recent tokens")?;
@@ -406,4 +413,16 @@ fn whole(x: f64, name: &str) -> Result<u64, JsValue> {
 /// `x` as a whole number that fits a `u32`.
 fn small(x: f64, name: &str) -> Result<u32, JsValue> {
     u32::try_from(whole(x, name)?).map_err(|_| kvm_error(&format!("sampler settings: {name} is too large: {x}")))
+}
+
+/// `top_p` as JavaScript spells the setting: `topP`.
+fn camel_case(name: &str) -> String {
+    let mut words = name.split('_');
+    let mut out = String::from(words.next().unwrap_or_default());
+    for w in words {
+        let mut chars = w.chars();
+        out.extend(chars.next().map(|c| c.to_ascii_uppercase()));
+        out.push_str(chars.as_str());
+    }
+    out
 }

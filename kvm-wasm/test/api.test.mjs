@@ -67,6 +67,18 @@ test("sampler settings out of range are a KvmError", () => {
   assert.throws(() => s.prefill(new Uint32Array(0)), { name: "KvmError" });
 });
 
+test("sampler settings take the CLI's and the C API's ranges, named in the message", () => {
+  const s = new kvm.Session(model);
+  const refused = (settings, message) =>
+    assert.throws(() => s.setSampler(settings), { name: "KvmError", message: `sampler settings: ${message}` });
+  refused({ temperature: 101 }, "temperature must be in [0, 100]");
+  refused({ topP: 0 }, "topP must be in (0, 1]");
+  refused({ minP: NaN }, "minP must be in [0, 1]");
+  refused({ repeatPenalty: 100.5 }, "repeatPenalty must be in (0, 100]");
+  refused({ repeatWindow: 257 }, "repeatWindow must be in [0, 256]");
+  s.setSampler({ temperature: 100, topP: 1, minP: 1, repeatPenalty: 100, repeatWindow: 256 });
+});
+
 test("prefill reports progress up to the prompt's length", () => {
   const s = new kvm.Session(model);
   const ids = model.tokenize(prompt.repeat(20));

@@ -18,7 +18,7 @@ use kvm_core::cache::CacheDtype;
 use kvm_core::error::{ConfigField, Origin, Section, Unsupported};
 use kvm_core::format::Role;
 use kvm_core::quant::DType;
-use kvm_core::sampler::{Candidate, Sampler, SamplerConfig};
+use kvm_core::sampler::{ranges, Candidate, Sampler, SamplerConfig};
 use kvm_core::{Error, Model, Session};
 use kvm_runtime::capi::kvm_status::*;
 use kvm_runtime::capi::*;
@@ -1299,7 +1299,7 @@ fn a_callback_that_releases_its_session_stops_the_call() {
     }
 }
 
-/// The C API's sampler ranges are the command line's (one table, `capi::ranges`): every
+/// The C API's sampler ranges are the command line's (one table, `sampler::ranges`): every
 /// bound is accepted when it is in its range and refused when not, and so is the nearest
 /// value beyond it. (`kvm`'s flags, through the same table: `limits.rs`.)
 #[test]

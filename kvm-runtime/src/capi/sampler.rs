@@ -67,37 +67,3 @@ pub unsafe extern "C" fn kvm_sampler_seed(session: *mut kvm_session, seed: u64) 
     // SAFETY: per the contract.
     unsafe { with_session(session, f) }
 }
-
-/// The sampler settings' ranges: one table, which the C API checks [`kvm_sampler_set`]
-/// against and the `kvm` command line parses its flags with.
-pub mod ranges {
-    use core::ops::Bound::{self, Excluded, Included};
-    use core::ops::RangeBounds;
-
-    use kvm_core::sampler::SamplerConfig;
-
-    use super::super::types::KVM_MAX_REPEAT_WINDOW;
-
-    /// A range as its two bounds (a [`RangeBounds`] that can be half-open at either end).
-    pub type Range<T> = (Bound<T>, Bound<T>);
-
-    /// Softmax temperature; 0 is greedy.
-    pub const TEMPERATURE: Range<f32> = (Included(0.0), Included(100.0));
-    /// Nucleus sampling; 1 is off.
-    pub const TOP_P: Range<f32> = (Excluded(0.0), Included(1.0));
-    /// Least probability relative to the most likely token's; 0 is off.
-    pub const MIN_P: Range<f32> = (Included(0.0), Included(1.0));
-    /// Repetition penalty; 1 is off.
-    pub const REPEAT_PENALTY: Range<f32> = (Excluded(0.0), Included(100.0));
-    /// Recent tokens the penalty looks at.
-    pub const REPEAT_WINDOW: Range<u32> = (Included(0), Included(KVM_MAX_REPEAT_WINDOW));
-
-    /// Whether every field of `cfg` is in its range (NaN is in none; `top_k` has none).
-    pub fn contain(cfg: &SamplerConfig) -> bool {
-        TEMPERATURE.contains(&cfg.temperature)
-            && TOP_P.contains(&cfg.top_p)
-            && MIN_P.contains(&cfg.min_p)
-            && REPEAT_PENALTY.contains(&cfg.repeat_penalty)
-            && REPEAT_WINDOW.contains(&cfg.repeat_window)
-    }
-}

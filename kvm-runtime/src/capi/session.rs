@@ -40,6 +40,8 @@ use super::types::kvm_status::{self, *};
 
 /// Most recent tokens kept for the repetition penalty (`repeat_window` may not exceed it).
 pub(crate) const HISTORY_LEN: usize = super::types::KVM_MAX_REPEAT_WINDOW as usize;
+// The header states the core's bound as a literal; this keeps the two one number.
+const _: () = assert!(super::types::KVM_MAX_REPEAT_WINDOW == kvm_core::sampler::ranges::MAX_REPEAT_WINDOW);
 
 /// `"KVMSESS1"`: an initialised cell.
 const LIVE: u64 = u64::from_le_bytes(*b"KVMSESS1");
@@ -355,7 +357,7 @@ impl SessionCell {
     pub fn set_sampler(&mut self, cfg: SamplerConfig) -> Result<(), kvm_status> {
         // The ranges lie within the sampler's own; its validation has the last word.
         cfg.validate()?;
-        if !super::sampler::ranges::contain(&cfg) {
+        if !kvm_core::sampler::ranges::contain(&cfg) {
             return Err(KVM_ERR_INVALID_ARGUMENT);
         }
         self.sampler.cfg = cfg;

@@ -114,11 +114,11 @@ fn usage_errors_are_one_line() {
     }
 }
 
-/// Every sampler flag's range is the C API's (one table, `capi::ranges`): each bound runs
+/// Every sampler flag's range is the C API's (one table, `kvm_core::sampler::ranges`): each bound runs
 /// when it is in its range and is refused when not, and so is the nearest value beyond it.
 #[test]
 fn the_sampler_flags_take_the_c_apis_ranges() {
-    use kvm_runtime::capi::ranges;
+    use kvm_core::sampler::ranges;
     use std::ops::Bound::{Excluded, Included, Unbounded};
     let m = tiny();
     let m = m.to_str().unwrap();

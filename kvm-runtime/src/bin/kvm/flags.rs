@@ -3,10 +3,11 @@
 //! the range (`invalid value '1e39' for '--temperature <TEMPERATURE>': must be in
 //! [0, 100]`).
 
-use std::fmt::{Display, Write};
-use std::ops::{Bound, RangeBounds};
+use std::fmt::Display;
+use std::ops::RangeBounds;
 use std::str::FromStr;
 
+use kvm_core::sampler::ranges::Shown;
 use kvm_runtime::capi::KVM_MAX_THREADS;
 use kvm_runtime::pool::default_threads;
 
@@ -40,22 +41,9 @@ pub fn threads_or_all(asked: Option<usize>) -> usize {
     asked.unwrap_or_else(|| default_threads().min(MAX_THREADS))
 }
 
-/// `range` as `[lo, hi]`, `(lo, hi]`, `[lo, ...)`.
+/// `range` as `[lo, hi]`, `(lo, hi]`, `[lo, ...)` (as the sampler's ranges are written).
 fn describe<T: Display>(range: &impl RangeBounds<T>) -> String {
-    let mut s = String::new();
-    match range.start_bound() {
-        Bound::Included(lo) => write!(s, "[{lo}, "),
-        Bound::Excluded(lo) => write!(s, "({lo}, "),
-        Bound::Unbounded => write!(s, "(..., "),
-    }
-    .ok();
-    match range.end_bound() {
-        Bound::Included(hi) => write!(s, "{hi}]"),
-        Bound::Excluded(hi) => write!(s, "{hi})"),
-        Bound::Unbounded => write!(s, "...)"),
-    }
-    .ok();
-    s
+    Shown::new(range).to_string()
 }
 
 #[cfg(test)]

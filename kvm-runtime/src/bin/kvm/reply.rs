@@ -6,17 +6,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use kvm_core::sampler::{scratch_len, Candidate, Sampler, SamplerConfig};
+use kvm_core::sampler::{ranges, scratch_len, Candidate, Sampler, SamplerConfig};
 use kvm_core::tokenizer::Tokenizer;
 use kvm_core::Session;
 use kvm_runtime::arena::zeroed;
-use kvm_runtime::capi::ranges;
 use kvm_runtime::pool::Pool;
 use serde_json::{json, Value};
 
 use crate::flags::ranged;
 
-/// The sampler's settings, each parsed against its range (the C API's, [`ranges`]).
+/// The sampler's settings, each parsed against its range (the C API's and kvm-wasm's,
+/// [`ranges`]).
 #[derive(Debug, clap::Args)]
 pub struct SamplerArgs {
     /// Softmax temperature, in [0, 100]; 0 = greedy.
