@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the npm package of kvm-wasm into target/npm/kvm-wasm/ (not published): the
-# crate for wasm32 with simd128 (KVM_WASM_SCALAR=1: without, for old engines), then
-# wasm-bindgen's bindings and .d.ts types for Node (node/) and browsers (web/).
+# Builds the npm package of kvm-wasm into target/npm/kvm-wasm/ (not published; KVM_WASM_OUT
+# for another directory): the crate for wasm32 with simd128 (KVM_WASM_SCALAR=1: without,
+# for old engines), then wasm-bindgen's bindings and .d.ts types for Node (node/) and
+# browsers (web/).
 #   bash scripts/wasm-pkg.sh          build
 #   bash scripts/wasm-pkg.sh --test   build, then the Node tests (kvm-wasm/test/) against
 #                                     `kvm generate`'s greedy text (target/release/kvm)
@@ -16,12 +17,14 @@ if [ "$(wasm-bindgen --version 2>/dev/null)" != "wasm-bindgen $version" ]; then
     cargo install --locked --quiet wasm-bindgen-cli --version "$version" --no-default-features --bin wasm-bindgen
 fi
 
-flags="-C target-feature=+simd128"
-[ "${KVM_WASM_SCALAR:-0}" = 1 ] && flags=""
+# The scalar build in a target directory of its own, so switching between the two
+# rebuilds neither.
+flags="-C target-feature=+simd128" target=target/kvm-wasm
+[ "${KVM_WASM_SCALAR:-0}" = 1 ] && flags="" target=target/kvm-wasm-scalar
 RUSTFLAGS="$flags" cargo build --manifest-path kvm-wasm/Cargo.toml --release \
-    --target wasm32-unknown-unknown --target-dir target/kvm-wasm --quiet
-wasm=target/kvm-wasm/wasm32-unknown-unknown/release/kvm_wasm.wasm
-out=target/npm/kvm-wasm
+    --target wasm32-unknown-unknown --target-dir "$target" --quiet
+wasm=$target/wasm32-unknown-unknown/release/kvm_wasm.wasm
+out=${KVM_WASM_OUT:-target/npm/kvm-wasm}
 rm -rf "$out"
 wasm-bindgen --target nodejs --out-dir "$out/node" "$wasm"
 wasm-bindgen --target web --out-dir "$out/web" "$wasm"

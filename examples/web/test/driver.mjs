@@ -108,9 +108,15 @@ export async function openPage(dir) {
   await until(async () => (await state()) === "idle", "the bundled model to load");
 }
 
+// Interrupted, the browser, its driver and the server end too.
+for (const signal of ["SIGINT", "SIGTERM"]) {
+  process.on(signal, () => closePage().finally(() => process.exit(130)));
+}
+
 /** Ends the browser session, the driver and the server. */
 export async function closePage() {
   if (base) await wd("DELETE", "", undefined).catch(() => {});
-  for (const c of children) c.kill();
+  base = undefined;
+  for (const c of children.splice(0)) c.kill();
   if (profile) rmSync(profile, { recursive: true, force: true });
 }

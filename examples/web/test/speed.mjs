@@ -4,7 +4,7 @@
 // page's file picker; the prompt is the first PROMPT_LEN bytes (default 512) of a
 // repeated verse, GEN (default 128) tokens are generated greedily, and the page's own
 // figures are printed: prompt tokens and prefill time, tokens and tokens/s.
-import { resolve } from "node:path";
+import { basename, resolve } from "node:path";
 
 import { click, closePage, el, js, openPage, state, text, type, until, wd } from "./driver.mjs";
 
@@ -12,8 +12,10 @@ const [dir, model, promptLen = "512", gen = "128"] = process.argv.slice(2);
 await openPage(resolve(dir));
 try {
   await wd("POST", `/element/${await el("#file")}/value`, { text: resolve(model) });
-  await until(async () => (await state()) !== "loading", "the model to load", 300_000);
-  if ((await state()) !== "idle") throw new Error(await text("#error"));
+  const loaded = async () => (await text("#model-name")) === basename(model) && (await state()) === "idle";
+  const failed = async () => (await state()) === "error";
+  await until(async () => (await loaded()) || (await failed()), "the model to load", 300_000);
+  if (await failed()) throw new Error(await text("#error"));
   const verse = "And God said, Let there be light: and there was light. ";
   const prompt = verse.repeat(Math.ceil(Number(promptLen) / verse.length)).slice(0, Number(promptLen));
   // Set, not typed: typing hundreds of keys is not what is timed here.
