@@ -47,9 +47,10 @@ async function loadFile(file) {
   if (file) load(file.name, await file.arrayBuffer());
 }
 
-/** The sampler's settings as `Session.setSampler` takes them (its checks are the core's). */
+/** The sampler's settings as `Session.setSampler` takes them (its checks are the core's);
+ *  an empty field is left out, so it takes the CLI's default. */
 function sampler() {
-  const n = (id) => Number($(id).value);
+  const n = (id) => ($(id).value === "" ? undefined : Number($(id).value));
   return {
     temperature: n("temperature"),
     topK: n("top-k"),

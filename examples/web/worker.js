@@ -49,7 +49,7 @@ function load({ name, bytes }) {
 async function generate({ prompt, sampler, maxTokens }) {
   if (!model) throw new Error("no model loaded");
   // A fresh session for each text, in the memory the previous one gave back.
-  session.free();
+  session?.free();
   session = null;
   session = new Session(model);
   session.setSampler(sampler);

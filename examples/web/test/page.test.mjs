@@ -1,9 +1,10 @@
 // The page as a person uses it, in headless Chromium (driver.mjs): it opens the page
-// from a local `python3 -m http.server`, types the prompt, asks for 64 greedy tokens and reads the text
-// off the page, which must be `kvm generate`'s byte for byte; a corrupt model chosen with
-// the file picker shows the core's message and leaves the loaded model in place; a second
-// model dropped on the page generates the CLI's text too; Stop ends a long generation,
-// whose memory stays flat. Run by scripts/web-test.sh, which sets:
+// from a local `python3 -m http.server`, types the prompt, asks for 64 greedy tokens and
+// reads the text off the page, which must be `kvm generate`'s byte for byte; a corrupt
+// model chosen with the file picker shows the core's message and leaves the loaded model
+// in place; a setting out of its range shows the sampler's; a second model dropped on the
+// page generates the CLI's text too; Stop ends a long generation, whose memory stays
+// flat. Run by scripts/web-test.sh, which sets:
 //   KVM_WEB_DIR     the assembled page (scripts/web-serve.sh --assemble)
 //   KVM_BIN         the CLI, whose text the page must show
 //   KVM_WASM_PKG    the Node package, whose KvmError message the page must show
@@ -72,6 +73,14 @@ test("a corrupt model from the file picker: the core's message, the loaded model
   assert.equal(await text("#error"), want);
   assert.equal(await text("#model-name"), "tiny-kjv-q8_0.kvm");
   assert.deepEqual(Buffer.from((await generateGreedy(16)) + "\n"), cli(env.KVM_MODEL, 16));
+});
+
+test("a setting out of its range: the sampler's message, nothing generated", async () => {
+  await type("#temperature", "150");
+  await click("#generate");
+  await until(async () => (await state()) === "error", "the settings to be refused");
+  assert.equal(await text("#error"), "KvmError: sampler settings: temperature must be in [0, 100]");
+  assert.equal(await text("#output-text"), "");
 });
 
 test("a model dropped on the page loads and generates the CLI's text", async () => {
