@@ -58,6 +58,21 @@ test("sampled: a new session's sampler is the CLI's defaults", () => {
   assert.equal(prompt + s.generate(64), env("KVM_WANT_DEFAULT"));
 });
 
+test("temperature 100 over every byte: invalid UTF-8 as U+FFFD, as kvm generate prints it", () => {
+  // Near-uniform picks among tiny-kjv's 256 byte tokens: lone and broken-off UTF-8 lead
+  // bytes, stray continuation bytes, and (seed 2) two whole two-byte characters.
+  const settings = { temperature: 100, topK: 0, topP: 1, minP: 0, seed: 2 };
+  const s = started(settings);
+  const args = ["--temperature", "100", "--top-k", "0", "--top-p", "1", "--min-p", "0", "--seed", "2"];
+  const cli = execFileSync(env("KVM_BIN"), ["generate", "--model", env("KVM_MODEL"), "--prompt", prompt, "-n", "64", ...args], {
+    stdio: ["ignore", "pipe", "ignore"],
+  });
+  const text = prompt + s.generate(64);
+  assert.ok(text.includes("\uFFFD"));
+  // The CLI ends its text with a line end.
+  assert.deepEqual(Buffer.from(text + "\n"), cli);
+});
+
 test("sampler settings out of range are a KvmError", () => {
   const s = new kvm.Session(model);
   for (const bad of [{ topP: 0 }, { temperature: -1 }, { minP: 2 }, { repeatPenalty: 0 }, { seed: 1.5 }, { topK: "x" }]) {
