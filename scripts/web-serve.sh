@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Serves the page of examples/web/ on http://localhost:PORT/ (default 8000): builds the
+# Serves the page of examples/web/ on http://127.0.0.1:PORT/ (default 8000): builds the
 # web package of kvm-wasm (scripts/wasm-pkg.sh, simd128; KVM_WASM_SCALAR=1 for engines
 # without it), then assembles target/web/ from the page's files, the package's web/ build
 # and the bundled model (copied at each run, never committed twice), and serves it with
@@ -28,5 +28,5 @@ cp "$pkg/kvm_wasm.js" "$pkg/kvm_wasm_bg.wasm" "$out/"
 cp models/tiny-kjv-q8_0.kvm "$out/"
 echo "page: $out"
 [ "$serve" = 1 ] || exit 0
-echo "open http://localhost:$port/"
+echo "open http://127.0.0.1:$port/"
 exec python3 -m http.server "$port" --bind 127.0.0.1 --directory "$out"
