@@ -92,6 +92,8 @@ export async function openPage(dir) {
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
     `--user-data-dir=${profile}`, "--window-size=960,720", "--enable-precise-memory-info",
+    // Containers often give /dev/shm 64 MB, less than a large model's page needs.
+    "--disable-dev-shm-usage",
   ];
   const r = await fetch(`http://127.0.0.1:${driverPort}/session`, {
     method: "POST",
