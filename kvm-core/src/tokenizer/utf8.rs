@@ -92,6 +92,17 @@ impl StreamDecoder {
     pub fn push<'o>(&mut self, tokenizer: &Tokenizer<'_>, id: u32, out: &'o mut [u8]) -> Result<&'o str> {
         let bytes =
             tokenizer.token_bytes(id).ok_or(Error::TokenOutOfRange { token: id, vocab_len: tokenizer.vocab_len() })?;
+        self.push_bytes(bytes, out)
+    }
+
+    /// Decodes the next `bytes` of the stream (a token's, or any piece of it) and returns
+    /// the text that became complete, written at the start of `out`;
+    /// `out.len() >= 3 * (bytes.len() + 3)` always suffices.
+    ///
+    /// # Errors
+    /// [`Error::BufferTooSmall`] with the bytes needed if `out` is shorter; the decoder is
+    /// then unchanged.
+    pub fn push_bytes<'o>(&mut self, bytes: &[u8], out: &'o mut [u8]) -> Result<&'o str> {
         let mut next = *self;
         let mut sink = Sink::new(out);
         next.feed(bytes, &mut sink);
@@ -175,6 +186,7 @@ mod tests {
     extern crate std;
     use super::*;
     use std::string::String;
+    use std::vec;
     use std::vec::Vec;
 
     /// Decodes `bytes` split into tokens at `cuts` with a byte-level tokenizer.
@@ -233,7 +245,21 @@ mod tests {
                 v.push([r, 0x80 | (r & 0x3f), 0xc0 | (r & 0x3f), 0xe0 | (r & 0xf), 0xf0 | (r & 7)][(r % 5) as usize]);
             }
             assert_eq!(stream(&v, &[]), String::from_utf8_lossy(&v), "{v:x?}");
+            assert_eq!(pieces(&v, (x >> 60) as usize + 1), String::from_utf8_lossy(&v), "{v:x?}");
         }
+    }
+
+    /// Decodes `bytes` in pieces of `n` through [`StreamDecoder::push_bytes`], each into
+    /// the room its documentation promises suffices.
+    fn pieces(bytes: &[u8], n: usize) -> String {
+        let mut d = StreamDecoder::new();
+        let mut text = String::new();
+        for piece in bytes.chunks(n) {
+            let mut out = vec![0u8; 3 * (piece.len() + 3)];
+            text.push_str(d.push_bytes(piece, &mut out).unwrap());
+        }
+        text.push_str(d.finish());
+        text
     }
 
     #[test]
