@@ -31,6 +31,7 @@ use kvm_core::config::flags;
 use kvm_core::format::TokenizerKind;
 use kvm_core::{kernels, Model, Session};
 
+pub mod mmu;
 pub mod slot;
 pub mod stack;
 #[cfg(feature = "cortex-m")]
@@ -98,6 +99,8 @@ pub enum Fail {
     Core(kvm_core::Error),
     /// The model slot holds no usable model ([`slot::find_model`]).
     Slot(slot::SlotError),
+    /// The model slot cannot be mapped into the address space ([`mmu`]).
+    Map(mmu::MapError),
     /// Only byte-level models map token ids to text without a tokenizer here.
     NotByteLevel,
     /// The firmware's arena was sized for another model.
@@ -107,6 +110,12 @@ pub enum Fail {
 impl From<kvm_core::Error> for Fail {
     fn from(e: kvm_core::Error) -> Self {
         Fail::Core(e)
+    }
+}
+
+impl From<mmu::MapError> for Fail {
+    fn from(e: mmu::MapError) -> Self {
+        Fail::Map(e)
     }
 }
 
@@ -121,6 +130,7 @@ impl fmt::Display for Fail {
         match *self {
             Fail::Core(e) => write!(f, "{e}"),
             Fail::Slot(e) => write!(f, "{e}"),
+            Fail::Map(e) => write!(f, "{e}"),
             Fail::NotByteLevel => f.write_str("this firmware needs a byte-level model"),
             Fail::ArenaLen { built, model } => {
                 write!(f, "firmware arena is {built} bytes but the model needs {model}; rebuild for this model")
