@@ -341,8 +341,10 @@ impl fmt::Display for Timed {
         match self.span.host_ns {
             Some(ns) => write!(f, "{}.{:03} ms host, {ticks} ticks", ns / 1_000_000, ns / 1000 % 1000),
             None => {
-                // Microseconds, in u128: no product of a u64 and 10^6 overflows it.
-                let us = u128::from(ticks) * 1_000_000 / u128::from(self.hz.max(1));
+                // Microseconds in u64 (u128 arithmetic would cost small chips code and
+                // stack): whole seconds, then the remainder, below 2^32, times 10^6.
+                let hz = u64::from(self.hz.max(1));
+                let us = (ticks / hz).saturating_mul(1_000_000).saturating_add(ticks % hz * 1_000_000 / hz);
                 write!(f, "{}.{:03} ms ({ticks} cycles)", us / 1000, us % 1000)
             }
         }
