@@ -19,21 +19,9 @@ use half::f16;
 use kvm_core::kernels::{self, act_scratch_len, matmul_scratch_len, tier, Stored, Tier};
 use kvm_core::quant::{quantize_matrix, quantize_row, DType};
 use kvm_core::tensor::Matrix;
+use kvm_test_support::values;
 
 const DTYPES: [DType; 8] = DType::ALL;
-
-/// Deterministic values in `[-1, 1)` (xorshift32).
-fn values(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2_654_435_761) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
-        })
-        .collect()
-}
 
 /// A cache line, so that buffers start where model tensors do (the format aligns them to
 /// 64 bytes; a plain `Vec` would make every 64-byte load straddle two lines).

@@ -14,7 +14,9 @@
 #    memory map (the link fails if data RAM or the stack minimum is short); the image fits
 #    the app partition (partitions.csv) and holds no RISC-V semihosting sequence
 #    (scripts/elf-image-check.py); `espflash save-image` writes the flashable image
-#    (espflash is installed for that, when missing).
+#    (espflash is installed for that, when missing). The `slot` build (the model read from
+#    the `model` partition through MMU entries it writes) fits too, and its MMU writer is
+#    in IRAM. Nothing of either runs: there is no ESP32-C3 emulator here.
 # 3. the STM32's `defmt` build, its build for the chip (PLL at 168 MHz), with the RTT
 #    console for users with a probe (the ESP32-C3's builds the same way; CI leaves it out
 #    because it rebuilds esp-hal: about 1.5 minutes).
@@ -107,6 +109,17 @@ esp32c3() {
     fi
     espflash save-image --chip esp32c3 --partition-table "$esp/partitions.csv" "$elf" "$work/kvm-esp32c3.bin"
     echo "ok: espflash save-image wrote $(stat -c %s "$work/kvm-esp32c3.bin") bytes"
+
+    echo "== ESP32-C3, built to read the model slot (feature slot): builds, fits, maps the slot from RAM"
+    (cd "$esp" && cargo build --release --locked --quiet --features slot)
+    python3 "$root/scripts/elf-image-check.py" "$elf" --partition "$partition"
+    # The code that writes the MMU runs with the flash cache suspended, so it must be in
+    # internal RAM (IRAM, 0x4037_C000..0x403E_0000), not in flash.
+    local at
+    at=$(nm -C "$elf" | awk '/ kvm_esp32c3::slot::write_entries$/ { print $1 }')
+    [[ -n $at ]] && (( 0x$at >= 0x4037C000 && 0x$at < 0x403E0000 )) \
+        || { echo "boards: the ESP32-C3's MMU writer is not in IRAM (at '$at')" >&2; exit 1; }
+    echo "ok: the slot build fits, and its MMU writer is in IRAM at 0x$at"
 }
 
 defmt_build() {

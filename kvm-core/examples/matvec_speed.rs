@@ -18,19 +18,13 @@ use std::time::{Duration, Instant};
 use kvm_core::kernels::{act_scratch_len, force_tier, matvec, tier, Tier};
 use kvm_core::quant::{quantize_matrix, DType};
 use kvm_core::tensor::Matrix;
+use values::values;
 
-/// `n` deterministic values in `[-1, 1)` (xorshift32).
-fn values(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2_654_435_761) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
-        })
-        .collect()
-}
+// The benches' inputs (kvm-test-support's `values`), included as a file: this example,
+// also built for wasm32-wasip1, depends on kvm-core alone, not on the test-support crate
+// and what it pulls in (kvm-runtime, kvm-export, safetensors).
+#[path = "../../tests/support/src/values.rs"]
+mod values;
 
 /// Microseconds per product of `w` with one input, over at least a quarter second.
 fn time(w: &Matrix<'_>) -> f64 {

@@ -118,8 +118,9 @@ impl Default for SamplerConfig {
 }
 
 /// One entry of the sampler's scratch: a token id and its weight (the logit while the
-/// sampler works, then the unnormalised probability).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+/// sampler works, then the unnormalised probability). All-zero bytes are
+/// [`Candidate::EMPTY`] (`Zeroable`: a runtime allocates scratch zeroed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, bytemuck::Zeroable)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Candidate {
     pub id: u32,

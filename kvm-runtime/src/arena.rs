@@ -5,7 +5,7 @@
 
 use std::alloc::Layout;
 
-use kvm_core::sampler::Candidate;
+use bytemuck::Zeroable;
 use kvm_core::state::ARENA_ALIGN;
 use kvm_core::Error;
 
@@ -16,7 +16,7 @@ pub struct Arena {
     len: usize,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, bytemuck::Zeroable, bytemuck::Pod)]
 #[repr(C, align(64))]
 struct Block([u8; ARENA_ALIGN]);
 
@@ -42,34 +42,12 @@ impl Arena {
     /// The buffer, `len` bytes, 64-byte aligned.
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         let len = self.len;
-        let all: &mut [u8] = bytemuck_blocks(&mut self.buf);
-        &mut all[..len]
+        &mut bytemuck::cast_slice_mut::<Block, u8>(&mut self.buf)[..len]
     }
 }
 
-fn bytemuck_blocks(b: &mut [Block]) -> &mut [u8] {
-    // SAFETY: `Block` is a plain byte array with no padding; any bytes are valid.
-    unsafe { core::slice::from_raw_parts_mut(b.as_mut_ptr().cast::<u8>(), b.len() * ARENA_ALIGN) }
-}
-
-/// Types whose all-zero bytes are a valid value.
-///
-/// # Safety
-/// Implement only for types of which every field is an integer or a float.
-pub unsafe trait Zeroable: Copy {}
-
-// SAFETY: integers and floats: zero bytes are 0.
-unsafe impl Zeroable for u8 {}
-// SAFETY: as above.
-unsafe impl Zeroable for u32 {}
-// SAFETY: as above.
-unsafe impl Zeroable for f32 {}
-// SAFETY: a byte array.
-unsafe impl Zeroable for Block {}
-// SAFETY: a `u32` and an `f32`; zero bytes are `Candidate::EMPTY`.
-unsafe impl Zeroable for Candidate {}
-
-/// `len` zeroed values of `T`, or [`Error::OutOfMemory`] when the system refuses them.
+/// `len` zeroed values of `T` (`bytemuck::Zeroable`: all-zero bytes are a valid `T`), or
+/// [`Error::OutOfMemory`] when the system refuses them.
 /// Zeroed by the allocator (`calloc`), so pages of a large buffer that are never written
 /// are never touched.
 ///
@@ -93,6 +71,8 @@ pub fn zeroed<T: Zeroable>(len: usize) -> Result<Vec<T>, Error> {
 
 #[cfg(test)]
 mod tests {
+    use kvm_core::sampler::Candidate;
+
     use super::*;
 
     #[test]

@@ -29,6 +29,8 @@ use kvm_core::exec::{Exec, HeadFn, PieceFn, Product, Serial};
 use kvm_core::kernels;
 use kvm_core::tensor::Matrix;
 
+use crate::arena;
+
 /// Weights per worker below which splitting a product costs more than it saves.
 const MIN_WEIGHTS_PER_THREAD: usize = 64 * 1024;
 
@@ -407,14 +409,17 @@ impl<'a, T> Disjoint<'a, T> {
     }
 }
 
-/// Runs `f` with this thread's kernel scratch grown to `len` bytes.
-fn with_act<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+/// Runs `f` with this thread's kernel scratch grown to `len` bytes, or returns `None`,
+/// the scratch unchanged, when the system refuses the memory ([`arena::zeroed`]'s
+/// `OutOfMemory`): [`Exec`]'s products return no error, so the caller falls back to
+/// computing serially in the scratch it was given.
+fn with_act<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
     ACT.with(|a| {
         let mut a = a.borrow_mut();
         if a.len() < len {
-            a.resize(len, 0);
+            *a = arena::zeroed(len).ok()?;
         }
-        f(&mut a[..len])
+        Some(f(&mut a[..len]))
     })
 }
 
@@ -486,33 +491,44 @@ unsafe impl Exec for Pool {
         // Parts split between row groups of interleaved dtypes.
         let per = rows.div_ceil(parts).next_multiple_of(w.dtype.group_rows());
         let need = kernels::matmul_scratch_len(w.cols, n);
-        let ys = Disjoint::new(ys);
+        // Set by a part whose thread could not grow its scratch (out of memory).
+        let short = AtomicBool::new(false);
+        let out = Disjoint::new(&mut *ys);
         // Part `p` computes output rows `p * per..`, for every token.
         self.run(rows.div_ceil(per), &|p| {
             let (r0, r1) = (p * per, ((p + 1) * per).min(rows));
             let part = w.row_range(r0, r1);
-            with_act(need, |a| {
+            let done = with_act(need, |a| {
                 if n == 1 {
                     // SAFETY: `run` runs each part once, and parts' rows do not overlap.
-                    kernels::matvec(&part, xs, unsafe { ys.piece(r0, r1 - r0) }, a);
-                    return;
+                    kernels::matvec(&part, xs, unsafe { out.piece(r0, r1 - r0) }, a);
+                    return Some(());
                 }
                 // y is [n, rows]: the kernel fills an [n, r1 - r0] block, copied into
                 // this part's columns of every token's row.
                 BLOCK.with(|b| {
                     let mut b = b.borrow_mut();
                     if b.len() < n * (r1 - r0) {
-                        b.resize(n * (r1 - r0), 0.0);
+                        *b = arena::zeroed(n * (r1 - r0)).ok()?;
                     }
                     let block = &mut b[..n * (r1 - r0)];
                     kernels::matmul(&part, xs, block, a);
                     for (t, row) in block.chunks_exact(r1 - r0).enumerate() {
                         // SAFETY: as above; parts write disjoint columns of each row.
-                        unsafe { ys.piece(t * rows + r0, r1 - r0) }.copy_from_slice(row);
+                        unsafe { out.piece(t * rows + r0, r1 - r0) }.copy_from_slice(row);
                     }
-                });
+                    Some(())
+                })
             });
+            if done.flatten().is_none() {
+                short.store(true, Ordering::Relaxed);
+            }
         });
+        // `run` has joined every part. The serial product needs only `act` and gives the
+        // same bits, so a part left undone costs time, not an abort or a wrong result.
+        if short.into_inner() {
+            Serial.matmul(w, xs, ys, act);
+        }
     }
 }
 
@@ -710,6 +726,16 @@ mod tests {
         let run = panic::catch_unwind(AssertUnwindSafe(|| pool.matmul(&w, &x, &mut y, &mut act)));
         assert_eq!(run.is_err(), cfg!(debug_assertions));
         assert!(y.iter().all(|v| v.is_nan()));
+    }
+
+    /// A thread's scratch grows through the arena's fallible path: memory the system
+    /// refuses is `None` (the product then runs serially) and leaves the scratch it had.
+    #[test]
+    fn scratch_the_system_refuses_is_reported_and_the_old_one_kept() {
+        assert_eq!(with_act(16, |a| a.len()), Some(16));
+        assert_eq!(with_act(usize::MAX, |a| a.len()), None);
+        assert_eq!(with_act(8, |a| a.len()), Some(8));
+        ACT.with(|a| assert_eq!(a.borrow().len(), 16));
     }
 
     #[test]

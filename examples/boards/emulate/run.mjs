@@ -1,10 +1,14 @@
 // Runs a Raspberry Pi Pico firmware image under rp2040js (the Wokwi RP2040 emulator) and
 // prints what it writes on UART0, unchanged, on stdout.
 //
-// usage: node run.mjs [--slot MODEL] [--max-instructions N] [--timeout SECS] IMAGE.uf2|IMAGE.elf
+// usage: node run.mjs [--slot MODEL] [--usb-cdc FILE] [--max-instructions N] [--timeout SECS] IMAGE.uf2|IMAGE.elf
 //
 //   --slot MODEL          write MODEL's bytes into flash at 0x1010_0000, the model slot, as
 //                         `picotool load MODEL -o 0x10100000` does on a Pico
+//   --usb-cdc FILE        be the USB host of a firmware built with `usb`: enumerate it as a
+//                         CDC serial port (rp2040js's own `USBCDC` host) and write what it
+//                         sends there to FILE; the run then also waits for the last line
+//                         over USB
 //   --max-instructions N  stop after N instructions (default 4e9)
 //   --timeout SECS        stop after SECS seconds of wall time (default 1200)
 //
@@ -22,9 +26,16 @@
 // jumps to the reset handler. The ROM is Raspberry Pi's and not in any registry we use, so
 // the harness does the ROM's part itself, the CRC check included, and then runs the
 // image's own boot2 in the emulator: everything from boot2 on is the firmware's code.
+//
+// It also corrects one step of rp2040js 1.4.1's core: on taking an exception it loads PC
+// from the vector table with the entry's Thumb bit (bit 0) still set, where the
+// architecture clears it (ARMv6-M ARM, B1.5.6 ExceptionTaken: BranchTo(vector AND NOT 1)).
+// Code that reads PC then computes addresses one byte off: the USB interrupt handler's
+// jump table (`add r4, pc`) sent it into the weeds. Handlers without such code (SysTick's)
+// ran correctly before; the correction changes nothing for them.
 
-import { readFileSync } from 'node:fs';
-import { RP2040 } from 'rp2040js';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { RP2040, USBCDC } from 'rp2040js';
 
 const FLASH = 0x1000_0000;
 const SLOT = 0x1010_0000;
@@ -33,12 +44,14 @@ const BOOT2_SRAM = 0x2004_1f00;
 
 const args = process.argv.slice(2);
 let slot = null;
+let usbCdc = null;
 let maxInstructions = 4e9;
 let timeoutS = 1200;
 let image = null;
 while (args.length > 0) {
   const a = args.shift();
   if (a === '--slot') slot = args.shift();
+  else if (a === '--usb-cdc') usbCdc = args.shift();
   else if (a === '--max-instructions') maxInstructions = Number(args.shift());
   else if (a === '--timeout') timeoutS = Number(args.shift());
   else if (a.startsWith('-')) usage(`unknown option ${a}`);
@@ -47,7 +60,9 @@ while (args.length > 0) {
 if (!image) usage('no image');
 
 function usage(why) {
-  process.stderr.write(`run.mjs: ${why}\nusage: node run.mjs [--slot MODEL] [--max-instructions N] [--timeout SECS] IMAGE.uf2|IMAGE.elf\n`);
+  process.stderr.write(
+    `run.mjs: ${why}\nusage: node run.mjs [--slot MODEL] [--usb-cdc FILE] [--max-instructions N] [--timeout SECS] IMAGE.uf2|IMAGE.elf\n`,
+  );
   process.exit(2);
 }
 
@@ -115,6 +130,12 @@ const toStderr = (level) => (component, message) => {
   if (/Instruction at .* is not implemented/.test(message)) crashed ??= message;
 };
 mcu.logger = { debug() {}, info() {}, warn: toStderr('warning'), error: toStderr('error') };
+// The Thumb bit the architecture clears on exception entry (see the top of this file).
+const takeException = mcu.core.exceptionEntry.bind(mcu.core);
+mcu.core.exceptionEntry = (n) => {
+  takeException(n);
+  mcu.core.PC &= ~1;
+};
 function writeFlash(addr, bytes) {
   const off = addr - FLASH;
   if (off < 0 || off + bytes.length > mcu.flash.length) {
@@ -144,25 +165,38 @@ mcu.core.SP = BOOT2_SRAM;
 mcu.core.LR = 0;
 mcu.core.PC = BOOT2_SRAM;
 
-let text = '';
-let verdict = null;
+/** A console's bytes (as Latin-1: one char per byte) and its verdict once its last line
+ * (`stack used`: 0; `error` or `panic`: 1) has arrived. */
+class Console {
+  text = '';
+  verdict = null;
+  take(bytes) {
+    for (const b of bytes) {
+      this.text += String.fromCharCode(b);
+      if (b !== 10) continue;
+      const line = this.text.slice(this.text.lastIndexOf('\n', this.text.length - 2) + 1);
+      const m = /^kvm-\S+: (stack used|error|panic)/.exec(line);
+      if (m) this.verdict = m[1] === 'stack used' ? 0 : 1;
+    }
+  }
+}
+const uart = new Console();
 mcu.uart[0].onByte = (b) => {
   process.stdout.write(Uint8Array.of(b));
-  // Bytes as Latin-1: one char per byte, enough to find the report lines.
-  text += String.fromCharCode(b);
-  if (b === 10) {
-    const line = text.slice(text.lastIndexOf('\n', text.length - 2) + 1);
-    const m = /^kvm-\S+: (stack used|error|panic)/.exec(line);
-    if (m) verdict = m[1] === 'stack used' ? 0 : 1;
-  }
+  uart.take([b]);
 };
+// The USB host: rp2040js's CDC host enumerates the device and reads its bulk IN endpoint.
+const cdc = usbCdc && new Console();
+if (cdc) new USBCDC(mcu.usbCtrl).onSerialData = (bytes) => cdc.take(bytes);
+/** The run's verdict: UART0's, once every console watched has its last line. */
+const verdictNow = () => (cdc && cdc.verdict === null ? null : uart.verdict);
 
 const started = Date.now();
 let instructions = 0;
 let reason = null;
 for (;;) {
   // Steps in batches, checking the limits between them.
-  for (let i = 0; i < 100_000 && verdict === null && !crashed; i++) {
+  for (let i = 0; i < 100_000 && verdictNow() === null && !crashed; i++) {
     if (mcu.core.waiting) {
       // Asleep (WFI) until the next timer event.
       const next = clock.nanosToNextAlarm;
@@ -178,7 +212,7 @@ for (;;) {
     }
   }
   if (crashed) reason = `a crash (${crashed})`;
-  if (verdict !== null || reason) break;
+  if (verdictNow() !== null || reason) break;
   if (instructions >= maxInstructions) reason = `${maxInstructions} instructions`;
   else if (Date.now() - started > timeoutS * 1000) reason = `${timeoutS} s of wall time`;
   if (reason) break;
@@ -189,6 +223,8 @@ process.stderr.write(
   `run.mjs: ${instructions} instructions, ${mcu.core.cycles} cycles at ${mcu.clkSys / 1e6} MHz in ${secs.toFixed(1)} s ` +
     `(${(instructions / secs / 1e6).toFixed(1)} M instructions/s)\n`,
 );
+if (cdc) writeFileSync(usbCdc, cdc.text, 'latin1');
+const verdict = verdictNow();
 if (verdict === null) {
   process.stderr.write(`run.mjs: stopped after ${reason ?? 'an unknown reason'}, before the firmware's last line\n`);
   process.exit(124);

@@ -43,7 +43,6 @@ static MODEL: Aligned<[u8; crate::model_info::MODEL_LEN]> = Aligned(*include_byt
 
 /// The session arena (`.bss`).
 static mut ARENA: Aligned<[u8; ARENA_LEN]> = Aligned([0; ARENA_LEN]);
-/// The sampler's scratch (`.bss`).
 
 type Uart = UartPeripheral<
     Enabled,

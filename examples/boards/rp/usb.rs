@@ -36,6 +36,10 @@ pub fn start(bus: UsbBus) {
     // shared test id): fine for a demo, not for a product.
     let device = UsbDeviceBuilder::new(allocator, UsbVidPid(0x1209, 0x0001))
         .strings(&[StringDescriptors::default().manufacturer("kvm").product(crate::NAME).serial_number("0")])
+        // Control transfers in 64-byte packets, the most full speed allows: the 9-byte
+        // configuration descriptor header then fits one, as hosts (and rp2040js's CDC host,
+        // which CI enumerates the device with) read it.
+        .and_then(|b| b.max_packet_size_0(64))
         .map(|b| b.device_class(usbd_serial::USB_CLASS_CDC).build());
     let Ok(device) = device else { return };
     critical_section::with(|cs| *USB.borrow_ref_mut(cs) = Some((device, serial)));

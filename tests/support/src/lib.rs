@@ -11,6 +11,9 @@ use safetensors::SafeTensors;
 
 /// Sessions' arenas, as the runtime makes them.
 pub use kvm_runtime::arena::Arena;
+pub use values::values;
+
+mod values;
 
 /// Root of the repository (the package using this module is the root one or a member).
 pub fn repo() -> PathBuf {

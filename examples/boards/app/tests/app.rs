@@ -14,13 +14,15 @@ const MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../models/tiny-k
 /// (models/tiny-kjv/reference/greedy.json); every dtype of tiny-kjv gives them.
 const REFERENCE: &[u8] = b", I will not see";
 
-/// A console into memory and a clock that advances 1000 ticks a reading.
+/// A console into memory and a clock that advances 1000 ticks a reading; with `host`, a
+/// host clock too (as QEMU's semihosting gives), 8 ns a tick.
 #[derive(Default)]
 struct Recorder {
     out: Vec<u8>,
     /// The console's length at each write, to see the text arrive token by token.
     writes: Vec<usize>,
     ticks: u64,
+    host: bool,
 }
 
 impl Board for Recorder {
@@ -37,6 +39,9 @@ impl Board for Recorder {
     }
     fn tick_hz(&self) -> u32 {
         125_000_000
+    }
+    fn host_ns(&mut self) -> Option<u64> {
+        self.host.then_some(self.ticks * 8)
     }
 }
 
@@ -128,9 +133,23 @@ fn run_streams_the_reference_text_token_by_token() {
         assert!(board.writes.contains(&(start + i)), "no write ended after token {i}");
     }
     let tail = String::from_utf8_lossy(&out[end..]);
-    assert!(tail.contains(&format!("kvm-test: decode {n_gen} tokens: (no host clock), ")), "{tail}");
-    // Every step took two readings of the 1000-tick clock.
+    // Every step took two readings of the 1000-tick clock: 16 steps, 16,000 cycles at 125 MHz.
+    assert!(tail.contains("kvm-test: decode 16 tokens: 0.128 ms (16000 cycles)\n"), "{tail}");
     assert!(tail.contains("kvm-test: speed: 1000 cycles a token at 125.000 MHz core clock, 125000.00 tok/s"), "{tail}");
+}
+
+#[test]
+fn times_read_as_the_board_clock_or_as_qemu_host_time() {
+    let blob = leak(model_bytes());
+    for (host, line) in [
+        (false, "kvm-test: from_bytes (all CRCs): 0.008 ms (1000 cycles)\n"),
+        (true, "kvm-test: from_bytes (all CRCs): 0.008 ms host, 1000 ticks\n"),
+    ] {
+        let mut board = Recorder { host, ..Recorder::default() };
+        kvm_board_app::validate(&mut board, blob).unwrap();
+        let out = String::from_utf8_lossy(&board.out);
+        assert!(out.contains(line), "{out}");
+    }
 }
 
 #[test]

@@ -6,7 +6,9 @@
 //!   configuration (i8 attention rows, slot reads recomputed: a 246,656-byte arena; the
 //!   full one's 320,384 bytes do not fit the 313 KiB of data RAM esp-hal's memory map
 //!   gives an application), linked into flash from `KVM_BOARD_MODEL` (build.rs) and read
-//!   in place through the flash cache.
+//!   in place through the flash cache; or, with the `slot` feature, read from the model
+//!   slot (the `model` partition, written apart with `espflash write-bin`; `slot.rs` maps
+//!   it), refused in words when there is none or a bad one.
 //! - **Clock:** the CPU at 160 MHz (`CpuClock::max()`).
 //! - **Console:** through `esp-println`, the USB-Serial-JTAG port (the chip's own USB
 //!   pins) by default, or UART0 at 115200 8N1 with the `uart` feature (Cargo.toml says
@@ -29,7 +31,14 @@ esp_bootloader_esp_idf::esp_app_desc!();
 mod model_info {
     include!(concat!(env!("OUT_DIR"), "/model_info.rs"));
 }
-use model_info::{ARENA_LEN, MODEL_LEN};
+use model_info::ARENA_LEN;
+
+#[cfg(feature = "slot")]
+mod slot;
+#[cfg(feature = "slot")]
+mod slot_info {
+    include!(concat!(env!("OUT_DIR"), "/slot_info.rs"));
+}
 
 const NAME: &str = "kvm-esp32c3";
 /// The core clock `CpuClock::max()` sets on the ESP32-C3.
@@ -43,10 +52,10 @@ struct Aligned<T: ?Sized>(T);
 const _: () = assert!(core::mem::align_of::<Aligned<u8>>() == kvm_core::state::ARENA_ALIGN);
 
 /// The model file in flash (`.rodata`, mapped through the cache), decoded in place.
-static MODEL: Aligned<[u8; MODEL_LEN]> = Aligned(*include_bytes!(env!("KVM_BOARD_MODEL_PATH")));
+#[cfg(not(feature = "slot"))]
+static MODEL: Aligned<[u8; model_info::MODEL_LEN]> = Aligned(*include_bytes!(env!("KVM_BOARD_MODEL_PATH")));
 /// The session arena (`.bss`, in data RAM).
 static mut ARENA: Aligned<[u8; ARENA_LEN]> = Aligned([0; ARENA_LEN]);
-/// The sampler's scratch (`.bss`: the empty candidate is zeros).
 
 #[esp_hal::main]
 fn main() -> ! {
@@ -71,11 +80,9 @@ fn sleep() -> ! {
     }
 }
 
-/// The linked model, checked against the statics, then the run.
+/// The model (linked in, or from the slot), checked against the statics, then the run.
 fn run(board: &mut EspC3) -> Result<(), Fail> {
-    let blob: &'static [u8] = &MODEL.0;
-    say!(board, "model {} bytes at {:#010x} (flash)", blob.len(), blob.as_ptr() as usize);
-    let model: Model<'static> = kvm_board_app::validate(board, blob)?;
+    let model = open(board)?;
     let arena = &raw mut ARENA;
     // SAFETY: `run` is called once, from the entry, and nothing else names these statics,
     // so these are the only references to them.
@@ -83,6 +90,28 @@ fn run(board: &mut EspC3) -> Result<(), Fail> {
     let arena = kvm_board_app::fit(&model, arena)?;
     say!(board, "arena {} bytes at {:#010x}", arena.len(), arena.as_ptr() as usize);
     kvm_board_app::run(board, model, arena, Generate { n_gen: model_info::N_GEN, echo_prompt: false })
+}
+
+/// The model linked into the image, validated.
+#[cfg(not(feature = "slot"))]
+fn open(board: &mut EspC3) -> Result<Model<'static>, Fail> {
+    let blob: &'static [u8] = &MODEL.0;
+    say!(board, "model {} bytes at {:#010x} (flash)", blob.len(), blob.as_ptr() as usize);
+    Ok(kvm_board_app::validate(board, blob)?)
+}
+
+/// The model in the slot, mapped and validated.
+#[cfg(feature = "slot")]
+fn open(board: &mut EspC3) -> Result<Model<'static>, Fail> {
+    let slot = slot::map()?;
+    say!(
+        board,
+        "model slot: flash {:#x}, {} bytes, mapped at {:#010x}",
+        slot_info::SLOT_FLASH,
+        slot.len(),
+        slot.as_ptr() as usize
+    );
+    Ok(kvm_board_app::find_model(board, slot)?)
 }
 
 /// The board as the application sees it.

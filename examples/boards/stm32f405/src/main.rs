@@ -53,7 +53,6 @@ static MODEL: Aligned<[u8; model_info::MODEL_LEN]> = Aligned(*include_bytes!(env
 
 /// The session arena (`.bss`, in SRAM).
 static mut ARENA: Aligned<[u8; ARENA_LEN]> = Aligned([0; ARENA_LEN]);
-/// The sampler's scratch (`.bss`: the empty candidate is zeros).
 
 #[entry]
 fn main() -> ! {
