@@ -158,8 +158,9 @@ impl<'m, 'a> Session<'m, 'a> {
     /// is updated token by token exactly as [`Session::step`] would. `batch` is scratch
     /// of at least [`Layout::acts_len`]`(tokens.len())` f32s; `exec` runs the products
     /// (the std runtime passes a thread pool). An integer file's session
-    /// ([`Layout::is_int`]) feeds the batch token by token, with the bits of single steps:
-    /// its `acts_len` is 0 and its products run on the calling thread (`exec` unused).
+    /// ([`Layout::is_int`]) runs the forward pass token by token (its activations are one
+    /// token's), with the bits of single steps: its `acts_len` is 0, `batch` goes unused,
+    /// and `exec` splits each token's products by rows (docs/integer.md).
     ///
     /// # Errors
     /// [`Error::BufferTooSmall`] for a short `batch` or `Logits::All` buffer;
@@ -238,8 +239,7 @@ impl<'m, 'a> Session<'m, 'a> {
         Ok(self.logits())
     }
 
-    /// [`Session::decode`] with the matrix products run by `exec` (a thread pool; an
-    /// integer file's session runs them on the calling thread).
+    /// [`Session::decode`] with the matrix products run by `exec` (a thread pool).
     ///
     /// # Errors
     /// As [`Session::step`].

@@ -5,6 +5,7 @@
 
 use crate::cache::SlotReads;
 use crate::config::flags;
+use crate::exec::Exec;
 use crate::fixed::{fixed_of, isqrt, mul_fx, one_plus_elu, shr32, sigmoid, tanh, FX, ONE};
 use crate::format::Role;
 use crate::forward::numerics::Numerics;
@@ -15,7 +16,7 @@ use crate::int::ops::{dequant_row, layer_norm, matvec, relu_sq_input, to_input};
 use crate::math::Rope;
 use crate::state::arena_int::{IntLayer, IntScratch};
 use crate::state::plan::{Counters, Plan};
-use crate::tensor::Vector;
+use crate::tensor::{Matrix, Vector};
 
 /// `round(2^64 / (2 pi))`: a frequency in radians per token to turns per token, 2^-64.
 const TURNS_64: u128 = 2_935_890_503_282_001_226;
@@ -108,12 +109,29 @@ impl<'w, 's> IntActs<'w, 's> {
     }
 }
 
+/// Weights of one piece of an integer product spread through [`Exec::pieces`]: a small
+/// matrix (each of tiny-kjv's) is one piece, so a board's one thread makes one call, and a
+/// large one's rows are split among a pool's threads, in tiles of 8 rows (the sums are
+/// exact, so every split gives the same bits).
+const PIECE_WEIGHTS: usize = 1 << 16;
+
+/// `y = w x` for an input `x` of exponent `s`, its rows spread through `exec`.
+fn matvec_rows(exec: &dyn Exec, w: &Matrix<'_>, x: &[i16], s: i32, y: &mut [i32]) {
+    let rows = (PIECE_WEIGHTS / w.cols.max(1)).next_multiple_of(8).max(8);
+    let n = y.len().min(w.rows);
+    let y = &mut y[..n];
+    exec.pieces(bytemuck::cast_slice_mut(y), rows, &|i, part| {
+        let r0 = i * rows;
+        matvec(&w.row_range(r0, r0 + part.len()), x, s, bytemuck::cast_slice_mut(part));
+    });
+}
+
 /// `y = w x` for layer `l`'s matrix `role`, `x` fixed point (as a product input in
 /// `x16`).
 fn product(pass: &Pass<'_, '_>, (role, l): (Role, usize), x: &[i32], x16: &mut [i16], y: &mut [i32]) {
     let w = pass.model.matrix(role, l);
     let s = to_input(x, &mut x16[..x.len()]);
-    matvec(&w, &x16[..x.len()], s, y);
+    matvec_rows(pass.exec, &w, &x16[..x.len()], s, y);
 }
 
 /// The parts of `s` a layer's heads read (q, k, v, the merge gates), write (their
@@ -180,14 +198,15 @@ impl Numerics for IntActs<'_, '_> {
         // One product input for every matrix that reads a
         let x16 = &mut s.x16[..cfg.d_model as usize];
         let sh = to_input(s.a, x16);
-        matvec(&model.matrix(Role::Wq, l), x16, sh, s.q);
-        matvec(&model.matrix(Role::Wk, l), x16, sh, s.k);
-        matvec(&model.matrix(Role::Wv, l), x16, sh, s.v);
+        let exec = pass.exec;
+        matvec_rows(exec, &model.matrix(Role::Wq, l), x16, sh, s.q);
+        matvec_rows(exec, &model.matrix(Role::Wk, l), x16, sh, s.k);
+        matvec_rows(exec, &model.matrix(Role::Wv, l), x16, sh, s.v);
         if cfg.has(flags::VALUE_RESIDUAL) {
-            matvec(&model.matrix(Role::VGate1, l), x16, sh, s.vg_lo);
+            matvec_rows(exec, &model.matrix(Role::VGate1, l), x16, sh, s.vg_lo);
         }
         if merge_gate {
-            matvec(&model.matrix(Role::MergeGate, l), x16, sh, s.mg);
+            matvec_rows(exec, &model.matrix(Role::MergeGate, l), x16, sh, s.mg);
         }
     }
 
@@ -310,7 +329,7 @@ impl Numerics for IntActs<'_, '_> {
         // relu(h)^2 as the product's input
         let x16 = &mut s.x16[..s.ff.len()];
         let sq = relu_sq_input(s.ff, x16);
-        matvec(&pass.model.matrix(Role::WDown, l), x16, sq, s.a);
+        matvec_rows(pass.exec, &pass.model.matrix(Role::WDown, l), x16, sq, s.a);
     }
 
     /// In fixed point, then the f32 of each logit (exact up to 24 bits).
