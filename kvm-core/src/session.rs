@@ -366,6 +366,8 @@ fn store_counters(words: &mut [f32], c: Counters) {
 /// [`Session::run`] in the float numerics: one forward pass over `tokens` (in the
 /// caller's `batch` buffer, or one token in the arena's), storing the counters after it;
 /// returns where a NaN or an infinity first appeared.
+// Never inlined, as `run_int`: each numerics' frames then take no stack in the other's.
+#[inline(never)]
 fn run_float(
     pass: &Pass<'_, '_>,
     arena: &mut [f32],

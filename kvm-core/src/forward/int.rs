@@ -117,6 +117,9 @@ const PIECE_WEIGHTS: usize = 1 << 16;
 
 /// `y = w x` for an input `x` of exponent `s`, its rows spread through `exec`.
 fn matvec_rows(exec: &dyn Exec, w: &Matrix<'_>, x: &[i16], s: i32, y: &mut [i32]) {
+    if w.rows * w.cols <= PIECE_WEIGHTS {
+        return matvec(w, x, s, y);
+    }
     let rows = (PIECE_WEIGHTS / w.cols.max(1)).next_multiple_of(8).max(8);
     let n = y.len().min(w.rows);
     let y = &mut y[..n];
@@ -142,11 +145,19 @@ fn heads_of<'a>(s: &'a mut IntScratch<'_>) -> ([&'a [i32]; 4], &'a mut [i32], He
     ([s.q, s.k, s.v, s.mg], s.o, hs)
 }
 
-/// Head `h` of KVM layer `l`'s state `st`.
-fn kvm_head<'l, 's>(pass: &'l Pass<'_, '_>, l: usize, st: &'l mut IntLayer<'s>, h: usize) -> KvmHead<'l, 's> {
-    let (model, cfg) = (pass.model, pass.model.config());
-    let ln_sk = (model.vector(Role::LnSkW, l), model.vector(Role::LnSkB, l));
-    KvmHead { st, h, cfg, state_len: pass.lay.state_len, ln_sk }
+/// Layer `l`'s `LN_s_k` weight and bias.
+fn ln_sk<'m>(pass: &Pass<'_, 'm>, l: usize) -> (Vector<'m>, Vector<'m>) {
+    (pass.model.vector(Role::LnSkW, l), pass.model.vector(Role::LnSkB, l))
+}
+
+/// Head `h` of a KVM layer's state `st`, `LN_s_k` the layer's.
+fn kvm_head<'l, 's>(
+    pass: &'l Pass<'_, '_>,
+    ln_sk: (Vector<'l>, Vector<'l>),
+    st: &'l mut IntLayer<'s>,
+    h: usize,
+) -> KvmHead<'l, 's> {
+    KvmHead { st, h, cfg: pass.model.config(), state_len: pass.lay.state_len, ln_sk }
 }
 
 impl Numerics for IntActs<'_, '_> {
@@ -263,8 +274,9 @@ impl Numerics for IntActs<'_, '_> {
     fn kvm_begin(&mut self, pass: &Pass<'_, '_>, l: usize, st: &mut IntLayer<'_>) {
         if pass.lay.reads == SlotReads::Recomputed {
             let (_, _, mut hs) = heads_of(self.s);
+            let ln_sk = ln_sk(pass, l);
             for h in 0..pass.model.config().n_heads as usize {
-                let mut head = kvm_head(pass, l, st, h);
+                let mut head = kvm_head(pass, ln_sk, st, h);
                 (0..self.plan.slots_before).for_each(|slot| head.refresh(slot, true, &mut hs));
             }
         }
@@ -277,11 +289,12 @@ impl Numerics for IntActs<'_, '_> {
         let temps =
             cfg.has(flags::HEAD_TEMPS).then(|| (model.vector(Role::FrontTemp, l), model.vector(Role::StateTemp, l)));
         let ([q, k, v, mg], o, mut hs) = heads_of(self.s);
+        let ln_sk = ln_sk(pass, l);
         for h in 0..h_n {
             let q = &q[h * dk..(h + 1) * dk];
             let (k, v) = (&k[h * dk..(h + 1) * dk], &v[h * dv..(h + 1) * dv]);
             let out = &mut o[h * dv..(h + 1) * dv];
-            let mut head = kvm_head(pass, l, st, h);
+            let mut head = kvm_head(pass, ln_sk, st, h);
             if let Some(b) = plan.fold_begin {
                 head.fold(b, plan.slots_before, plan.slots_after, &mut hs);
             }
@@ -358,5 +371,35 @@ impl Numerics for IntActs<'_, '_> {
     #[inline]
     fn after(&self, _pass: &Pass<'_, '_>) -> Counters {
         self.plan.next()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use crate::exec::Serial;
+    use crate::quant::{quantize_matrix, DType};
+    use std::vec;
+    use std::vec::Vec;
+
+    /// A product whose rows are spread in pieces (4,096 columns: 16 rows a piece, so five
+    /// pieces of 16 and one of 4) gives the bits of the product in one call.
+    #[test]
+    fn a_product_split_by_rows_gives_the_whole_products_bits() {
+        let (rows, cols) = (84, 4096);
+        assert!(rows > PIECE_WEIGHTS / cols, "one piece would test nothing");
+        let src: Vec<f32> = (0..rows * cols).map(|i| (i * 7919 % 1001) as f32 / 500.0 - 1.0).collect();
+        let mut data = vec![0u8; DType::I8.matrix_bytes(rows, cols).unwrap()];
+        quantize_matrix(DType::I8, cols, &src, &mut data).unwrap();
+        let w = Matrix::new(DType::I8, rows, cols, &data).unwrap();
+        let x: Vec<i16> = (0..cols).map(|c| (c * 31 % 2001) as i16 - 1000).collect();
+        for s in [0, 5] {
+            let mut whole = vec![0i32; rows];
+            matvec(&w, &x, s, &mut whole);
+            let mut split = vec![0i32; rows];
+            matvec_rows(&Serial, &w, &x, s, &mut split);
+            assert_eq!(split, whole, "s = {s}");
+        }
     }
 }
