@@ -2,7 +2,7 @@
 //! a KVM layer's, `kvm`, over the state of spec §3 through [`crate::state`], or a hybrid
 //! stack's alternate layer's, `swa`, spec §5) and the MLP, then the head. Every step
 //! reads like the spec, a comment each, written once for both numerics: each calls a
-//! [`Numerics`] operation, the float numerics' (`float`, a batch of tokens at a time) or
+//! `Numerics` operation, the float numerics' (`float`, a batch of tokens at a time) or
 //! the integer one's (`int`, docs/integer.md, one token at a time).
 
 mod attn;
