@@ -137,12 +137,33 @@ fn product(pass: &Pass<'_, '_>, (role, l): (Role, usize), x: &[i32], x16: &mut [
     matvec_rows(pass.exec, &w, &x16[..x.len()], s, y);
 }
 
-/// The parts of `s` a layer's heads read (q, k, v, the merge gates), write (their
-/// outputs) and work in.
-#[allow(clippy::type_complexity)]
-fn heads_of<'a>(s: &'a mut IntScratch<'_>) -> ([&'a [i32]; 4], &'a mut [i32], HeadScratch<'a>) {
-    let hs = HeadScratch { scores: s.scores, row: s.qrow, wide: s.wide, pk: s.pk, novelty: s.novelty, index: s.index };
-    ([s.q, s.k, s.v, s.mg], s.o, hs)
+/// What a layer's heads read (the token's q, k, v and merge gates), write (their outputs)
+/// and work in: the parts of an integer step's scratch.
+struct Heads<'a> {
+    q: &'a [i32],
+    k: &'a [i32],
+    v: &'a [i32],
+    mg: &'a [i32],
+    o: &'a mut [i32],
+    hs: HeadScratch<'a>,
+}
+
+impl<'a> Heads<'a> {
+    /// The heads' parts of `s`.
+    #[inline]
+    fn of(s: &'a mut IntScratch<'_>) -> Self {
+        let hs =
+            HeadScratch { scores: s.scores, row: s.qrow, wide: s.wide, pk: s.pk, novelty: s.novelty, index: s.index };
+        Heads { q: s.q, k: s.k, v: s.v, mg: s.mg, o: s.o, hs }
+    }
+
+    /// Head `h`'s query, key and value (`d_qk`, `d_qk`, `d_v`), its output row and the
+    /// scratch it works in.
+    #[inline]
+    fn head(&mut self, h: usize, (dk, dv): (usize, usize)) -> ([&'a [i32]; 3], &mut [i32], &mut HeadScratch<'a>) {
+        let (q, k, v) = (&self.q[h * dk..(h + 1) * dk], &self.k[h * dk..(h + 1) * dk], &self.v[h * dv..(h + 1) * dv]);
+        ([q, k, v], &mut self.o[h * dv..(h + 1) * dv], &mut self.hs)
+    }
 }
 
 /// Layer `l`'s `LN_s_k` weight and bias.
@@ -273,11 +294,11 @@ impl Numerics for IntActs<'_, '_> {
     /// Recomputed slot reads: every slot's rows from its sums, before the updates.
     fn kvm_begin(&mut self, pass: &Pass<'_, '_>, l: usize, st: &mut IntLayer<'_>) {
         if pass.lay.reads == SlotReads::Recomputed {
-            let (_, _, mut hs) = heads_of(self.s);
+            let hs = &mut Heads::of(self.s).hs;
             let ln_sk = ln_sk(pass, l);
             for h in 0..pass.model.config().n_heads as usize {
                 let mut head = kvm_head(pass, ln_sk, st, h);
-                (0..self.plan.slots_before).for_each(|slot| head.refresh(slot, true, &mut hs));
+                (0..self.plan.slots_before).for_each(|slot| head.refresh(slot, true, hs));
             }
         }
     }
@@ -288,19 +309,18 @@ impl Numerics for IntActs<'_, '_> {
         let scale = inv_sqrt(dk);
         let temps =
             cfg.has(flags::HEAD_TEMPS).then(|| (model.vector(Role::FrontTemp, l), model.vector(Role::StateTemp, l)));
-        let ([q, k, v, mg], o, mut hs) = heads_of(self.s);
+        let mut heads = Heads::of(self.s);
         let ln_sk = ln_sk(pass, l);
         for h in 0..h_n {
-            let q = &q[h * dk..(h + 1) * dk];
-            let (k, v) = (&k[h * dk..(h + 1) * dk], &v[h * dv..(h + 1) * dv]);
-            let out = &mut o[h * dv..(h + 1) * dv];
+            let mg = heads.mg[h];
+            let ([q, k, v], out, hs) = heads.head(h, (dk, dv));
             let mut head = kvm_head(pass, ln_sk, st, h);
             if let Some(b) = plan.fold_begin {
-                head.fold(b, plan.slots_before, plan.slots_after, &mut hs);
+                head.fold(b, plan.slots_before, plan.slots_after, hs);
             }
-            head.update(plan, k, v, mg[h], &mut hs);
+            head.update(plan, k, v, mg, hs);
             let a = temps.map_or((scale, scale), |(f, st)| (mul_fx(scale, f.fixed(h)), mul_fx(scale, st.fixed(h))));
-            head.attend(q, plan, a, &mut hs, out);
+            head.attend(q, plan, a, hs, out);
         }
     }
 
@@ -308,13 +328,11 @@ impl Numerics for IntActs<'_, '_> {
         let cfg = pass.model.config();
         let (h_n, dk, dv) = (cfg.n_heads as usize, cfg.d_qk as usize, cfg.d_v as usize);
         let scale = inv_sqrt(dk);
-        let ([q, k, v, _], o, mut hs) = heads_of(self.s);
+        let mut heads = Heads::of(self.s);
         for h in 0..h_n {
-            let q = &q[h * dk..(h + 1) * dk];
-            let (k, v) = (&k[h * dk..(h + 1) * dk], &v[h * dv..(h + 1) * dv]);
-            let out = &mut o[h * dv..(h + 1) * dv];
+            let ([q, k, v], out, hs) = heads.head(h, (dk, dv));
             let mut head = SwaHead { st: &mut *st, h, window: cfg.alt_window as usize };
-            head.step(self.plan.t, (q, k, v), scale, &mut hs, out);
+            head.step(self.plan.t, (q, k, v), scale, hs, out);
         }
     }
 
