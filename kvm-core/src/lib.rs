@@ -12,8 +12,9 @@
 //!   stored, float and integer) -> [`exec`] (how splittable work runs);
 //! - [`format`] (the file) -> [`tokenizer`] -> [`state`] (the arena layout, the step plan,
 //!   the means state, the window and attention reads) -> [`model`] (the validated weights)
-//!   -> [`forward`] (the forward pass) and `int` (the same pass in the integer numerics,
-//!   docs/integer.md) -> [`session`] (the [`Session`] handle);
+//!   -> `int` (the integer numerics' rows, norms and heads, docs/integer.md) ->
+//!   [`forward`] (the forward pass, written once over both numerics) -> [`session`] (the
+//!   [`Session`] handle);
 //! - [`sampler`] (logits to tokens) stands beside them.
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]

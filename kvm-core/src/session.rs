@@ -6,12 +6,12 @@ use crate::cache::Rows;
 use crate::config::Config;
 use crate::error::{Error, Origin, Result};
 use crate::exec::{Exec, Serial};
-use crate::forward::{forward, Logits, Pass, Tap, TapFn, Work};
-use crate::int::forward::IntPass;
+use crate::forward::{forward, FloatActs, IntActs, Logits, Pass, Tap, TapFn};
 use crate::math::{all_finite, Rope};
 use crate::model::Model;
 use crate::state::arena::COUNTERS;
 use crate::state::arena_int::IntScratch;
+use crate::state::plan::Plan;
 use crate::state::{bswa_begin, coverage_at, Acts, Counters, Layout, Phase, ARENA_ALIGN};
 
 /// Marks a live arena (`"KVMS"`).
@@ -158,8 +158,9 @@ impl<'m, 'a> Session<'m, 'a> {
     /// is updated token by token exactly as [`Session::step`] would. `batch` is scratch
     /// of at least [`Layout::acts_len`]`(tokens.len())` f32s; `exec` runs the products
     /// (the std runtime passes a thread pool). An integer file's session
-    /// ([`Layout::is_int`]) feeds the batch token by token, with the bits of single steps:
-    /// its `acts_len` is 0 and its products run on the calling thread (`exec` unused).
+    /// ([`Layout::is_int`]) runs the forward pass token by token (its activations are one
+    /// token's), with the bits of single steps: its `acts_len` is 0, `batch` goes unused,
+    /// and `exec` splits each token's products by rows (docs/integer.md).
     ///
     /// # Errors
     /// [`Error::BufferTooSmall`] for a short `batch` or `Logits::All` buffer;
@@ -181,7 +182,7 @@ impl<'m, 'a> Session<'m, 'a> {
         tokens: &[u32],
         phase: Phase,
         batch: Option<&mut [f32]>,
-        logits: Logits<'_>,
+        mut logits: Logits<'_>,
         exec: &dyn Exec,
         tap: Option<&mut TapFn<'_>>,
     ) -> Result<()> {
@@ -202,82 +203,17 @@ impl<'m, 'a> Session<'m, 'a> {
         if at.pos.checked_add(tokens.len()).is_none_or(|end| end > u32::MAX as usize) {
             return Err(Error::InvalidArgument);
         }
-        let lay = self.layout;
-        if lay.is_int() {
-            return self.run_int(tokens, phase, logits, tap);
+        let pass = Pass::new(&self.model, (&self.rope, &self.alt_rope), &self.layout, at, phase, exec);
+        if self.layout.is_int() {
+            return run_int(&pass, self.arena, tokens, logits, tap);
         }
-        let arena = lay.split(self.arena);
-        let mut s = arena.scratch;
-        let mut acts = match batch {
-            None => Acts::carve(arena.acts, &lay, tokens.len().min(1)),
-            Some(buf) => {
-                let needed = lay.acts_len(tokens.len()).unwrap_or(usize::MAX);
-                if buf.len() < needed {
-                    return Err(Error::BufferTooSmall { needed });
-                }
-                Acts::carve(buf, &lay, tokens.len())
-            }
-        };
-        if acts.n != tokens.len() {
-            return Err(Error::BufferTooSmall { needed: lay.acts_len(tokens.len()).unwrap_or(usize::MAX) });
-        }
-        let mut logits = logits;
-        let asked = match &mut logits {
-            Logits::None => Logits::None,
-            Logits::Last => Logits::Last,
-            Logits::All(out) => Logits::All(out),
-        };
-        let pass = Pass::new(&self.model, (&self.rope, &self.alt_rope), &lay, at, phase, exec);
-        let work = Work::new(arena.layers, arena.reads, &mut s, &mut acts);
-        let mut none = |_: Tap, _: &[f32]| {};
-        let (next, origin) = forward(&pass, work, tokens, asked, tap.unwrap_or(&mut none));
-        let c: &mut [u32] = bytemuck::cast_slice_mut(arena.counters);
-        c[counter::POS] = next.pos as u32;
-        c[counter::SLOTS] = next.slots as u32;
-        c[counter::COVERAGE] = next.coverage as u32;
+        let origin = run_float(&pass, self.arena, tokens, batch, logits.reborrow(), tap)?;
         let vocab = vocab_len as usize;
         match logits {
             Logits::None => Ok(()),
             Logits::Last => check_finite(self.logits(), vocab, at.pos + tokens.len() - 1, origin),
             Logits::All(out) => check_finite(&out[..tokens.len() * vocab], vocab, at.pos, origin),
         }
-    }
-
-    /// [`Session::run`] in the integer numerics: token by token, the logits of those asked
-    /// for (the last, or each into the caller's rows), the taps at their points.
-    // Never inlined: the integer step's frames then take no stack in a float session's.
-    #[inline(never)]
-    fn run_int(
-        &mut self,
-        tokens: &[u32],
-        phase: Phase,
-        logits: Logits<'_>,
-        mut tap: Option<&mut TapFn<'_>>,
-    ) -> Result<()> {
-        let lay = self.layout;
-        let cfg = *self.model.config();
-        let vocab = cfg.vocab_len as usize;
-        let (counters, layers, scratch) = lay.regions(self.arena);
-        let (mut s, reads) = IntScratch::carve(scratch, &cfg, lay.state_len);
-        let mut at = counters_in(counters);
-        let mut out = logits;
-        for (i, &token) in tokens.iter().enumerate() {
-            let want = match &out {
-                Logits::None => false,
-                Logits::Last => i + 1 == tokens.len(),
-                Logits::All(_) => true,
-            };
-            let pass = IntPass { model: &self.model, rope: &self.rope, alt_rope: &self.alt_rope, lay: &lay, at, phase };
-            at = pass.step(token, (&mut *layers, &mut *reads), &mut s, want, &mut tap);
-            if let Logits::All(rows) = &mut out {
-                rows[i * vocab..(i + 1) * vocab].copy_from_slice(&s.logits[..vocab]);
-            }
-        }
-        let c: &mut [u32] = bytemuck::cast_slice_mut(counters);
-        c[counter::POS] = at.pos as u32;
-        c[counter::SLOTS] = at.slots as u32;
-        c[counter::COVERAGE] = at.coverage as u32;
-        Ok(())
     }
 
     /// The logits of the last step run with `want_logits`, `[vocab_len]`.
@@ -303,8 +239,7 @@ impl<'m, 'a> Session<'m, 'a> {
         Ok(self.logits())
     }
 
-    /// [`Session::decode`] with the matrix products run by `exec` (a thread pool; an
-    /// integer file's session runs them on the calling thread).
+    /// [`Session::decode`] with the matrix products run by `exec` (a thread pool).
     ///
     /// # Errors
     /// As [`Session::step`].
@@ -418,6 +353,83 @@ impl<'m, 'a> Session<'m, 'a> {
             wv,
         })
     }
+}
+
+/// Stores counters `c` in the arena's counters block `words`.
+fn store_counters(words: &mut [f32], c: Counters) {
+    let w: &mut [u32] = bytemuck::cast_slice_mut(words);
+    w[counter::POS] = c.pos as u32;
+    w[counter::SLOTS] = c.slots as u32;
+    w[counter::COVERAGE] = c.coverage as u32;
+}
+
+/// [`Session::run`] in the float numerics: one forward pass over `tokens` (in the
+/// caller's `batch` buffer, or one token in the arena's), storing the counters after it;
+/// returns where a NaN or an infinity first appeared.
+// Never inlined, as `run_int`: each numerics' frames then take no stack in the other's.
+#[inline(never)]
+fn run_float(
+    pass: &Pass<'_, '_>,
+    arena: &mut [f32],
+    tokens: &[u32],
+    batch: Option<&mut [f32]>,
+    logits: Logits<'_>,
+    tap: Option<&mut TapFn<'_>>,
+) -> Result<Option<Origin>> {
+    let lay = pass.lay;
+    let arena = lay.split(arena);
+    let mut s = arena.scratch;
+    let mut acts = match batch {
+        None => Acts::carve(arena.acts, lay, tokens.len().min(1)),
+        Some(buf) => {
+            let needed = lay.acts_len(tokens.len()).unwrap_or(usize::MAX);
+            if buf.len() < needed {
+                return Err(Error::BufferTooSmall { needed });
+            }
+            Acts::carve(buf, lay, tokens.len())
+        }
+    };
+    if acts.n != tokens.len() {
+        return Err(Error::BufferTooSmall { needed: lay.acts_len(tokens.len()).unwrap_or(usize::MAX) });
+    }
+    let mut x = FloatActs::new(&mut acts, &mut s);
+    let (next, origin) = forward(pass, (arena.layers, arena.reads), &mut x, tokens, logits, &mut { tap });
+    store_counters(arena.counters, next);
+    Ok(origin)
+}
+
+/// [`Session::run`] in the integer numerics: the forward pass token by token (its
+/// activations are one token's), the logits of those asked for (the last, or each into
+/// the caller's rows), the taps at their points; then the counters. Fixed-point logits
+/// are always finite.
+// Never inlined: the integer step's frames then take no stack in a float session's.
+#[inline(never)]
+fn run_int(
+    pass: &Pass<'_, '_>,
+    arena: &mut [f32],
+    tokens: &[u32],
+    logits: Logits<'_>,
+    mut tap: Option<&mut TapFn<'_>>,
+) -> Result<()> {
+    let (lay, cfg) = (pass.lay, pass.model.config());
+    let vocab = cfg.vocab_len as usize;
+    let (counters, layers, scratch) = lay.regions(arena);
+    let (mut s, reads) = IntScratch::carve(scratch, cfg, lay.state_len);
+    let mut out = logits;
+    let mut at = pass.at;
+    for (i, &token) in tokens.iter().enumerate() {
+        let asked = match &mut out {
+            Logits::None => Logits::None,
+            Logits::Last if i + 1 == tokens.len() => Logits::Last,
+            Logits::Last => Logits::None,
+            Logits::All(rows) => Logits::All(&mut rows[i * vocab..(i + 1) * vocab]),
+        };
+        let pass = pass.at(at);
+        let mut x = IntActs::new(&mut s, Plan::new(cfg, lay.state_len, at, pass.phase));
+        (at, _) = forward(&pass, (&mut *layers, &mut *reads), &mut x, &[token], asked, &mut tap);
+    }
+    store_counters(counters, at);
+    Ok(())
 }
 
 /// The counters in the arena's counters block `words`.

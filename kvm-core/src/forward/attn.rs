@@ -1,6 +1,7 @@
-//! The steps of spec §2 "Attn" that every mixer's attention shares: the products of the
-//! block input (step 1), the value residual (2), the token shift (3), per-head LN_q /
-//! LN_k and RoPE (4-5), and the output projection `c_proj`.
+//! The float numerics' steps of spec §2 "Attn" that every mixer's attention shares
+//! ([`super::float`] answers [`super::Numerics`] with them): the products of the block
+//! input (step 1), the value residual (2), the token shift (3), per-head LN_q / LN_k and
+//! RoPE (4-5), and the output projection `c_proj`, over a batch's rows.
 
 use crate::config::flags;
 use crate::exec::Product;

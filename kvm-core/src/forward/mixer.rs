@@ -3,9 +3,9 @@
 //! share are [`super::attn`]'s.
 
 use crate::config::Config;
+use crate::forward::numerics::Numerics;
 use crate::forward::pass::Pass;
 use crate::forward::{kvm, swa};
-use crate::state::{Acts, LayerState, Scratch};
 
 /// What mixes a layer's tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,20 +28,13 @@ impl Mixer {
         }
     }
 
-    /// `x.a <- Attn(x.a)` for layer `l`, every token of the batch in order, `st` the
-    /// layer's state.
+    /// `a <- Attn(a)` for layer `l`, every token of the pass in order, `st` the layer's
+    /// state.
     #[inline]
-    pub(super) fn attention(
-        self,
-        pass: &Pass<'_, '_>,
-        l: usize,
-        st: &mut LayerState<'_>,
-        x: &mut Acts<'_>,
-        s: &mut Scratch<'_>,
-    ) {
+    pub(super) fn attention<N: Numerics>(self, pass: &Pass<'_, '_>, l: usize, st: &mut N::Layer<'_>, x: &mut N) {
         match self {
-            Mixer::Kvm => kvm::attention(pass, l, st, x, s),
-            Mixer::Swa => swa::attention(pass, l, st, x, s),
+            Mixer::Kvm => kvm::attention(pass, l, st, x),
+            Mixer::Swa => swa::attention(pass, l, st, x),
         }
     }
 }

@@ -1,23 +1,23 @@
-//! One forward pass's context: what every step reads ([`Pass`]), the arena's parts it
-//! writes ([`Work`]), and how its per-token rows are spread through [`Exec::pieces`].
+//! One forward pass's context: what every step reads ([`Pass`]), and how its per-token
+//! rows are spread through [`Exec::pieces`].
 
 use crate::exec::Exec;
 use crate::math::{layer_norm, Rope};
 use crate::model::Model;
-use crate::state::{Acts, Counters, Layout, Phase, Scratch};
+use crate::state::{Counters, Layout, Phase};
 use crate::tensor::Vector;
 
 /// What every step of one forward pass reads.
 pub(crate) struct Pass<'p, 'm> {
-    pub(super) model: &'p Model<'m>,
+    pub(crate) model: &'p Model<'m>,
     /// The RoPE tables' frequencies: KVM layers', alternate layers' (spec §5).
     pub(super) rope: &'p Rope,
     pub(super) alt_rope: &'p Rope,
     /// The session's arena.
-    pub(super) lay: &'p Layout,
+    pub(crate) lay: &'p Layout,
     /// The counters before the batch.
-    pub(super) at: Counters,
-    pub(super) phase: Phase,
+    pub(crate) at: Counters,
+    pub(crate) phase: Phase,
     /// Who runs the splittable work.
     pub(super) exec: &'p dyn Exec,
 }
@@ -36,30 +36,11 @@ impl<'p, 'm> Pass<'p, 'm> {
     ) -> Self {
         Pass { model, rope, alt_rope, lay, at, phase, exec }
     }
-}
 
-/// The parts of the arena (and of the caller's batch buffer) one forward pass writes.
-pub(crate) struct Work<'w, 's> {
-    /// Every layer's state ([`Layout::carve_layer`]).
-    pub(super) layers: &'w mut [f32],
-    /// One layer's slot reads when they are recomputed, else empty.
-    pub(super) reads: &'w mut [f32],
-    pub(super) s: &'w mut Scratch<'s>,
-    /// The batch's activations.
-    pub(super) x: &'w mut Acts<'s>,
-}
-
-impl<'w, 's> Work<'w, 's> {
-    /// The layers' state `layers` (slot reads in `reads`), the step's scratch `s` and the
-    /// batch's activations `x`.
+    /// This pass from counters `at` (the integer numerics' next token).
     #[inline]
-    pub(crate) fn new(
-        layers: &'w mut [f32],
-        reads: &'w mut [f32],
-        s: &'w mut Scratch<'s>,
-        x: &'w mut Acts<'s>,
-    ) -> Self {
-        Work { layers, reads, s, x }
+    pub(crate) fn at(&self, at: Counters) -> Self {
+        Pass { at, ..*self }
     }
 }
 

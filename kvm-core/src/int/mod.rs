@@ -1,8 +1,7 @@
-//! The integer numerics (docs/integer.md): every operation of a step in integers, for
-//! files exported with `--numerics int` (`flags::INT_NUMERICS`), on [`crate::fixed`]'s
-//! arithmetic: `ops` (products, rows, norms) -> `head` (a head's state and attention) ->
-//! `forward` (the step).
+//! The integer numerics (docs/integer.md), for files exported with `--numerics int`
+//! (`flags::INT_NUMERICS`), on [`crate::fixed`]'s arithmetic: `ops` (products, rows,
+//! norms) -> `head` (a head's state and attention). The forward pass's integer operations
+//! are `forward/int.rs`'s.
 
-pub(crate) mod forward;
 pub(crate) mod head;
 pub(crate) mod ops;
