@@ -3,6 +3,7 @@
 //! so that a caller timing [`fma_chains`] measures the peak rate of the units the batch
 //! product runs on (`kvm bench`'s `fma_peak_gflops`, the roofline of prefill).
 
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use super::tier::{tier, Tier};
 use core::hint::black_box;
 
@@ -22,7 +23,6 @@ pub fn fma_chains(fmas: u64) -> u64 {
     if matches!(tier(), Tier::Neon | Tier::NeonDot) {
         return arm::chains_neon(fmas);
     }
-    let _ = (tier(), Tier::Scalar);
     chains_scalar(fmas)
 }
 
