@@ -12,6 +12,10 @@ kvm / llama.cpp ratio is taken within its round. `{dtype}` in a model path is re
 each of --dtypes. `--kvm NAME=PATH` may be given more than once (e.g. a fixed and a
 growable state), each measured against the same llama.cpp runs.
 
+`--kernels avx2` runs kvm with `KVM_KERNELS=avx2`: with `--llama-bench` pointing at a
+llama.cpp built for AVX2 only, both sides measure the AVX2 tier on an AVX-512 CPU. Prefill
+cells give kvm's `fma_fraction` too (its matrix products' FLOPs over its FMA probe's peak).
+
 Decode `tgN @ dD` is N tokens after D tokens of context: `kvm bench --prompt-len D
 --context D --gen N` (a timed D-token prefill, then the timed decode; `--prompt-len 1` at
 D = 0) against `llama-bench -p 0 -n N -d D`. Prefill `ppP` is `kvm bench --prompt-len P
@@ -57,10 +61,12 @@ def llama_cmd(a, model, threads, kind, n, depth):
             *shlex.split(a.llama_args)]
 
 
-def run(cmd, path, tag):
-    """Runs cmd and appends each JSON line it prints to path, tagged."""
-    print("$ " + shlex.join(cmd), file=sys.stderr, flush=True)
-    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+def run(cmd, path, tag, env=None):
+    """Runs cmd (with `env` added to the environment) and appends each JSON line it prints
+    to path, tagged."""
+    shown = [f"{k}={v}" for k, v in (env or {}).items()]
+    print("$ " + shlex.join(shown + cmd), file=sys.stderr, flush=True)
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}).stdout
     with open(path, "a") as f:
         for line in out.splitlines():
             if line.strip().startswith("{"):
@@ -76,12 +82,13 @@ def measure(a, variants):
             for t in a.threads:
                 for name, kind, n, depth in tests(a):
                     tag = {"round": r, "dtype": dtype, "threads": t, "test": name}
-                    sides = [(kvm_cmd(a, path.format(dtype=dtype), t, kind, n, depth), f"{v}.jsonl")
+                    kvm_env = {"KVM_KERNELS": a.kernels} if a.kernels else None
+                    sides = [(kvm_cmd(a, path.format(dtype=dtype), t, kind, n, depth), f"{v}.jsonl", kvm_env)
                              for v, path in variants]
                     if max(n if kind == "pp" else 0, depth) <= a.llama_max:
-                        sides.append((llama_cmd(a, a.llama.format(dtype=dtype), t, kind, n, depth), "llama.jsonl"))
-                    for cmd, file in sides if r % 2 else reversed(sides):
-                        run(cmd, os.path.join(a.out, file), tag)
+                        sides.append((llama_cmd(a, a.llama.format(dtype=dtype), t, kind, n, depth), "llama.jsonl", None))
+                    for cmd, file, env in sides if r % 2 else reversed(sides):
+                        run(cmd, os.path.join(a.out, file), tag, env)
 
 
 def read(path):
@@ -108,6 +115,9 @@ def cell(test, kvm_rounds, llama_rounds):
         "range": f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "",
         "rounds": len(ratios),
         "slots": kvm_rounds[max(kvm_rounds)]["decode_state_slots" if decode else "prefill_state_slots"],
+        "fma": None if decode or any("fma_fraction" not in rec for rec in kvm_rounds.values())
+        else statistics.median(rec["fma_fraction"] for rec in kvm_rounds.values()),
+        "tier": kvm_rounds[max(kvm_rounds)].get("kernel_tier", ""),
         "peak": statistics.median(rec["peak_rss_bytes"] for rec in kvm_rounds.values()) / 2**20,
     }
 
@@ -127,7 +137,8 @@ def tables(name, cells):
         lines.append(f"| {test} | " + " | ".join(row) + " |")
     lines += ["", f"### kvm `{name}` and llama.cpp, every cell", "",
               "| dtype | threads | test | llama.cpp tok/s | kvm tok/s | kvm / llama.cpp | range | rounds "
-              "| kvm state slots | kvm peak MiB |", "|---|---:|---|---:|---:|---:|---|---:|---:|---:|"]
+              "| kvm tier | kvm fma_fraction | kvm state slots | kvm peak MiB |",
+              "|---|---:|---|---:|---:|---:|---|---:|---|---:|---:|---:|"]
     for d in dtypes:
         for t in threads:
             for test in tests_run:
@@ -135,7 +146,8 @@ def tables(name, cells):
                 if c:
                     ratio = f"**{c['ratio']:.2f}x**" if c["ratio"] else ""
                     lines.append(f"| {d} | {t} | {test} | {fmt(c['llama']) or 'not run'} | {fmt(c['kvm'])} | {ratio} "
-                                 f"| {c['range']} | {c['rounds']} | {c['slots']} | {fmt(c['peak'])} |")
+                                 f"| {c['range']} | {c['rounds']} | {c['tier']} | {fmt(c['fma'], 2)} | {c['slots']} "
+                                 f"| {fmt(c['peak'])} |")
     return lines + [""]
 
 
@@ -173,6 +185,8 @@ def main():
     ap.add_argument("--kvm-args", default="--cache f16",
                     help="more kvm bench arguments (default: --cache f16, as llama.cpp's f16 KV cache)")
     ap.add_argument("--llama-args", default="", help="more llama-bench arguments, e.g. '--repack 0'")
+    ap.add_argument("--kernels", default="", metavar="TIER",
+                    help="kvm's kernel tier (KVM_KERNELS), e.g. avx2 against an AVX2-only llama-bench")
     ap.add_argument("-o", "--out", required=True, help="directory of the result lines and tables.md")
     ap.add_argument("--report", action="store_true", help="only print the tables of the lines in --out")
     a = ap.parse_args()

@@ -2,6 +2,7 @@
 //! matrix product over the whole batch (weights read once per batch) and split across
 //! the pool's threads, the state updated token by token exactly as decode does.
 
+use kvm_core::exec::Exec;
 use kvm_core::forward::Logits;
 use kvm_core::state::Phase;
 use kvm_core::{Error, Session};
@@ -15,16 +16,17 @@ use crate::pool::Pool;
 pub const BATCH_TOKENS: usize = 256;
 
 /// Feeds `tokens` to `session` in batches of [`BATCH_TOKENS`], leaving the last token's
-/// logits in [`Session::logits`].
+/// logits in [`Session::logits`]. `exec` runs the products and heads: a [`Pool`], or one
+/// that times them (`kvm bench`).
 ///
 /// # Errors
 /// As [`Session::step_batch`]; batches before the failing one have been consumed.
-pub fn prefill(session: &mut Session<'_, '_>, tokens: &[u32], phase: Phase, pool: &Pool) -> Result<(), Error> {
+pub fn prefill(session: &mut Session<'_, '_>, tokens: &[u32], phase: Phase, exec: &dyn Exec) -> Result<(), Error> {
     let mut batch = batch_buffer(session, tokens.len())?;
     let n_batches = tokens.len().div_ceil(BATCH_TOKENS);
     for (i, chunk) in tokens.chunks(BATCH_TOKENS).enumerate() {
         let logits = if i + 1 == n_batches { Logits::Last } else { Logits::None };
-        session.step_batch(chunk, phase, &mut batch, pool, logits)?;
+        session.step_batch(chunk, phase, &mut batch, exec, logits)?;
     }
     Ok(())
 }

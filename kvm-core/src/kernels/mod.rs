@@ -22,6 +22,7 @@ mod aarch64;
 mod arm;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64", all(target_arch = "wasm32", target_feature = "simd128")))]
 mod attend;
+mod fma;
 mod gemm;
 mod prefetch;
 #[cfg(target_arch = "riscv32")]
@@ -36,6 +37,7 @@ mod wasm32;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
+pub use fma::fma_chains;
 pub use prefetch::prefetch_later;
 pub(crate) use prefetch::{prefetch_lines, Access};
 use table::table;

@@ -305,6 +305,7 @@ fn float_batches(t: Tier) {
             }
         }
     }
+    batch_sums_in_canonical_order(t);
     // f32p with every spill slot used, as in `f32p_spills_zeros_and_subnormals`.
     let (rows, cols) = (9, 96);
     let src: Vec<f32> = (0..rows)
@@ -331,6 +332,42 @@ fn float_batches(t: Tier) {
 }
 
 /// `matmul` of `w` and `xs` with all the scratch it can use.
+/// The batch product's canonical sums, its scalar reference: each output a chain of fused
+/// multiply-adds over the columns in order from zero, the weights decoded exactly.
+fn chained(w: &Matrix<'_>, xs: &[f32]) -> Vec<f32> {
+    let mut row = vec![0.0; w.cols];
+    let mut ys = vec![0.0; xs.len() / w.cols * w.rows];
+    for r in 0..w.rows {
+        scalar::dequant_row(w.dtype, &plain_row(w, r), &mut row);
+        for (t, x) in xs.chunks_exact(w.cols).enumerate() {
+            ys[t * w.rows + r] = row.iter().zip(x).fold(0.0, |acc, (&a, &b)| libm::fmaf(a, b, acc));
+        }
+    }
+    ys
+}
+
+/// Tier `t`'s batch product gives [`chained`]'s bits, on odd shapes: columns past one and
+/// several chunks of the K-blocking and not a multiple of any vector, rows past a panel and
+/// not a multiple of any tile, tokens not a multiple of a block or of a vector. (Tiers
+/// without one run batches through decode's tiles, which sum in lanes.)
+fn batch_sums_in_canonical_order(t: Tier) {
+    if !matches!(t, Tier::Avx2 | Tier::Avx512 | Tier::Neon | Tier::NeonDot) {
+        return;
+    }
+    for dtype in [DType::F32, DType::F16, DType::BF16, DType::F32P] {
+        let cols_all: &[usize] = if dtype.block_len() == 1 { &[255, 257, 517, 1031] } else { &[288, 544] };
+        for &cols in cols_all {
+            for (rows, n) in [(7, 9), (53, 67), (13, 130)] {
+                let bytes = encode(dtype, rows, cols, (3 * rows + cols) as u32);
+                let w = Matrix::new(dtype, rows, cols, &bytes).unwrap();
+                let xs = values(n * cols, (n + cols) as u32);
+                let what = format_args!("{t} batch {dtype:?} [{rows}, {cols}] x {n} tokens, canonical sums");
+                assert_bits(&batch(&w, &xs), &chained(&w, &xs), &what);
+            }
+        }
+    }
+}
+
 fn batch(w: &Matrix<'_>, xs: &[f32]) -> Vec<f32> {
     let n = xs.len() / w.cols;
     let mut ys = vec![f32::NAN; n * w.rows];

@@ -85,6 +85,33 @@ fn json_report_has_the_agreed_keys() {
     std::fs::remove_file(&model).ok();
 }
 
+/// The compute roofline: the FLOPs of a prefill token's matrices (counted here by hand for
+/// the tiny preset), the FMA probe's peaks, and the fraction of the peak prefill used, each
+/// finite and sane; and where prefill's time went.
+#[test]
+fn the_compute_roofline_counts_a_tokens_flops_and_the_fma_peak() {
+    let model = tiny_model("fma");
+    let r = bench_json(&["--model", model.to_str().unwrap(), "--prompt-len", "64", "--gen", "2", "--bw-mib", "0"]);
+    std::fs::remove_file(&model).ok();
+    // Tiny: d_model 64, 2 heads of 32 (q, k, v: 64 wide), d_vgate 32, d_ff 256, 2 layers,
+    // every gate on. Per layer: q, k, v and the output projection 64 x 64 each, the value
+    // gate's 32 x 64 and 64 x 32, the merge gate's 2 x 64, up 256 x 64 and down 64 x 256.
+    let per_layer = 4 * 64 * 64 + 2 * 32 * 64 + 2 * 64 + 2 * 256 * 64;
+    assert_eq!(r["flops_per_token"].as_u64(), Some(2 * 2 * per_layer), "{r}");
+    let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
+    for key in ["fma_peak_1t_gflops", "fma_peak_gflops"] {
+        // A core runs at least a GFLOP/s and no vector unit yet does 10 TFLOP/s.
+        assert!(f(key).is_finite() && f(key) > 1.0 && f(key) < 1e4, "{key} in {r}");
+    }
+    let gflops = f("prefill_tok_s") * f("flops_per_token") / 1e9;
+    assert!((f("prefill_gflops") - gflops).abs() <= 1e-9 * gflops, "{r}");
+    assert!((f("fma_fraction") - gflops / f("fma_peak_gflops")).abs() <= 1e-9, "{r}");
+    // A model this small runs far below the FMA units' rate.
+    assert!(f("fma_fraction") > 0.0 && f("fma_fraction") < 1.0, "{r}");
+    let (products, attention) = (f("prefill_matmul_fraction"), f("prefill_attention_fraction"));
+    assert!(products > 0.0 && attention > 0.0 && products + attention <= 1.0, "{r}");
+}
+
 #[test]
 fn long_run_reports_each_checkpoint() {
     let model = tiny_model("long");

@@ -26,23 +26,23 @@ impl<K: FloatTier> Gemm for K {
     }
 
     #[target_feature(enable = "neon")]
-    unsafe fn tile(w: &[*const f32], xt: *const f32, cols: usize, vecs: usize, out: &mut [f32]) {
+    unsafe fn tile(w: &[*const f32], xt: *const f32, cols: usize, vecs: usize, out: &mut [f32], carry: bool) {
         let width = vecs * 4;
         // SAFETY: (every arm) `rows(vecs)` pointers; `xt` holds `BLOCK >= width` tokens per
         // column and `out` `rows(vecs)` rows of `width`, so each strip of vectors from
         // `v0` fits; the rest forwarded.
         unsafe {
             match vecs {
-                1 => gemm_tile::<12, 1>(w, xt, cols, out, width),
-                2 => gemm_tile::<8, 2>(w, xt, cols, out, width),
+                1 => gemm_tile::<12, 1>(w, xt, cols, out, width, carry),
+                2 => gemm_tile::<8, 2>(w, xt, cols, out, width, carry),
                 _ => {
                     for v0 in (0..vecs).step_by(4) {
                         let (xt, out) = (xt.add(4 * v0), &mut out[4 * v0..]);
                         match vecs - v0 {
-                            1 => gemm_tile::<6, 1>(w, xt, cols, out, width),
-                            2 => gemm_tile::<6, 2>(w, xt, cols, out, width),
-                            3 => gemm_tile::<6, 3>(w, xt, cols, out, width),
-                            _ => gemm_tile::<6, 4>(w, xt, cols, out, width),
+                            1 => gemm_tile::<6, 1>(w, xt, cols, out, width, carry),
+                            2 => gemm_tile::<6, 2>(w, xt, cols, out, width, carry),
+                            3 => gemm_tile::<6, 3>(w, xt, cols, out, width, carry),
+                            _ => gemm_tile::<6, 4>(w, xt, cols, out, width, carry),
                         }
                     }
                 }
@@ -121,6 +121,7 @@ pub(super) unsafe fn gemm_tile<const R: usize, const V: usize>(
     cols: usize,
     out: &mut [f32],
     width: usize,
+    carry: bool,
 ) {
     let rows: [*const f32; R] = core::array::from_fn(|r| w[r]);
     let body = cols - cols % 4;
@@ -128,6 +129,13 @@ pub(super) unsafe fn gemm_tile<const R: usize, const V: usize>(
     // each row `cols` f32 (read as bytes: unaligned) and `out` as documented.
     unsafe {
         let mut acc = [[vdupq_n_f32(0.0); V]; R];
+        if carry {
+            for (r, acc) in acc.iter_mut().enumerate() {
+                for (v, acc) in acc.iter_mut().enumerate() {
+                    *acc = vld1q_f32(out.as_ptr().add(r * width + 4 * v));
+                }
+            }
+        }
         let mut c = 0;
         while c < body {
             let mut quads = [vdupq_n_f32(0.0); R];

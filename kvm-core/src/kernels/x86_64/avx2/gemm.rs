@@ -14,7 +14,7 @@ impl Gemm for Avx2 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn tile(w: &[*const f32], xt: *const f32, cols: usize, vecs: usize, out: &mut [f32]) {
+    unsafe fn tile(w: &[*const f32], xt: *const f32, cols: usize, vecs: usize, out: &mut [f32], carry: bool) {
         let w: [*const f32; 6] = core::array::from_fn(|r| w[r]);
         let width = vecs * 8;
         for v0 in (0..vecs).step_by(2) {
@@ -22,9 +22,9 @@ impl Gemm for Avx2 {
             // rest forwarded.
             unsafe {
                 if v0 + 2 <= vecs {
-                    gemm_tile::<2>(w, xt.add(8 * v0), cols, &mut out[8 * v0..], width);
+                    gemm_tile::<2>(w, xt.add(8 * v0), cols, &mut out[8 * v0..], width, carry);
                 } else {
-                    gemm_tile::<1>(w, xt.add(8 * v0), cols, &mut out[8 * v0..], width);
+                    gemm_tile::<1>(w, xt.add(8 * v0), cols, &mut out[8 * v0..], width, carry);
                 }
             }
         }
@@ -98,12 +98,20 @@ pub(super) unsafe fn gemm_tile<const V: usize>(
     cols: usize,
     out: &mut [f32],
     width: usize,
+    carry: bool,
 ) {
     // SAFETY: the caller enables the features; `xt` holds `cols` columns of `BLOCK >= 8 *
     // V` tokens (32-byte aligned: columns are 64-byte aligned and `8 * v0` floats in),
     // each row `cols` f32 and `out` `5 * width + 8 * V` values.
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); V]; 6];
+        if carry {
+            for (r, acc) in acc.iter_mut().enumerate() {
+                for (v, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm256_loadu_ps(out.as_ptr().add(r * width + 8 * v));
+                }
+            }
+        }
         for c in 0..cols {
             let mut x = [_mm256_setzero_ps(); V];
             for (v, x) in x.iter_mut().enumerate() {

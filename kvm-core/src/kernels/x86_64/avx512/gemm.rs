@@ -18,14 +18,14 @@ impl Gemm for Avx512 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn tile(w: &[*const f32], xt: *const f32, cols: usize, vecs: usize, out: &mut [f32]) {
+    unsafe fn tile(w: &[*const f32], xt: *const f32, cols: usize, vecs: usize, out: &mut [f32], carry: bool) {
         // SAFETY: (every arm) forwarded; `rows(vecs)` pointers.
         unsafe {
             match vecs {
-                1 => gemm_tile::<12, 1>(w, xt, cols, out),
-                2 => gemm_tile::<12, 2>(w, xt, cols, out),
-                3 => gemm_tile::<8, 3>(w, xt, cols, out),
-                _ => gemm_tile::<6, 4>(w, xt, cols, out),
+                1 => gemm_tile::<12, 1>(w, xt, cols, out, carry),
+                2 => gemm_tile::<12, 2>(w, xt, cols, out, carry),
+                3 => gemm_tile::<8, 3>(w, xt, cols, out, carry),
+                _ => gemm_tile::<6, 4>(w, xt, cols, out, carry),
             }
         }
     }
@@ -134,12 +134,20 @@ pub(super) unsafe fn gemm_tile<const R: usize, const V: usize>(
     xt: *const f32,
     cols: usize,
     out: &mut [f32],
+    carry: bool,
 ) {
     let w: [*const f32; R] = core::array::from_fn(|r| w[r]);
     // SAFETY: the caller enables the features; `xt` holds `cols` aligned columns of
     // `BLOCK >= 16 * V` tokens, each row `cols` f32 and `out` `R * V * 16` values.
     unsafe {
         let mut acc = [[_mm512_setzero_ps(); V]; R];
+        if carry {
+            for (r, acc) in acc.iter_mut().enumerate() {
+                for (v, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm512_loadu_ps(out.as_ptr().add((r * V + v) * 16));
+                }
+            }
+        }
         for c in 0..cols {
             let mut x = [_mm512_setzero_ps(); V];
             for (v, x) in x.iter_mut().enumerate() {

@@ -1,5 +1,6 @@
-//! `kvm bench`: prefill and decode speed, the bytes each decoded token reads, this
-//! machine's memory bandwidth measured in the same run, and (with `--checkpoints`) a
+//! `kvm bench`: prefill and decode speed, the bytes each decoded token reads and the
+//! FLOPs each prefill token costs, this machine's memory bandwidth and FMA peak measured
+//! in the same run, and (with `--checkpoints`) a
 //! long run showing that per-token latency and memory stay flat. Comma lists of prompt
 //! lengths, decode lengths, context depths and thread counts run as a sweep, one report
 //! per combination.
@@ -8,6 +9,7 @@
 //! arithmetic of a step does not depend on which token it is, so no text is needed and
 //! any model file, random-weight ones included, can be measured.
 
+mod fma;
 mod probe;
 mod report;
 mod runs;
@@ -24,6 +26,7 @@ use kvm_runtime::pool::Pool;
 use serde_json::{json, Value};
 
 use crate::flags::ranged;
+use fma::{add_fma_peak, flops_per_token, fma_peak};
 use probe::{add_bandwidth, bandwidth};
 use report::{print_report, print_table, Format};
 use runs::{long_run, reset_peak_rss, speed, status_bytes};
@@ -132,6 +135,7 @@ pub fn run(a: &Args) -> Result<()> {
     std::hint::black_box(file.bytes().iter().step_by(4096).fold(0u8, |s, &b| s ^ b));
     let progress = std::io::stderr().is_terminal();
     let mut reports = measure(a, &file, &model, &points, progress)?;
+    add_fma_peaks(&points, &mut reports, progress);
     if a.bw_mib != Some(0) {
         add_bandwidths(a, &points, &mut reports, progress)?;
     }
@@ -209,6 +213,27 @@ fn measure(a: &Args, file: &ModelFile, model: &Model<'_>, points: &[Point], prog
     Ok(reports)
 }
 
+/// The FMA probe's peaks added to each report: run once per thread count, after every
+/// timed run, so that no run shares the cores with it.
+fn add_fma_peaks(points: &[Point], reports: &mut [Value], progress: bool) {
+    let mut measured: Vec<(usize, (f64, f64))> = Vec::new();
+    for (p, report) in points.iter().zip(reports) {
+        let peak = match measured.iter().find(|m| m.0 == p.threads) {
+            Some(m) => m.1,
+            None => {
+                if progress {
+                    eprint!("\rbench: FMA peak, {} threads\x1b[K", p.threads);
+                    std::io::stderr().flush().ok();
+                }
+                let peak = fma_peak(p.threads);
+                measured.push((p.threads, peak));
+                peak
+            }
+        };
+        add_fma_peak(report, peak);
+    }
+}
+
 /// The memory bandwidth probe's rates added to each report: run once per thread count and
 /// size, after every timed run, so its buffer inflates no run's peak memory.
 fn add_bandwidths(a: &Args, points: &[Point], reports: &mut [Value], progress: bool) -> Result<()> {
@@ -245,7 +270,8 @@ fn state_len_for(model: &Model<'_>, tokens: usize) -> usize {
     reached.max(cfg.chunk_len as usize).min(capacity)
 }
 
-/// The model, the machine and the bytes one decode step reads.
+/// The model, the machine, the bytes one decode step reads and the FLOPs a prefill token
+/// costs.
 fn describe(path: &std::path::Path, model: &Model<'_>, pool: &Pool, state_len: usize) -> Result<Value> {
     let cfg = model.config();
     let mut weight_bytes = 0u64;
@@ -277,6 +303,7 @@ fn describe(path: &std::path::Path, model: &Model<'_>, pool: &Pool, state_len: u
         "loadavg_1m": std::fs::read_to_string("/proc/loadavg").ok().and_then(|l| l.split(' ').next()?.parse::<f64>().ok()),
         "weight_bytes_per_token": weight_bytes,
         "state_bytes_per_token": state_bytes.round() as u64,
+        "flops_per_token": flops_per_token(model),
     }))
 }
 

@@ -126,6 +126,23 @@ pub(super) fn print_report(r: &Value) {
             r["threads"]
         );
     }
+    if r.get("fma_peak_gflops").is_some() {
+        println!(
+            "FMA peak       {:.1} GFLOP/s one thread, {:.1} GFLOP/s {} threads ({} kernels)",
+            f("fma_peak_1t_gflops"),
+            f("fma_peak_gflops"),
+            r["threads"],
+            s("kernel_tier")
+        );
+    }
+    if r.get("fma_fraction").is_some() {
+        println!(
+            "compute use    {:.0}% (prefill's matrix products, {:.1} GFLOP/s at {:.1} MFLOP a token)",
+            100.0 * f("fma_fraction"),
+            f("prefill_gflops"),
+            f("flops_per_token") / 1e6
+        );
+    }
     if r.get("bw_fraction").is_some() {
         println!(
             "bandwidth use  {:.0}% (weights), {:.0}% (weights + attention state)",
@@ -138,7 +155,13 @@ pub(super) fn print_report(r: &Value) {
 /// The report's prefill and decode rates, and the share of each the CPU was stolen.
 fn print_speed(r: &Value) {
     let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
-    println!("prefill        {:.1} tok/s ({} tokens)", f("prefill_tok_s"), r["prompt_len"]);
+    println!(
+        "prefill        {:.1} tok/s ({} tokens; {:.0}% in matrix products, {:.0}% in attention's jobs)",
+        f("prefill_tok_s"),
+        r["prompt_len"],
+        100.0 * f("prefill_matmul_fraction"),
+        100.0 * f("prefill_attention_fraction")
+    );
     println!(
         "decode         {:.2} tok/s ({} tokens after {} of context; {:.2} ms/token; {:.0}% in matrix \
          products, {:.0}% in the output head)",

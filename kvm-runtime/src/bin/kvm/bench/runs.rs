@@ -37,15 +37,30 @@ impl<'m> Run<'m> {
     }
 }
 
-/// An [`Exec`] that runs products on the pool and adds up the time they take, so the
-/// rest of a step (attention, state updates, norms) can be told apart.
+/// An [`Exec`] that runs products and heads on the pool and adds up the time they take
+/// (the caller's wall time, fork and join included), so the rest of a step (the calling
+/// thread's own work: state updates, norms, token shift) can be told apart.
 struct Timed<'p> {
     pool: &'p Pool,
     /// Nanoseconds in matrix products.
     matmul: AtomicU64,
     /// Time in the output head alone (`[vocab_len, d_model]`).
     head: AtomicU64,
+    /// Time in the pool's per-head and per-piece jobs (attention).
+    heads: AtomicU64,
     vocab_len: usize,
+}
+
+impl<'p> Timed<'p> {
+    fn new(pool: &'p Pool, vocab_len: u32) -> Self {
+        let zero = || AtomicU64::new(0);
+        Timed { pool, matmul: zero(), head: zero(), heads: zero(), vocab_len: vocab_len as usize }
+    }
+
+    /// The fraction of `secs` that `counter` holds.
+    fn fraction(counter: &AtomicU64, secs: f64) -> f64 {
+        Duration::from_nanos(counter.load(Ordering::Relaxed)).as_secs_f64() / secs
+    }
 }
 
 // SAFETY: `heads` is the pool's.
@@ -67,11 +82,15 @@ unsafe impl Exec for Timed<'_> {
     }
 
     fn heads(&self, outs: &mut [f32], out_len: usize, scratch: &mut [f32], scratch_len: usize, f: &HeadFn<'_>) {
+        let t = Instant::now();
         self.pool.heads(outs, out_len, scratch, scratch_len, f);
+        self.heads.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
 
     fn pieces(&self, out: &mut [f32], piece: usize, f: &PieceFn<'_>) {
+        let t = Instant::now();
         self.pool.pieces(out, piece, f);
+        self.heads.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
 
     fn upcoming(&self, ws: &[Matrix<'_>]) {
@@ -98,15 +117,19 @@ pub(super) fn speed(a: &Args, p: &Point, model: &Model<'_>, pool: &Pool, report:
     let (prompt, context) = (&prompt[..p.prompt_len], &prompt[..p.context]);
     let (mut prefill_tok_s, mut decode_tok_s, mut matmul_frac, mut head_frac) = (vec![], vec![], vec![], vec![]);
     let (mut prefill_wait, mut decode_wait) = (vec![], vec![]);
+    let (mut prefill_matmul, mut prefill_heads) = (vec![], vec![]);
     let (mut prefill_slots, mut decode_slots) = (0, 0);
     let threads = pool.threads();
     let mut run = Run::new(*model, p.state_len)?;
     for _ in 0..a.runs {
         let mut session = run.session()?;
+        let exec = Timed::new(pool, vocab_len);
         let (_, secs, wait) =
-            timed(threads, || prefill(&mut session, prompt, Phase::Prefill, pool).context("prefill"))?;
+            timed(threads, || prefill(&mut session, prompt, Phase::Prefill, &exec).context("prefill"))?;
         prefill_tok_s.push(p.prompt_len as f64 / secs);
         prefill_wait.push(wait);
+        prefill_matmul.push(Timed::fraction(&exec.matmul, secs));
+        prefill_heads.push(Timed::fraction(&exec.heads, secs));
         prefill_slots = session.state_slots();
         if p.context != p.prompt_len {
             session.reset();
@@ -115,8 +138,7 @@ pub(super) fn speed(a: &Args, p: &Point, model: &Model<'_>, pool: &Pool, report:
             }
         }
 
-        let timed_exec =
-            Timed { pool, matmul: AtomicU64::new(0), head: AtomicU64::new(0), vocab_len: vocab_len as usize };
+        let timed_exec = Timed::new(pool, vocab_len);
         let mut next = if context.is_empty() { prompt[0] } else { greedy(session.logits()) };
         let (_, secs, wait) = timed(threads, || {
             for _ in 0..p.gen {
@@ -127,8 +149,8 @@ pub(super) fn speed(a: &Args, p: &Point, model: &Model<'_>, pool: &Pool, report:
         decode_tok_s.push(p.gen as f64 / secs);
         decode_wait.push(wait);
         decode_slots = session.state_slots();
-        matmul_frac.push(Duration::from_nanos(timed_exec.matmul.load(Ordering::Relaxed)).as_secs_f64() / secs);
-        head_frac.push(Duration::from_nanos(timed_exec.head.load(Ordering::Relaxed)).as_secs_f64() / secs);
+        matmul_frac.push(Timed::fraction(&timed_exec.matmul, secs));
+        head_frac.push(Timed::fraction(&timed_exec.head, secs));
     }
     let runs = json!({
         "prefill_tok_s": prefill_tok_s,
@@ -161,6 +183,10 @@ pub(super) fn speed(a: &Args, p: &Point, model: &Model<'_>, pool: &Pool, report:
     report["decode_ms_per_tok"] = json!(1e3 / decode);
     report["decode_matmul_fraction"] = json!(median(&mut matmul_frac));
     report["decode_head_fraction"] = json!(median(&mut head_frac));
+    // Where prefill's time goes: the matrix products, attention's per-head jobs, and the
+    // rest (the calling thread's serial work) is one minus both.
+    report["prefill_matmul_fraction"] = json!(median(&mut prefill_matmul));
+    report["prefill_attention_fraction"] = json!(median(&mut prefill_heads));
     report["prefill_tok_s_adj"] = json!(median(&mut prefill_adj));
     report["decode_tok_s_adj"] = json!(median(&mut decode_adj));
     report["prefill_wait_fraction"] = json!(median(&mut prefill_wait));
