@@ -116,16 +116,14 @@ pub(super) fn speed(a: &Args, p: &Point, model: &Model<'_>, pool: &Pool, report:
     let prompt = token_stream(a.seed, p.prompt_len.max(p.context), vocab_len);
     let (prompt, context) = (&prompt[..p.prompt_len], &prompt[..p.context]);
     let (mut prefill_tok_s, mut decode_tok_s, mut matmul_frac, mut head_frac) = (vec![], vec![], vec![], vec![]);
-    let (mut prefill_wait, mut decode_wait) = (vec![], vec![]);
-    let (mut prefill_matmul, mut prefill_heads) = (vec![], vec![]);
+    let (mut prefill_wait, mut decode_wait, mut prefill_matmul, mut prefill_heads) = (vec![], vec![], vec![], vec![]);
     let (mut prefill_slots, mut decode_slots) = (0, 0);
-    let threads = pool.threads();
     let mut run = Run::new(*model, p.state_len)?;
     for _ in 0..a.runs {
         let mut session = run.session()?;
         let exec = Timed::new(pool, vocab_len);
         let (_, secs, wait) =
-            timed(threads, || prefill(&mut session, prompt, Phase::Prefill, &exec).context("prefill"))?;
+            timed(pool.threads(), || prefill(&mut session, prompt, Phase::Prefill, &exec).context("prefill"))?;
         prefill_tok_s.push(p.prompt_len as f64 / secs);
         prefill_wait.push(wait);
         prefill_matmul.push(Timed::fraction(&exec.matmul, secs));
@@ -137,10 +135,9 @@ pub(super) fn speed(a: &Args, p: &Point, model: &Model<'_>, pool: &Pool, report:
                 prefill(&mut session, context, Phase::Prefill, pool).context("prefill")?;
             }
         }
-
         let timed_exec = Timed::new(pool, vocab_len);
         let mut next = if context.is_empty() { prompt[0] } else { greedy(session.logits()) };
-        let (_, secs, wait) = timed(threads, || {
+        let (_, secs, wait) = timed(pool.threads(), || {
             for _ in 0..p.gen {
                 next = session.decode_with(next, &timed_exec).map(greedy)?;
             }
