@@ -13,18 +13,11 @@ use kvm_core::kernels::{force_tier, matmul, matmul_scratch_len, tier, Tier};
 use kvm_core::quant::{quantize_matrix, DType};
 use kvm_core::tensor::Matrix;
 
-/// `n` deterministic values in `[-1, 1)` (xorshift32).
-fn values(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2_654_435_761) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
-        })
-        .collect()
-}
+// The benches' inputs (kvm-test-support's `values`), included as a file so this example
+// depends on kvm-core alone, as matvec_speed does.
+#[path = "../../tests/support/src/values.rs"]
+mod values;
+use values::values;
 
 /// Seconds of CPU time this thread has run (`CLOCK_THREAD_CPUTIME_ID`; elsewhere than
 /// Linux the wall clock): a shared machine's other processes then take no product's time,

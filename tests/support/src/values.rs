@@ -1,6 +1,6 @@
 //! Deterministic test values, without dependencies: the benches (`benches/kernels.rs`,
-//! through this crate) and `kvm-core/examples/matvec_speed.rs` (which includes this file
-//! with `#[path]`, to depend on kvm-core alone) use the same inputs.
+//! through this crate) and `kvm-core/examples/{matvec,gemm}_speed.rs` (which include this
+//! file with `#[path]`, to depend on kvm-core alone) use the same inputs.
 
 /// `n` deterministic values in `[-1, 1)` from `seed` (xorshift32).
 pub fn values(n: usize, seed: u32) -> Vec<f32> {
