@@ -16,7 +16,8 @@
 //! # The pipeline
 //! 1. Repetition penalty (llama.cpp / CTRL): every *distinct* id among the last
 //!    `repeat_window` entries of `recent` has its logit divided by `repeat_penalty` if
-//!    positive, multiplied by it otherwise.
+//!    positive, multiplied by it otherwise. A caller keeps those ids in a [`Recent`],
+//!    which holds the last ones pushed in a fixed buffer and hands them over oldest first.
 //! 2. `temperature == 0`: greedy argmax, ties to the lowest id. Nothing below runs.
 //! 3. Softmax at `temperature`, kept unnormalised: `w = exp((logit - max) / temperature)`,
 //!    so the most likely token weighs exactly `1.0`.
@@ -48,6 +49,9 @@
 //! sample and the call fails with [`Error::InvalidArgument`]. No input makes it panic.
 
 pub mod ranges;
+mod recent;
+
+pub use recent::Recent;
 
 use core::cmp::Ordering;
 
@@ -211,8 +215,8 @@ impl Sampler {
 /// The whole pipeline (see the module docs) as a pure function of its arguments.
 ///
 /// `logits` is `[vocab_len]` and is not modified (the penalty is applied to the copy in
-/// `scratch`). `recent` is the token history, oldest first; only its last
-/// `cfg.repeat_window` entries matter. `scratch.len() >= scratch_len(logits.len())`; its
+/// `scratch`). `recent` is the token history, oldest first ([`Recent::tokens`]); only its
+/// last `cfg.repeat_window` entries matter. `scratch.len() >= scratch_len(logits.len())`; its
 /// contents on return are unspecified. `coin` is uniform in `[0, 1)`.
 ///
 /// # Errors
