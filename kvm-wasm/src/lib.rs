@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use js_sys::{Function, Uint8Array};
 use kvm_core::sampler::ranges::{self, Shown};
-use kvm_core::sampler::{scratch_len, Candidate, Sampler, SamplerConfig};
+use kvm_core::sampler::{scratch_len, Candidate, Recent, Sampler, SamplerConfig};
 use kvm_core::tokenizer::StreamDecoder;
 use wasm_bindgen::prelude::*;
 
@@ -167,8 +167,8 @@ pub struct Session {
     ready: bool,
     sampler: Sampler,
     scratch: Vec<Candidate>,
-    /// The recent tokens the repetition penalty reads, at most `2 * window` of them.
-    recent: Vec<u32>,
+    /// The recent tokens the repetition penalty reads.
+    recent: Recent,
     /// Holds back a character split across tokens until it is whole (the core's
     /// incremental `from_utf8_lossy`, as `kvm generate` prints text).
     decoder: StreamDecoder,
@@ -196,7 +196,7 @@ impl Session {
             ready: false,
             sampler: Sampler::new(cfg, 0),
             scratch: try_vec(scratch_len(vocab), Candidate::EMPTY, "the sampler's scratch")?,
-            recent: try_with_capacity(2 * cfg.repeat_window as usize, "the recent tokens")?,
+            recent: Recent::new(cfg.repeat_window).map_err(core_error)?,
             decoder: StreamDecoder::new(),
             piece: try_vec(3 * (m.tokenizer().max_token_len() + 3), 0, "the text of a token")?,
         })
@@ -240,7 +240,7 @@ impl Session {
         })?;
         cfg.validate().map_err(|e| kvm_error(&format!("sampler settings: {e}")))?;
         let seed = whole(field(settings, "seed", 0.0)?, "seed")?;
-        self.recent = try_with_capacity(2 * cfg.repeat_window as usize, "the recent tokens")?;
+        self.recent = Recent::new(cfg.repeat_window).map_err(core_error)?;
         self.sampler = Sampler::new(cfg, seed);
         Ok(())
     }
@@ -262,7 +262,7 @@ impl Session {
             }
         }
         self.took_logits();
-        self.saw(tokens);
+        self.recent.push(tokens);
         Ok(())
     }
 
@@ -278,9 +278,11 @@ impl Session {
         }
         let tok = self.loaded.model.tokenizer();
         let text_len = (tok.text_len() as usize).min(self.logits.len());
-        let next =
-            self.sampler.sample(&self.logits[..text_len], &self.recent, &mut self.scratch).map_err(core_error)?;
-        self.saw(&[next]);
+        let next = self
+            .sampler
+            .sample(&self.logits[..text_len], self.recent.tokens(), &mut self.scratch)
+            .map_err(core_error)?;
+        self.recent.push(&[next]);
         if Some(next) == tok.eos() {
             return Ok(None);
         }
@@ -367,16 +369,6 @@ impl Session {
     fn took_logits(&mut self) {
         self.logits.copy_from_slice(self.session.logits());
         self.ready = true;
-    }
-
-    /// Remembers `ids` for the repetition penalty, keeping at most `2 * window` (within
-    /// the capacity reserved by `set_sampler`, so this never allocates).
-    fn saw(&mut self, ids: &[u32]) {
-        let window = self.sampler.cfg.repeat_window as usize;
-        let keep = ids.len().min(window);
-        let excess = (self.recent.len() + keep).saturating_sub(2 * window);
-        self.recent.drain(..excess);
-        self.recent.extend_from_slice(&ids[ids.len() - keep..]);
     }
 }
 

@@ -32,7 +32,7 @@ use core::ptr;
 
 #[cfg(feature = "std")]
 use kvm_core::forward::Logits as CoreLogits;
-use kvm_core::sampler::{scratch_len, Candidate, Pcg32, Sampler, SamplerConfig};
+use kvm_core::sampler::{scratch_len, Candidate, Pcg32, Recent, Sampler, SamplerConfig};
 use kvm_core::state::{Layout, Phase, ARENA_ALIGN};
 use kvm_core::{Error, Model, Session};
 
@@ -202,9 +202,9 @@ pub(crate) struct SessionCell {
     non_finite: bool,
     #[cfg(feature = "std")]
     engine: Option<std::boxed::Box<Engine>>,
-    history_len: usize,
-    /// The last `history_len` tokens of the context, oldest first.
-    history: [u32; HISTORY_LEN],
+    /// The last [`HISTORY_LEN`] tokens of the context, whatever the window: a window
+    /// raised later (or a snapshot's) sees them.
+    history: Recent<HISTORY_LEN>,
 }
 
 impl SessionCell {
@@ -241,6 +241,7 @@ impl SessionCell {
             return Err(KVM_ERR_UNSUPPORTED);
         }
         let vocab_len = model.config().vocab_len as usize;
+        let history = Recent::new(HISTORY_LEN as u32)?;
         // SAFETY: the caller lends `len >= plan.total` writable bytes at `arena`, which is
         // aligned for every region; zeroing first makes every byte initialised, and zero
         // is a valid `Candidate` and `f32`. The four regions are disjoint.
@@ -266,8 +267,7 @@ impl SessionCell {
                 non_finite: false,
                 #[cfg(feature = "std")]
                 engine,
-                history_len: 0,
-                history: [0; HISTORY_LEN],
+                history,
             });
             Ok(cell)
         }
@@ -350,7 +350,7 @@ impl SessionCell {
         self.pending = None;
         self.logits = None;
         self.non_finite = false;
-        self.history_len = 0;
+        self.history.clear();
         self.reseed(self.seed);
     }
 
@@ -372,15 +372,6 @@ impl SessionCell {
         self.seed = seed;
         self.draws = 0;
         self.sampler.rng = Pcg32::new(seed);
-    }
-
-    /// Appends `ids` to the history, keeping the last [`HISTORY_LEN`].
-    fn remember(&mut self, ids: &[u32]) {
-        let ids = &ids[ids.len().saturating_sub(HISTORY_LEN)..];
-        let keep = (HISTORY_LEN - ids.len()).min(self.history_len);
-        self.history.copy_within(self.history_len - keep..self.history_len, 0);
-        self.history[keep..keep + ids.len()].copy_from_slice(ids);
-        self.history_len = keep + ids.len();
     }
 
     /// Feeds `tokens` (at least one) to the core, leaving the last one's logits in it
@@ -458,7 +449,7 @@ impl SessionCell {
             self.feed(head, Phase::Prefill, false)?;
         }
         self.pending = Some(Pending { token: last, phase: Phase::Prefill });
-        self.remember(ids);
+        self.history.push(ids);
         Ok(())
     }
 
@@ -484,12 +475,11 @@ impl SessionCell {
         };
         // Padding ids have no text: never sampled.
         let logits = logits.get(..self.model().tokenizer().text_len() as usize).unwrap_or(logits);
-        let history = &self.history[..self.history_len];
-        let token = self.sampler.sample(logits, history, self.scratch)?;
+        let token = self.sampler.sample(logits, self.history.tokens(), self.scratch)?;
         self.draws = self.draws.wrapping_add(1);
         self.logits = None;
         self.pending = Some(Pending { token, phase: Phase::Decode });
-        self.remember(&[token]);
+        self.history.push(&[token]);
         Ok(token)
     }
 
@@ -536,10 +526,11 @@ impl SessionCell {
         put(head, snap::MODEL_ID, &self.model().identity().to_le_bytes());
         put(head, snap::FLAGS, &flags.to_le_bytes());
         put(head, snap::PENDING_TOKEN, &pending.to_le_bytes());
-        put(head, snap::HISTORY_LEN, &(self.history_len as u32).to_le_bytes());
+        let history = self.history.tokens();
+        put(head, snap::HISTORY_LEN, &(history.len() as u32).to_le_bytes());
         put(head, snap::SEED, &self.seed.to_le_bytes());
         put(head, snap::DRAWS, &self.draws.to_le_bytes());
-        for (i, &t) in self.history[..self.history_len].iter().enumerate() {
+        for (i, &t) in history.iter().enumerate() {
             put(head, snap::HISTORY + 4 * i, &t.to_le_bytes());
         }
         let crc = snap::crc(out, core_len);
@@ -588,9 +579,9 @@ impl SessionCell {
         // leaves the session as logits that came out so would: KVM_ERR_NON_FINITE until
         // reset or restored.
         self.non_finite = self.logits.is_some() && !self.restored.iter().all(|x| x.is_finite());
-        self.history_len = history_len;
-        for (i, t) in self.history[..history_len].iter_mut().enumerate() {
-            *t = u32_at(snap::HISTORY + 4 * i);
+        self.history.clear();
+        for i in 0..history_len {
+            self.history.push(&[u32_at(snap::HISTORY + 4 * i)]);
         }
         self.seed = u64_at(snap::SEED);
         self.draws = u64_at(snap::DRAWS);

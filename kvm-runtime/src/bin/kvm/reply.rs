@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use kvm_core::sampler::{ranges, scratch_len, Candidate, Sampler, SamplerConfig};
+use kvm_core::sampler::{ranges, scratch_len, Candidate, Recent, Sampler, SamplerConfig};
 use kvm_core::tokenizer::{StreamDecoder, Tokenizer};
 use kvm_core::Session;
 use kvm_runtime::arena::zeroed;
@@ -135,8 +135,7 @@ pub struct Generator<'t> {
     tok: Tokenizer<'t>,
     sampler: Sampler,
     scratch: Vec<Candidate>,
-    recent: Vec<u32>,
-    window: usize,
+    recent: Recent,
     /// The logits with the end-of-text token masked out, for `--ignore-eos`.
     masked: Vec<f32>,
     ignore_eos: bool,
@@ -145,16 +144,15 @@ pub struct Generator<'t> {
 
 impl<'t> Generator<'t> {
     /// # Errors
-    /// Out of memory for the sampler's buffers, which the vocabulary sizes.
+    /// Out of memory for the sampler's buffers, which the vocabulary sizes; a
+    /// `repeat_window` past [`ranges::MAX_REPEAT_WINDOW`] (which the flags refuse first).
     pub fn new(tok: Tokenizer<'t>, cfg: SamplerConfig, seed: u64, ignore_eos: bool, stops: &[String]) -> Result<Self> {
         let vocab = tok.vocab_len() as usize;
-        let window = cfg.repeat_window as usize;
         Ok(Generator {
             tok,
             sampler: Sampler::new(cfg, seed),
             scratch: zeroed(scratch_len(vocab))?,
-            recent: Vec::with_capacity(2 * window),
-            window,
+            recent: Recent::new(cfg.repeat_window)?,
             masked: zeroed(if ignore_eos { vocab } else { 0 })?,
             ignore_eos,
             stops: StopFilter::new(stops.iter().map(|s| s.as_bytes().to_vec()).collect()),
@@ -163,11 +161,7 @@ impl<'t> Generator<'t> {
 
     /// Remembers `ids` as the most recent tokens (for the repetition penalty).
     pub fn saw(&mut self, ids: &[u32]) {
-        let keep = ids.len().min(self.window);
-        self.recent.extend_from_slice(&ids[ids.len() - keep..]);
-        if self.recent.len() > 2 * self.window {
-            self.recent.drain(..self.recent.len() - self.window);
-        }
+        self.recent.push(ids);
     }
 
     /// Forgets the recent tokens and any half-seen stop string.
@@ -188,7 +182,7 @@ impl<'t> Generator<'t> {
             }
             _ => logits,
         };
-        Ok(self.sampler.sample(logits, &self.recent, &mut self.scratch)?)
+        Ok(self.sampler.sample(logits, self.recent.tokens(), &mut self.scratch)?)
     }
 
     /// Samples a reply from the logits in `session` (which must hold a token's), the ids
