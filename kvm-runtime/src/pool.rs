@@ -86,6 +86,61 @@ struct Shared {
     busy: AtomicBool,
     /// The matrices of the last [`Exec::upcoming`].
     upcoming: Upcoming,
+    /// Set inside [`Pool::profiled`]: the jobs add their times to `profile`.
+    profiling: AtomicBool,
+    profile: Counters,
+}
+
+/// Where a pool's threads spent the time of a [`Pool::profiled`] call, in nanoseconds. Of
+/// its wall time, `job_ns` went to fork-joins and the rest to the caller's own work
+/// (jobs too small to split among it), while the workers waited; within the jobs the
+/// caller ran parts for `caller_ns` and waited at the joins for `join_ns` (the rest of
+/// `job_ns` is publishing the job, waking parked workers and claiming parts), and
+/// the workers ran parts for `worker_ns` between them. `caller_ns + worker_ns` is all
+/// threads' time in parts, which a second thread should leave as it was on one (more is
+/// the threads slowing each other down).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Profile {
+    /// Jobs split across the threads (fork-joins); jobs too small to split run on the
+    /// caller and count as its own work.
+    pub jobs: u64,
+    /// Wall time from each job's fork to its join.
+    pub job_ns: u64,
+    /// The caller's time running parts.
+    pub caller_ns: u64,
+    /// The caller's time at the joins, its parts done, waiting for the workers'.
+    pub join_ns: u64,
+    /// The workers' time running parts, summed over the workers.
+    pub worker_ns: u64,
+}
+
+/// [`Profile`]'s counters, added to by every thread.
+#[derive(Default)]
+struct Counters {
+    jobs: AtomicU64,
+    job_ns: AtomicU64,
+    caller_ns: AtomicU64,
+    join_ns: AtomicU64,
+    worker_ns: AtomicU64,
+}
+
+impl Counters {
+    /// The counts so far, then zero.
+    fn take(&self) -> Profile {
+        let take = |c: &AtomicU64| c.swap(0, Ordering::Relaxed);
+        Profile {
+            jobs: take(&self.jobs),
+            job_ns: take(&self.job_ns),
+            caller_ns: take(&self.caller_ns),
+            join_ns: take(&self.join_ns),
+            worker_ns: take(&self.worker_ns),
+        }
+    }
+}
+
+/// Nanoseconds since `t`, saturated to 64 bits.
+fn nanos_since(t: Instant) -> u64 {
+    u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Where the matrices of the last [`Exec::upcoming`] lie, published seqlock-style: the
@@ -204,6 +259,8 @@ impl Pool {
             stop: AtomicBool::new(false),
             busy: AtomicBool::new(false),
             upcoming: Upcoming::default(),
+            profiling: AtomicBool::new(false),
+            profile: Counters::default(),
         });
         // Built in place, so the workers already started are stopped if one cannot be.
         let mut pool = Pool { shared, workers: Vec::new() };
@@ -219,6 +276,20 @@ impl Pool {
         self.workers.len() + 1
     }
 
+    /// Runs `f` (which runs jobs on this pool from this thread) and returns its result with
+    /// where the pool's threads spent its time ([`Profile`]). Outside such a call the
+    /// pool reads no clocks.
+    pub fn profiled<R>(&self, f: impl FnOnce() -> R) -> (R, Profile) {
+        let s = &*self.shared;
+        s.profile.take();
+        s.profiling.store(true, Ordering::Relaxed);
+        let r = f();
+        s.profiling.store(false, Ordering::Relaxed);
+        // Every part added its time before it counted itself done, and the caller saw
+        // every part of its last job done (acquire) before `f` returned.
+        (r, s.profile.take())
+    }
+
     /// Runs `f(part)` once for every part in `0..parts`, spread over the caller and the
     /// workers, and returns when all have finished. A panic in any part is raised again
     /// here, after every part has finished.
@@ -228,6 +299,8 @@ impl Pool {
             (0..parts).for_each(f);
             return;
         }
+        // The fork (publishing the job, waking parked workers) counts as the job's.
+        let forked = s.profiling.load(Ordering::Relaxed).then(Instant::now);
         let job = Job { f };
         // Published by the store of the word below (release), read after a claim (acquire).
         s.job.store((&job as *const Job<'_>).cast_mut().cast(), Ordering::Relaxed);
@@ -243,8 +316,10 @@ impl Pool {
         while let Some(p) = s.claim(generation) {
             // SAFETY: `p` was just claimed for the current job, which lives until this
             // function returns.
-            unsafe { s.run_part(p) };
+            unsafe { s.run_part(p, &s.profile.caller_ns) };
         }
+        // The caller's parts are done; the rest is the join.
+        let own = forked.map(|t| (t, Instant::now()));
         // Every part must finish before `job` (and what `f` borrows) goes out of scope.
         // Past the spin, a part is late because its thread lost its core: give ours away.
         let finished = || s.done.load(Ordering::Acquire) == parts;
@@ -252,6 +327,11 @@ impl Pool {
             while !finished() {
                 thread::yield_now();
             }
+        }
+        if let Some((forked, own)) = own {
+            s.profile.jobs.fetch_add(1, Ordering::Relaxed);
+            s.profile.job_ns.fetch_add(nanos_since(forked), Ordering::Relaxed);
+            s.profile.join_ns.fetch_add(nanos_since(own), Ordering::Relaxed);
         }
         let panic = s.panic.lock().unwrap_or_else(PoisonError::into_inner).take();
         s.busy.store(false, Ordering::Release);
@@ -269,7 +349,7 @@ impl Shared {
             seen = generation;
             while let Some(p) = self.claim(generation) {
                 // SAFETY: `p` was just claimed for the current job.
-                unsafe { self.run_part(p) };
+                unsafe { self.run_part(p, &self.profile.worker_ns) };
             }
         }
     }
@@ -325,11 +405,13 @@ impl Shared {
         }
     }
 
-    /// Runs part `p` of the current job, keeping a panic for the caller, and counts it done.
+    /// Runs part `p` of the current job, keeping a panic for the caller, and counts it done
+    /// (adding its time to `spent` inside [`Pool::profiled`]).
     ///
     /// # Safety
     /// The calling thread claimed part `p` of the current job and has not run it yet.
-    unsafe fn run_part(&self, p: usize) {
+    unsafe fn run_part(&self, p: usize, spent: &AtomicU64) {
+        let started = self.profiling.load(Ordering::Relaxed).then(Instant::now);
         // SAFETY: the job's caller stored this pointer before publishing the job and waits
         // in `run` until every part, `p` included, is counted done; so the `Job` and what
         // its closure borrows are alive until the `done` increment below.
@@ -337,7 +419,11 @@ impl Shared {
         if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| (job.f)(p))) {
             self.panic.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(payload);
         }
-        // Release: the part's writes are visible to the caller once it sees the count.
+        if let Some(t) = started {
+            spent.fetch_add(nanos_since(t), Ordering::Relaxed);
+        }
+        // Release: the part's writes (and its time) are visible to the caller once it sees
+        // the count.
         self.done.fetch_add(1, Ordering::Release);
     }
 }
@@ -766,6 +852,25 @@ mod tests {
         p.step(&up);
         assert_eq!((p.at, p.done, p.left), (0, PREFETCH_STEP, UPCOMING_BYTES - PREFETCH_STEP));
         assert_eq!(p.ranges[1], [0, 0]);
+    }
+
+    #[test]
+    fn a_profile_counts_its_jobs_parts_and_joins_and_nothing_outside() {
+        let pool = Pool::new(2).unwrap();
+        let ((), idle) = pool.profiled(|| ());
+        assert_eq!(idle, Profile::default());
+        // Four parts of 2 ms: 8 ms of parts, and at least 4 ms of job on two threads.
+        let ((), p) = pool.profiled(|| pool.run(4, &|_| thread::sleep(Duration::from_millis(2))));
+        assert_eq!(p.jobs, 1);
+        assert!(p.caller_ns + p.worker_ns >= 8_000_000, "{p:?}");
+        assert!(p.job_ns >= 4_000_000 && p.caller_ns + p.join_ns <= p.job_ns, "{p:?}");
+        pool.run(4, &|_| thread::sleep(Duration::from_millis(1)));
+        let ((), after) = pool.profiled(|| ());
+        assert_eq!(after, Profile::default(), "a job outside a profile counted");
+        // One thread splits nothing: its jobs are the caller's own work.
+        let one = Pool::new(1).unwrap();
+        let ((), p) = one.profiled(|| one.run(4, &|_| thread::sleep(Duration::from_millis(1))));
+        assert_eq!(p, Profile::default());
     }
 
     #[test]
