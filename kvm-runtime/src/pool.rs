@@ -93,7 +93,7 @@ struct Shared {
 
 /// Where a pool's threads spent the time of a [`Pool::profiled`] call, in nanoseconds. Of
 /// its wall time, `job_ns` went to fork-joins and the rest to the caller's own work
-/// (jobs too small to split among it), while the workers waited; within the jobs the
+/// (`unsplit_ns` of it in jobs too small to split), while the workers waited; within the jobs the
 /// caller ran parts for `caller_ns` and waited at the joins for `join_ns` (the rest of
 /// `job_ns` is publishing the job, waking parked workers and claiming parts), and
 /// the workers ran parts for `worker_ns` between them. `caller_ns + worker_ns` is all
@@ -112,6 +112,9 @@ pub struct Profile {
     pub join_ns: u64,
     /// The workers' time running parts, summed over the workers.
     pub worker_ns: u64,
+    /// The caller's time in jobs it ran alone (one part, or called from inside a job), a
+    /// part of its own work.
+    pub unsplit_ns: u64,
 }
 
 /// [`Profile`]'s counters, added to by every thread.
@@ -122,6 +125,7 @@ struct Counters {
     caller_ns: AtomicU64,
     join_ns: AtomicU64,
     worker_ns: AtomicU64,
+    unsplit_ns: AtomicU64,
 }
 
 impl Counters {
@@ -134,6 +138,7 @@ impl Counters {
             caller_ns: take(&self.caller_ns),
             join_ns: take(&self.join_ns),
             worker_ns: take(&self.worker_ns),
+            unsplit_ns: take(&self.unsplit_ns),
         }
     }
 }
@@ -276,6 +281,18 @@ impl Pool {
         self.workers.len() + 1
     }
 
+    /// Runs `f`, a job too small to split, on the calling thread alone (its time counted in
+    /// [`Profile::unsplit_ns`] inside [`Pool::profiled`]).
+    fn alone<R>(&self, f: impl FnOnce() -> R) -> R {
+        let s = &*self.shared;
+        let started = s.profiling.load(Ordering::Relaxed).then(Instant::now);
+        let r = f();
+        if let Some(t) = started {
+            s.profile.unsplit_ns.fetch_add(nanos_since(t), Ordering::Relaxed);
+        }
+        r
+    }
+
     /// Runs `f` (which runs jobs on this pool from this thread) and returns its result with
     /// where the pool's threads spent its time ([`Profile`]). Outside such a call the
     /// pool reads no clocks.
@@ -296,8 +313,7 @@ impl Pool {
     fn run(&self, parts: usize, f: &(dyn Fn(usize) + Sync)) {
         let s = &*self.shared;
         if self.workers.is_empty() || !(2..=MAX_PARTS).contains(&parts) || s.busy.swap(true, Ordering::Acquire) {
-            (0..parts).for_each(f);
-            return;
+            return self.alone(|| (0..parts).for_each(f));
         }
         // The fork (publishing the job, waking parked workers) counts as the job's.
         let forked = s.profiling.load(Ordering::Relaxed).then(Instant::now);
@@ -516,7 +532,7 @@ unsafe impl Exec for Pool {
         // A head reads about `scratch_len` keys and values of `out_len` floats each;
         // below a few thousand multiply-adds per head a hand-off costs more.
         if self.workers.is_empty() || scratch_len * out_len < MIN_WEIGHTS_PER_THREAD / 4 {
-            return Serial.heads(outs, out_len, scratch, scratch_len, f);
+            return self.alone(|| Serial.heads(outs, out_len, scratch, scratch_len, f));
         }
         let heads = (outs.len() / out_len).min(scratch.len() / scratch_len);
         let (outs, scratch) = (Disjoint::new(outs), Disjoint::new(scratch));
@@ -542,7 +558,7 @@ unsafe impl Exec for Pool {
                 return products.iter_mut().for_each(|p| self.matmul(&p.w, xs, p.y, act));
             }
         }
-        Serial.matmuls(xs, products, act)
+        self.alone(|| Serial.matmuls(xs, products, act))
     }
 
     fn upcoming(&self, ws: &[Matrix<'_>]) {
@@ -571,7 +587,7 @@ unsafe impl Exec for Pool {
         }
         let parts = self.threads().min(w.rows * w.cols / MIN_WEIGHTS_PER_THREAD).min(w.rows);
         if parts < 2 {
-            return Serial.matmul(w, xs, ys, act);
+            return self.alone(|| Serial.matmul(w, xs, ys, act));
         }
         let (rows, n) = (w.rows, xs.len() / w.cols);
         // Parts split between row groups of interleaved dtypes.
@@ -861,16 +877,17 @@ mod tests {
         assert_eq!(idle, Profile::default());
         // Four parts of 2 ms: 8 ms of parts, and at least 4 ms of job on two threads.
         let ((), p) = pool.profiled(|| pool.run(4, &|_| thread::sleep(Duration::from_millis(2))));
-        assert_eq!(p.jobs, 1);
+        assert_eq!((p.jobs, p.unsplit_ns), (1, 0));
         assert!(p.caller_ns + p.worker_ns >= 8_000_000, "{p:?}");
         assert!(p.job_ns >= 4_000_000 && p.caller_ns + p.join_ns <= p.job_ns, "{p:?}");
         pool.run(4, &|_| thread::sleep(Duration::from_millis(1)));
         let ((), after) = pool.profiled(|| ());
         assert_eq!(after, Profile::default(), "a job outside a profile counted");
-        // One thread splits nothing: its jobs are the caller's own work.
+        // One thread splits nothing: its jobs are the caller's own work, run alone.
         let one = Pool::new(1).unwrap();
         let ((), p) = one.profiled(|| one.run(4, &|_| thread::sleep(Duration::from_millis(1))));
-        assert_eq!(p, Profile::default());
+        assert!(p.unsplit_ns >= 4_000_000, "{p:?}");
+        assert_eq!(Profile { unsplit_ns: 0, ..p }, Profile::default());
     }
 
     #[test]

@@ -192,9 +192,11 @@ struct Prefills {
     matmul: Vec<f64>,
     attention: Vec<f64>,
     /// On a pool of several threads ([`Pool::profiled`]), fractions of the wall time: the
-    /// caller's own work outside split jobs (the workers idle), its wait at the joins,
+    /// caller's own work outside split jobs (the workers idle; jobs too small to split
+    /// among it, `unsplit`), its wait at the joins,
     /// and a worker's time in parts; and all threads' seconds in parts.
     serial: Vec<f64>,
+    unsplit: Vec<f64>,
     join: Vec<f64>,
     worker_busy: Vec<f64>,
     parts_s: Vec<f64>,
@@ -213,6 +215,7 @@ impl Prefills {
         self.attention.push(Timed::fraction(&exec.heads, secs));
         let share = |ns: u64| ns as f64 / 1e9 / secs;
         self.serial.push(1.0 - share(profile.job_ns));
+        self.unsplit.push(share(profile.unsplit_ns));
         self.join.push(share(profile.join_ns));
         self.worker_busy.push(share(profile.worker_ns) / (pool.threads() - 1).max(1) as f64);
         self.parts_s.push((profile.caller_ns + profile.worker_ns) as f64 / 1e9);
@@ -228,6 +231,7 @@ impl Prefills {
         report["prefill_attention_fraction"] = json!(median(&mut self.attention));
         if threads > 1 {
             report["prefill_serial_fraction"] = json!(median(&mut self.serial));
+            report["prefill_unsplit_fraction"] = json!(median(&mut self.unsplit));
             report["prefill_join_fraction"] = json!(median(&mut self.join));
             report["prefill_worker_busy_fraction"] = json!(median(&mut self.worker_busy));
             report["prefill_parts_thread_s"] = json!(median(&mut self.parts_s));
