@@ -86,6 +86,66 @@ struct Shared {
     busy: AtomicBool,
     /// The matrices of the last [`Exec::upcoming`].
     upcoming: Upcoming,
+    /// Set inside [`Pool::profiled`]: the jobs add their times to `profile`.
+    profiling: AtomicBool,
+    profile: Counters,
+}
+
+/// Where a pool's threads spent the time of a [`Pool::profiled`] call, in nanoseconds. Of
+/// its wall time, `job_ns` went to fork-joins and the rest to the caller's own work
+/// (`unsplit_ns` of it in jobs too small to split), while the workers waited; within the jobs the
+/// caller ran parts for `caller_ns` and waited at the joins for `join_ns` (the rest of
+/// `job_ns` is publishing the job, waking parked workers and claiming parts), and
+/// the workers ran parts for `worker_ns` between them. `caller_ns + worker_ns` is all
+/// threads' time in parts, which a second thread should leave as it was on one (more is
+/// the threads slowing each other down).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Profile {
+    /// Jobs split across the threads (fork-joins); jobs too small to split run on the
+    /// caller and count as its own work.
+    pub jobs: u64,
+    /// Wall time from each job's fork to its join.
+    pub job_ns: u64,
+    /// The caller's time running parts.
+    pub caller_ns: u64,
+    /// The caller's time at the joins, its parts done, waiting for the workers'.
+    pub join_ns: u64,
+    /// The workers' time running parts, summed over the workers.
+    pub worker_ns: u64,
+    /// The caller's time in jobs it ran alone (one part, or called from inside a job), a
+    /// part of its own work.
+    pub unsplit_ns: u64,
+}
+
+/// [`Profile`]'s counters, added to by every thread.
+#[derive(Default)]
+struct Counters {
+    jobs: AtomicU64,
+    job_ns: AtomicU64,
+    caller_ns: AtomicU64,
+    join_ns: AtomicU64,
+    worker_ns: AtomicU64,
+    unsplit_ns: AtomicU64,
+}
+
+impl Counters {
+    /// The counts so far, then zero.
+    fn take(&self) -> Profile {
+        let take = |c: &AtomicU64| c.swap(0, Ordering::Relaxed);
+        Profile {
+            jobs: take(&self.jobs),
+            job_ns: take(&self.job_ns),
+            caller_ns: take(&self.caller_ns),
+            join_ns: take(&self.join_ns),
+            worker_ns: take(&self.worker_ns),
+            unsplit_ns: take(&self.unsplit_ns),
+        }
+    }
+}
+
+/// Nanoseconds since `t`, saturated to 64 bits.
+fn nanos_since(t: Instant) -> u64 {
+    u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Where the matrices of the last [`Exec::upcoming`] lie, published seqlock-style: the
@@ -204,6 +264,8 @@ impl Pool {
             stop: AtomicBool::new(false),
             busy: AtomicBool::new(false),
             upcoming: Upcoming::default(),
+            profiling: AtomicBool::new(false),
+            profile: Counters::default(),
         });
         // Built in place, so the workers already started are stopped if one cannot be.
         let mut pool = Pool { shared, workers: Vec::new() };
@@ -219,15 +281,42 @@ impl Pool {
         self.workers.len() + 1
     }
 
+    /// Runs `f`, a job too small to split, on the calling thread alone (its time counted in
+    /// [`Profile::unsplit_ns`] inside [`Pool::profiled`]).
+    fn alone<R>(&self, f: impl FnOnce() -> R) -> R {
+        let s = &*self.shared;
+        let started = s.profiling.load(Ordering::Relaxed).then(Instant::now);
+        let r = f();
+        if let Some(t) = started {
+            s.profile.unsplit_ns.fetch_add(nanos_since(t), Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// Runs `f` (which runs jobs on this pool from this thread) and returns its result with
+    /// where the pool's threads spent its time ([`Profile`]). Outside such a call the
+    /// pool reads no clocks.
+    pub fn profiled<R>(&self, f: impl FnOnce() -> R) -> (R, Profile) {
+        let s = &*self.shared;
+        s.profile.take();
+        s.profiling.store(true, Ordering::Relaxed);
+        let r = f();
+        s.profiling.store(false, Ordering::Relaxed);
+        // Every part added its time before it counted itself done, and the caller saw
+        // every part of its last job done (acquire) before `f` returned.
+        (r, s.profile.take())
+    }
+
     /// Runs `f(part)` once for every part in `0..parts`, spread over the caller and the
     /// workers, and returns when all have finished. A panic in any part is raised again
     /// here, after every part has finished.
     fn run(&self, parts: usize, f: &(dyn Fn(usize) + Sync)) {
         let s = &*self.shared;
         if self.workers.is_empty() || !(2..=MAX_PARTS).contains(&parts) || s.busy.swap(true, Ordering::Acquire) {
-            (0..parts).for_each(f);
-            return;
+            return self.alone(|| (0..parts).for_each(f));
         }
+        // The fork (publishing the job, waking parked workers) counts as the job's.
+        let forked = s.profiling.load(Ordering::Relaxed).then(Instant::now);
         let job = Job { f };
         // Published by the store of the word below (release), read after a claim (acquire).
         s.job.store((&job as *const Job<'_>).cast_mut().cast(), Ordering::Relaxed);
@@ -243,8 +332,10 @@ impl Pool {
         while let Some(p) = s.claim(generation) {
             // SAFETY: `p` was just claimed for the current job, which lives until this
             // function returns.
-            unsafe { s.run_part(p) };
+            unsafe { s.run_part(p, &s.profile.caller_ns) };
         }
+        // The caller's parts are done; the rest is the join.
+        let own = forked.map(|t| (t, Instant::now()));
         // Every part must finish before `job` (and what `f` borrows) goes out of scope.
         // Past the spin, a part is late because its thread lost its core: give ours away.
         let finished = || s.done.load(Ordering::Acquire) == parts;
@@ -252,6 +343,11 @@ impl Pool {
             while !finished() {
                 thread::yield_now();
             }
+        }
+        if let Some((forked, own)) = own {
+            s.profile.jobs.fetch_add(1, Ordering::Relaxed);
+            s.profile.job_ns.fetch_add(nanos_since(forked), Ordering::Relaxed);
+            s.profile.join_ns.fetch_add(nanos_since(own), Ordering::Relaxed);
         }
         let panic = s.panic.lock().unwrap_or_else(PoisonError::into_inner).take();
         s.busy.store(false, Ordering::Release);
@@ -269,7 +365,7 @@ impl Shared {
             seen = generation;
             while let Some(p) = self.claim(generation) {
                 // SAFETY: `p` was just claimed for the current job.
-                unsafe { self.run_part(p) };
+                unsafe { self.run_part(p, &self.profile.worker_ns) };
             }
         }
     }
@@ -325,11 +421,13 @@ impl Shared {
         }
     }
 
-    /// Runs part `p` of the current job, keeping a panic for the caller, and counts it done.
+    /// Runs part `p` of the current job, keeping a panic for the caller, and counts it done
+    /// (adding its time to `spent` inside [`Pool::profiled`]).
     ///
     /// # Safety
     /// The calling thread claimed part `p` of the current job and has not run it yet.
-    unsafe fn run_part(&self, p: usize) {
+    unsafe fn run_part(&self, p: usize, spent: &AtomicU64) {
+        let started = self.profiling.load(Ordering::Relaxed).then(Instant::now);
         // SAFETY: the job's caller stored this pointer before publishing the job and waits
         // in `run` until every part, `p` included, is counted done; so the `Job` and what
         // its closure borrows are alive until the `done` increment below.
@@ -337,7 +435,11 @@ impl Shared {
         if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| (job.f)(p))) {
             self.panic.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(payload);
         }
-        // Release: the part's writes are visible to the caller once it sees the count.
+        if let Some(t) = started {
+            spent.fetch_add(nanos_since(t), Ordering::Relaxed);
+        }
+        // Release: the part's writes (and its time) are visible to the caller once it sees
+        // the count.
         self.done.fetch_add(1, Ordering::Release);
     }
 }
@@ -430,7 +532,7 @@ unsafe impl Exec for Pool {
         // A head reads about `scratch_len` keys and values of `out_len` floats each;
         // below a few thousand multiply-adds per head a hand-off costs more.
         if self.workers.is_empty() || scratch_len * out_len < MIN_WEIGHTS_PER_THREAD / 4 {
-            return Serial.heads(outs, out_len, scratch, scratch_len, f);
+            return self.alone(|| Serial.heads(outs, out_len, scratch, scratch_len, f));
         }
         let heads = (outs.len() / out_len).min(scratch.len() / scratch_len);
         let (outs, scratch) = (Disjoint::new(outs), Disjoint::new(scratch));
@@ -456,7 +558,7 @@ unsafe impl Exec for Pool {
                 return products.iter_mut().for_each(|p| self.matmul(&p.w, xs, p.y, act));
             }
         }
-        Serial.matmuls(xs, products, act)
+        self.alone(|| Serial.matmuls(xs, products, act))
     }
 
     fn upcoming(&self, ws: &[Matrix<'_>]) {
@@ -485,7 +587,7 @@ unsafe impl Exec for Pool {
         }
         let parts = self.threads().min(w.rows * w.cols / MIN_WEIGHTS_PER_THREAD).min(w.rows);
         if parts < 2 {
-            return Serial.matmul(w, xs, ys, act);
+            return self.alone(|| Serial.matmul(w, xs, ys, act));
         }
         let (rows, n) = (w.rows, xs.len() / w.cols);
         // Parts split between row groups of interleaved dtypes.
@@ -766,6 +868,26 @@ mod tests {
         p.step(&up);
         assert_eq!((p.at, p.done, p.left), (0, PREFETCH_STEP, UPCOMING_BYTES - PREFETCH_STEP));
         assert_eq!(p.ranges[1], [0, 0]);
+    }
+
+    #[test]
+    fn a_profile_counts_its_jobs_parts_and_joins_and_nothing_outside() {
+        let pool = Pool::new(2).unwrap();
+        let ((), idle) = pool.profiled(|| ());
+        assert_eq!(idle, Profile::default());
+        // Four parts of 2 ms: 8 ms of parts, and at least 4 ms of job on two threads.
+        let ((), p) = pool.profiled(|| pool.run(4, &|_| thread::sleep(Duration::from_millis(2))));
+        assert_eq!((p.jobs, p.unsplit_ns), (1, 0));
+        assert!(p.caller_ns + p.worker_ns >= 8_000_000, "{p:?}");
+        assert!(p.job_ns >= 4_000_000 && p.caller_ns + p.join_ns <= p.job_ns, "{p:?}");
+        pool.run(4, &|_| thread::sleep(Duration::from_millis(1)));
+        let ((), after) = pool.profiled(|| ());
+        assert_eq!(after, Profile::default(), "a job outside a profile counted");
+        // One thread splits nothing: its jobs are the caller's own work, run alone.
+        let one = Pool::new(1).unwrap();
+        let ((), p) = one.profiled(|| one.run(4, &|_| thread::sleep(Duration::from_millis(1))));
+        assert!(p.unsplit_ns >= 4_000_000, "{p:?}");
+        assert_eq!(Profile { unsplit_ns: 0, ..p }, Profile::default());
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //!            wm [n_heads, window_len]         window merge gates, a ring
 //!            prev_q, prev_k [n_heads * d_qk], prev_v [n_heads * d_v], prev_m [d_model]
 //!                                             token-shift carries
-//! scratch    activations of one step, fold scratch, kernel scratch, logits
+//! scratch    logits of the last token, a step's scores and fold scratch, then one token's
+//!            activations and kernel scratch
 //! ```
 //!
 //! A hybrid stack's alternate layer (spec §5) keeps only its ring and the carries, in the

@@ -162,6 +162,17 @@ fn print_speed(r: &Value) {
         100.0 * f("prefill_matmul_fraction"),
         100.0 * f("prefill_attention_fraction")
     );
+    if r.get("prefill_join_fraction").is_some() {
+        println!(
+            "prefill split  {:.0}% the calling thread alone ({:.0}% in jobs too small to split), {:.0}% its \
+             waits at joins; a worker {:.0}% in parts; {:.3} s of parts on all threads",
+            100.0 * f("prefill_serial_fraction"),
+            100.0 * f("prefill_unsplit_fraction"),
+            100.0 * f("prefill_join_fraction"),
+            100.0 * f("prefill_worker_busy_fraction"),
+            f("prefill_parts_thread_s")
+        );
+    }
     println!(
         "decode         {:.2} tok/s ({} tokens after {} of context; {:.2} ms/token; {:.0}% in matrix \
          products, {:.0}% in the output head)",

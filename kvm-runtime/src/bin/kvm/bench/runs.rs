@@ -115,19 +115,13 @@ pub(super) fn speed(a: &Args, p: &Point, model: &Model<'_>, pool: &Pool, report:
     let vocab_len = model.config().vocab_len;
     let prompt = token_stream(a.seed, p.prompt_len.max(p.context), vocab_len);
     let (prompt, context) = (&prompt[..p.prompt_len], &prompt[..p.context]);
-    let (mut prefill_tok_s, mut decode_tok_s, mut matmul_frac, mut head_frac) = (vec![], vec![], vec![], vec![]);
-    let (mut prefill_wait, mut decode_wait, mut prefill_matmul, mut prefill_heads) = (vec![], vec![], vec![], vec![]);
+    let (mut decode_tok_s, mut matmul_frac, mut head_frac, mut decode_wait) = (vec![], vec![], vec![], vec![]);
+    let mut prefills = Prefills::default();
     let (mut prefill_slots, mut decode_slots) = (0, 0);
     let mut run = Run::new(*model, p.state_len)?;
     for _ in 0..a.runs {
         let mut session = run.session()?;
-        let exec = Timed::new(pool, vocab_len);
-        let (_, secs, wait) =
-            timed(pool.threads(), || prefill(&mut session, prompt, Phase::Prefill, &exec).context("prefill"))?;
-        prefill_tok_s.push(p.prompt_len as f64 / secs);
-        prefill_wait.push(wait);
-        prefill_matmul.push(Timed::fraction(&exec.matmul, secs));
-        prefill_heads.push(Timed::fraction(&exec.heads, secs));
+        prefills.time(&mut session, prompt, pool)?;
         prefill_slots = session.state_slots();
         if p.context != p.prompt_len {
             session.reset();
@@ -150,17 +144,12 @@ pub(super) fn speed(a: &Args, p: &Point, model: &Model<'_>, pool: &Pool, report:
         head_frac.push(Timed::fraction(&timed_exec.head, secs));
     }
     let runs = json!({
-        "prefill_tok_s": prefill_tok_s,
+        "prefill_tok_s": prefills.tok_s,
         "decode_tok_s": decode_tok_s,
-        "prefill_wait_fraction": prefill_wait,
+        "prefill_wait_fraction": prefills.wait,
         "decode_wait_fraction": decode_wait,
     });
-    // What the runs would have done with their CPUs to themselves (memory contention aside).
-    let adjust = |tok_s: &[f64], wait: &[f64]| -> Vec<f64> {
-        tok_s.iter().zip(wait).map(|(&r, &w)| r / (1.0 - w).max(0.05)).collect()
-    };
-    let (mut prefill_adj, mut decode_adj) =
-        (adjust(&prefill_tok_s, &prefill_wait), adjust(&decode_tok_s, &decode_wait));
+    let mut decode_adj = adjust(&decode_tok_s, &decode_wait);
     let decode = median(&mut decode_tok_s);
     report["prompt_len"] = json!(p.prompt_len);
     report["gen"] = json!(p.gen);
@@ -175,21 +164,79 @@ pub(super) fn speed(a: &Args, p: &Point, model: &Model<'_>, pool: &Pool, report:
     // last decoded token read them).
     report["prefill_state_slots"] = json!(prefill_slots);
     report["decode_state_slots"] = json!(decode_slots);
-    report["prefill_tok_s"] = json!(median(&mut prefill_tok_s));
     report["decode_tok_s"] = json!(decode);
     report["decode_ms_per_tok"] = json!(1e3 / decode);
     report["decode_matmul_fraction"] = json!(median(&mut matmul_frac));
     report["decode_head_fraction"] = json!(median(&mut head_frac));
-    // Where prefill's time goes: the matrix products, attention's per-head jobs, and the
-    // rest (the calling thread's serial work) is one minus both.
-    report["prefill_matmul_fraction"] = json!(median(&mut prefill_matmul));
-    report["prefill_attention_fraction"] = json!(median(&mut prefill_heads));
-    report["prefill_tok_s_adj"] = json!(median(&mut prefill_adj));
+    prefills.report(pool.threads(), report);
     report["decode_tok_s_adj"] = json!(median(&mut decode_adj));
-    report["prefill_wait_fraction"] = json!(median(&mut prefill_wait));
     report["decode_wait_fraction"] = json!(median(&mut decode_wait));
     report["runs"] = runs;
     Ok(())
+}
+
+/// What the rates of runs would have been with their CPUs to themselves (memory
+/// contention aside), from the fraction of the time they waited for one.
+fn adjust(tok_s: &[f64], wait: &[f64]) -> Vec<f64> {
+    tok_s.iter().zip(wait).map(|(&r, &w)| r / (1.0 - w).max(0.05)).collect()
+}
+
+/// The timed prompts of [`speed`]'s runs, one value a run in each field.
+#[derive(Default)]
+struct Prefills {
+    tok_s: Vec<f64>,
+    /// The fraction of the time the threads waited for a CPU.
+    wait: Vec<f64>,
+    /// Fractions of the wall time in the matrix products and in attention's jobs (the
+    /// rest is the calling thread's serial work).
+    matmul: Vec<f64>,
+    attention: Vec<f64>,
+    /// On a pool of several threads ([`Pool::profiled`]), fractions of the wall time: the
+    /// caller's own work outside split jobs (the workers idle; jobs too small to split
+    /// among it, `unsplit`), its wait at the joins,
+    /// and a worker's time in parts; and all threads' seconds in parts.
+    serial: Vec<f64>,
+    unsplit: Vec<f64>,
+    join: Vec<f64>,
+    worker_busy: Vec<f64>,
+    parts_s: Vec<f64>,
+}
+
+impl Prefills {
+    /// Prefills `prompt` into a fresh `session` and keeps its figures.
+    fn time(&mut self, session: &mut Session<'_, '_>, prompt: &[u32], pool: &Pool) -> Result<()> {
+        let exec = Timed::new(pool, session.model().config().vocab_len);
+        let (timed, profile) = pool
+            .profiled(|| timed(pool.threads(), || prefill(session, prompt, Phase::Prefill, &exec).context("prefill")));
+        let (_, secs, wait) = timed?;
+        self.tok_s.push(prompt.len() as f64 / secs);
+        self.wait.push(wait);
+        self.matmul.push(Timed::fraction(&exec.matmul, secs));
+        self.attention.push(Timed::fraction(&exec.heads, secs));
+        let share = |ns: u64| ns as f64 / 1e9 / secs;
+        self.serial.push(1.0 - share(profile.job_ns));
+        self.unsplit.push(share(profile.unsplit_ns));
+        self.join.push(share(profile.join_ns));
+        self.worker_busy.push(share(profile.worker_ns) / (pool.threads() - 1).max(1) as f64);
+        self.parts_s.push((profile.caller_ns + profile.worker_ns) as f64 / 1e9);
+        Ok(())
+    }
+
+    /// The medians into `report`; the pool's split only for a pool of several threads.
+    fn report(mut self, threads: usize, report: &mut Value) {
+        report["prefill_tok_s_adj"] = json!(median(&mut adjust(&self.tok_s, &self.wait)));
+        report["prefill_tok_s"] = json!(median(&mut self.tok_s));
+        report["prefill_wait_fraction"] = json!(median(&mut self.wait));
+        report["prefill_matmul_fraction"] = json!(median(&mut self.matmul));
+        report["prefill_attention_fraction"] = json!(median(&mut self.attention));
+        if threads > 1 {
+            report["prefill_serial_fraction"] = json!(median(&mut self.serial));
+            report["prefill_unsplit_fraction"] = json!(median(&mut self.unsplit));
+            report["prefill_join_fraction"] = json!(median(&mut self.join));
+            report["prefill_worker_busy_fraction"] = json!(median(&mut self.worker_busy));
+            report["prefill_parts_thread_s"] = json!(median(&mut self.parts_s));
+        }
+    }
 }
 
 /// Decodes to the largest checkpoint, timing a window of steps that ends at each one.
