@@ -31,7 +31,8 @@ use kvm_core::tensor::Matrix;
 
 use crate::arena;
 
-/// Weights per worker below which splitting a product costs more than it saves.
+/// Multiply-adds per worker (a token's: its weights) below which splitting a product costs
+/// more than it saves.
 const MIN_WEIGHTS_PER_THREAD: usize = 64 * 1024;
 
 /// How long an idle worker spins before it parks, and a waiting caller before it yields
@@ -585,7 +586,9 @@ unsafe impl Exec for Pool {
         if xs.len() == w.cols {
             return self.matmuls(xs, &mut [Product { w: *w, y: ys }], act);
         }
-        let parts = self.threads().min(w.rows * w.cols / MIN_WEIGHTS_PER_THREAD).min(w.rows);
+        // A batch's multiply-adds, as `matmuls` counts them: a narrow matrix over many
+        // tokens is worth splitting too.
+        let parts = self.threads().min(w.rows * xs.len() / MIN_WEIGHTS_PER_THREAD).min(w.rows);
         if parts < 2 {
             return self.alone(|| Serial.matmul(w, xs, ys, act));
         }
