@@ -246,7 +246,7 @@ impl<'m, 'a> Session<'m, 'a> {
 
     /// Whether [`Session::logits`] are those of the current position: the last step ran
     /// with `want_logits` (or `Logits::Last`) and they were finite, or they were restored
-    /// ([`Session::restore`] of a snapshot with logits, [`Session::put_logits`]). A new or
+    /// ([`Session::restore`] of a snapshot with logits, [`Session::restore_with_logits`]). A new or
     /// reset session has none.
     #[inline]
     pub fn has_logits(&self) -> bool {
@@ -402,27 +402,31 @@ impl<'m, 'a> Session<'m, 'a> {
         Ok(())
     }
 
-    /// Makes `logits` (`[vocab_len]`) the current position's, as if its last step had
-    /// produced them: for snapshot formats that kept the logits apart from the state
-    /// (the C API's v3, kvm-wasm's first). A caller restoring such a snapshot checks the
-    /// logits with [`logits_ok`](Session::logits_ok) before [`Session::restore`], so
-    /// that a refusal changes nothing.
+    /// Restores a state-only [`Session::snapshot`] `state` and makes `logits` the
+    /// position's, as if its last step had produced them: for snapshot formats that kept
+    /// the logits apart from the state (the C API's v3, kvm-wasm's first). `logits` are
+    /// `[vocab_len]` little-endian f32, as a snapshot stores them. On an error the session
+    /// is unchanged.
     ///
     /// # Errors
-    /// [`Error::BadSnapshot`] unless [`Session::logits_ok`]; the session is unchanged.
-    pub fn put_logits(&mut self, logits: &[f32]) -> Result<()> {
-        if !self.logits_ok(logits) {
+    /// [`Error::BadSnapshot`] if `logits` have the wrong length or one is not finite, or
+    /// as [`Session::restore`] (for `state`, which must be state-only).
+    pub fn restore_with_logits(&mut self, state: &[u8], logits: &[u8]) -> Result<()> {
+        let vocab = self.model.config().vocab_len as usize;
+        let value = |b: &[u8]| f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        if logits.len() != 4 * vocab || !logits.chunks_exact(4).all(|b| value(b).is_finite()) {
             return Err(Error::BadSnapshot);
         }
+        if state.len() != self.snapshot_len() {
+            return Err(Error::BadSnapshot);
+        }
+        self.restore(state)?;
         let start = self.layout.state_floats();
-        self.arena[start..start + logits.len()].copy_from_slice(logits);
+        for (x, b) in self.arena[start..start + vocab].iter_mut().zip(logits.chunks_exact(4)) {
+            *x = value(b);
+        }
         self.set_has_logits(true);
         Ok(())
-    }
-
-    /// Whether [`Session::put_logits`] takes `logits`: `[vocab_len]`, every one finite.
-    pub fn logits_ok(&self, logits: &[f32]) -> bool {
-        logits.len() == self.model.config().vocab_len as usize && all_finite(logits)
     }
 
     /// A read-only view of layer `l`'s state, for inspection and tests (`None` past the
@@ -696,7 +700,8 @@ mod tests {
     }
 
     /// A snapshot written before the flags word (word 8 zero, the state alone) is what
-    /// `snapshot` writes today: it restores as it always did, with no logits.
+    /// `snapshot` writes today: it restores as it always did, with no logits; the logits
+    /// an old format kept apart are put back with it, checked first.
     #[test]
     fn session_old_snapshot_restores() {
         with_two(&PROMPT, |a, b| {
@@ -704,15 +709,19 @@ mod tests {
             assert_eq!(&snap[counter::FLAGS * 4..COUNTERS * 4], &[0; (COUNTERS - counter::FLAGS) * 4][..]);
             b.restore(&snap).unwrap();
             assert!(!b.has_logits());
-            // An old format's logits kept apart are put back, checked first.
-            assert!(!b.logits_ok(&a.logits()[1..]));
-            let mut bad = a.logits().to_vec();
-            bad[3] = f32::NAN;
-            assert_eq!(b.put_logits(&bad), Err(Error::BadSnapshot));
-            assert!(!b.has_logits());
-            b.put_logits(a.logits()).unwrap();
+            b.decode(9).unwrap();
+            let before = snap_of(b, true);
+            let logits: Vec<u8> = a.logits().iter().flat_map(|x| x.to_le_bytes()).collect();
+            let mut nan = logits.clone();
+            nan[12..16].copy_from_slice(&f32::NAN.to_le_bytes());
+            let with = snap_of(a, true);
+            for (state, l) in [(&snap[..], &logits[4..]), (&snap[..], &nan[..]), (&with[..], &logits[..])] {
+                assert_eq!(b.restore_with_logits(state, l), Err(Error::BadSnapshot));
+                assert_eq!(snap_of(b, true), before);
+            }
+            b.restore_with_logits(&snap, &logits).unwrap();
             assert!(b.has_logits());
-            assert_eq!(snap_of(b, true), snap_of(a, true));
+            assert_eq!(snap_of(b, true), with);
         });
     }
 

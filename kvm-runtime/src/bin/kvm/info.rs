@@ -125,8 +125,8 @@ fn print_tensors(model: &Model<'_>) {
 fn print_arenas(model: &Model<'_>) {
     let (h, c) = (model.header(), model.config());
     // One line per cache dtype, as `--cache` (or `kvm_model_set_cache`) would pick it: the
-    // core's arena and the C API's, which adds the session handle, the sampler's scratch
-    // and room for the logits (`kvm_arena_size`).
+    // core's arena and the C API's, which adds the session handle and the sampler's
+    // scratch (`kvm_arena_size`).
     // An integer model's rows are i16 (`--cache f32`) or i8 (`q8`), never f16.
     let int = c.has(flags::INT_NUMERICS);
     // A state file saved after a prompt holds the logits too (`--save-state`).
