@@ -623,7 +623,10 @@ mod tests {
         &mut bytemuck::cast_slice_mut::<Line, u8>(buf)[..n]
     }
 
+    // SAFETY: 64 bytes with no padding (`repr(C)`, size = alignment), every bit pattern a
+    // valid value, zero included.
     unsafe impl bytemuck::Zeroable for Line {}
+    // SAFETY: as above; `Copy`, `'static`, no interior mutability.
     unsafe impl bytemuck::Pod for Line {}
 
     const FILE: &[u8] = include_bytes!("../../models/tiny-kjv-q8_0.kvm");
