@@ -55,24 +55,28 @@ fuzz_target!(|data: &[u8]| {
     };
     let prompt: Vec<u32> = (0..prompt_len).map(|i| (i as u32 * 31 + 7) % 256).collect();
     let _ = s.prefill(&prompt);
-    let mut snap = vec![0u8; s.snapshot_len()];
-    if s.snapshot(&mut snap).is_err() {
-        return;
-    }
+    // With the prompt's logits when the prefill left them (either length restores).
+    let mut snap = vec![0u8; s.snapshot_len_with_logits()];
+    let written = match s.has_logits() {
+        true => s.snapshot_with_logits(&mut snap),
+        false => s.snapshot(&mut snap),
+    };
+    let Ok(n) = written else { return };
+    snap.truncate(n);
     // Offsets land in the counters block half the time, anywhere the other half.
     for pair in rest.chunks_exact(4) {
         let raw = u32::from(pair[0]) << 16 | u32::from(pair[1]) << 8 | u32::from(pair[2]);
         let at = if raw & 1 == 0 { (raw as usize >> 1) % 64 } else { (raw as usize >> 1) % snap.len() };
         snap[at] ^= pair[3];
     }
-    let mut again = vec![0u8; snap.len()];
+    let mut again = vec![0u8; s.snapshot_len_with_logits()];
     let (sealed, rest_sealed) = (resealed(&snap), resealed(rest));
     for candidate in [&snap[..], &sealed[..], rest, &rest_sealed[..]] {
         if s.restore(candidate).is_ok() {
             for t in 0..4 {
                 let _ = s.decode(t * 67 % 256);
             }
-            let _ = s.snapshot(&mut again);
+            let _ = s.snapshot_with_logits(&mut again);
         }
     }
 });

@@ -42,6 +42,17 @@ mod counter {
     pub const MODEL: usize = 6;
     /// In a snapshot, the CRC-32 of its every other byte; zero in the arena.
     pub const CRC: usize = 7;
+    /// Bits of state about the session, [`flag`]; zero in every snapshot written before
+    /// the word had a use (words 8..15 were all zero), so those read as "no flags".
+    pub const FLAGS: usize = 8;
+}
+
+/// Bits of [`counter::FLAGS`].
+mod flag {
+    /// The arena's logits ([`super::Session::logits`]) are those of the current position:
+    /// set by a step run with `Logits::Last`, cleared by any other step and by a reset. In
+    /// a snapshot: the logits follow the state.
+    pub const LOGITS: u32 = 1 << 0;
 }
 
 /// The CRC of snapshot `snap`: every byte but those of [`counter::CRC`].
@@ -94,6 +105,7 @@ impl<'m, 'a> Session<'m, 'a> {
         c[counter::STATE_LEN] = self.layout.state_len as u32;
         c[counter::ARENA_LEN] = self.layout.arena_len() as u32;
         c[counter::MODEL] = self.model.identity();
+        c[counter::FLAGS] = 0;
     }
 
     /// The model this session decodes.
@@ -204,16 +216,41 @@ impl<'m, 'a> Session<'m, 'a> {
             return Err(Error::InvalidArgument);
         }
         let pass = Pass::new(&self.model, (&self.rope, &self.alt_rope), &self.layout, at, phase, exec);
+        let last = matches!(logits, Logits::Last);
         if self.layout.is_int() {
-            return run_int(&pass, self.arena, tokens, logits, tap);
+            run_int(&pass, self.arena, tokens, logits, tap)?;
+            self.set_has_logits(last);
+            return Ok(());
         }
+        // An error here consumed nothing: the flag stays as it was.
         let origin = run_float(&pass, self.arena, tokens, batch, logits.reborrow(), tap)?;
         let vocab = vocab_len as usize;
-        match logits {
+        let checked = match logits {
             Logits::None => Ok(()),
             Logits::Last => check_finite(self.logits(), vocab, at.pos + tokens.len() - 1, origin),
             Logits::All(out) => check_finite(&out[..tokens.len() * vocab], vocab, at.pos, origin),
-        }
+        };
+        // Non-finite logits are not the position's to sample from, nor to save.
+        self.set_has_logits(last && checked.is_ok());
+        checked
+    }
+
+    fn flags(&self) -> u32 {
+        bytemuck::cast_slice::<f32, u32>(&self.arena[..COUNTERS])[counter::FLAGS]
+    }
+
+    fn set_has_logits(&mut self, yes: bool) {
+        let c: &mut [u32] = bytemuck::cast_slice_mut(&mut self.arena[..COUNTERS]);
+        c[counter::FLAGS] = (c[counter::FLAGS] & !flag::LOGITS) | if yes { flag::LOGITS } else { 0 };
+    }
+
+    /// Whether [`Session::logits`] are those of the current position: the last step ran
+    /// with `want_logits` (or `Logits::Last`) and they were finite, or they were restored
+    /// ([`Session::restore`] of a snapshot with logits, [`Session::restore_with_logits`]). A new or
+    /// reset session has none.
+    #[inline]
+    pub fn has_logits(&self) -> bool {
+        self.flags() & flag::LOGITS != 0
     }
 
     /// The logits of the last step run with `want_logits`, `[vocab_len]`.
@@ -268,32 +305,65 @@ impl<'m, 'a> Session<'m, 'a> {
         self.layout.snapshot_len()
     }
 
+    /// Bytes [`Session::snapshot_with_logits`] writes: the state's, then `[vocab_len]` f32.
+    #[inline]
+    pub fn snapshot_len_with_logits(&self) -> usize {
+        self.snapshot_len() + 4 * self.model.config().vocab_len as usize
+    }
+
     /// Copies the session's whole state (constant size) into `out`, with a CRC-32 of
-    /// every byte, so that [`Session::restore`] takes back only the bytes saved.
+    /// every byte, so that [`Session::restore`] takes back only the bytes saved. The
+    /// snapshot holds no logits: after restoring it, a token must be fed before sampling.
     ///
     /// # Errors
     /// [`Error::BufferTooSmall`] if `out` is shorter than [`Session::snapshot_len`].
     pub fn snapshot(&self, out: &mut [u8]) -> Result<usize> {
-        let n = self.snapshot_len();
+        self.write_snapshot(out, false)
+    }
+
+    /// As [`Session::snapshot`], followed by [`Session::logits`] (the arena's words right
+    /// after the state, so the snapshot is one copy), under the same CRC: restored, the
+    /// session samples its next token from them with no token fed.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the session has no logits of its position
+    /// ([`Session::has_logits`]); [`Error::BufferTooSmall`] if `out` is shorter than
+    /// [`Session::snapshot_len_with_logits`].
+    pub fn snapshot_with_logits(&self, out: &mut [u8]) -> Result<usize> {
+        if !self.has_logits() {
+            return Err(Error::InvalidArgument);
+        }
+        self.write_snapshot(out, true)
+    }
+
+    /// The snapshot layout (FORMAT.md, "Session snapshots"): the arena's first
+    /// `snapshot_len` bytes (+ the logits' with `logits`), the flags word saying which,
+    /// the CRC of every other byte in its word.
+    fn write_snapshot(&self, out: &mut [u8], logits: bool) -> Result<usize> {
+        let n = if logits { self.snapshot_len_with_logits() } else { self.snapshot_len() };
         let out = out.get_mut(..n).ok_or(Error::BufferTooSmall { needed: n })?;
         out.copy_from_slice(bytemuck::cast_slice(&self.arena[..n / 4]));
+        let flags = (self.flags() & !flag::LOGITS) | if logits { flag::LOGITS } else { 0 };
+        out[counter::FLAGS * 4..counter::FLAGS * 4 + 4].copy_from_slice(&flags.to_le_bytes());
         let crc = snapshot_crc(out);
         out[counter::CRC * 4..counter::CRC * 4 + 4].copy_from_slice(&crc.to_le_bytes());
         Ok(n)
     }
 
-    /// Restores a [`Session::snapshot`] of a session of the same model and layout;
-    /// decoding then continues bit-exactly as it would have from the snapshot. On an
-    /// error the session is unchanged.
+    /// Restores a [`Session::snapshot`] or a [`Session::snapshot_with_logits`] of a
+    /// session of the same model and layout (told apart by length); decoding then
+    /// continues bit-exactly as it would have from the snapshot, and with logits
+    /// [`Session::has_logits`] holds. On an error the session is unchanged.
     ///
     /// # Errors
-    /// [`Error::BadSnapshot`] if `snap` has the wrong length, any byte other than the one
-    /// saved (its CRC), the wrong layout stamp or counters no session of this layout
-    /// reaches, or comes from another model (another header: config, tensor table or
-    /// tokenizer).
+    /// [`Error::BadSnapshot`] if `snap` has neither length, any byte other than the one
+    /// saved (its CRC), the wrong layout stamp, flags other than its length says, counters
+    /// no session of this layout reaches or non-finite logits, or comes from another model
+    /// (another header: config, tensor table or tokenizer).
     pub fn restore(&mut self, snap: &[u8]) -> Result<()> {
         let n = self.snapshot_len();
-        if snap.len() != n || snap.len() < COUNTERS * 4 {
+        let logits = snap.len() == self.snapshot_len_with_logits();
+        if !(snap.len() == n || logits) || n < COUNTERS * 4 {
             return Err(Error::BadSnapshot);
         }
         let word = |i: usize| u32::from_le_bytes([snap[i * 4], snap[i * 4 + 1], snap[i * 4 + 2], snap[i * 4 + 3]]);
@@ -310,7 +380,12 @@ impl<'m, 'a> Session<'m, 'a> {
             // Folds add slots, up to the state's room, from tokens the state covers.
             false => chunk <= slots && slots <= coverage.min(self.layout.state_len),
         };
+        let flags = if logits { flag::LOGITS } else { 0 };
+        let logits_ok =
+            !logits || snap[n..].chunks_exact(4).all(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_finite());
         if word(counter::CRC) != snapshot_crc(snap)
+            || word(counter::FLAGS) != flags
+            || !logits_ok
             || word(counter::STAMP) != STAMP
             || word(counter::STATE_LEN) as usize != self.layout.state_len
             || word(counter::ARENA_LEN) as usize != self.layout.arena_len() as u32 as usize
@@ -320,10 +395,37 @@ impl<'m, 'a> Session<'m, 'a> {
         {
             return Err(Error::BadSnapshot);
         }
-        let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut self.arena[..n / 4]);
+        let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut self.arena[..snap.len() / 4]);
         dst.copy_from_slice(snap);
         let c: &mut [u32] = bytemuck::cast_slice_mut(&mut self.arena[..COUNTERS]);
         c[counter::CRC] = 0;
+        Ok(())
+    }
+
+    /// Restores a state-only [`Session::snapshot`] `state` and makes `logits` the
+    /// position's, as if its last step had produced them: for snapshot formats that kept
+    /// the logits apart from the state (the C API's v3, kvm-wasm's first). `logits` are
+    /// `[vocab_len]` little-endian f32, as a snapshot stores them. On an error the session
+    /// is unchanged.
+    ///
+    /// # Errors
+    /// [`Error::BadSnapshot`] if `logits` have the wrong length or one is not finite, or
+    /// as [`Session::restore`] (for `state`, which must be state-only).
+    pub fn restore_with_logits(&mut self, state: &[u8], logits: &[u8]) -> Result<()> {
+        let vocab = self.model.config().vocab_len as usize;
+        let value = |b: &[u8]| f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        if logits.len() != 4 * vocab || !logits.chunks_exact(4).all(|b| value(b).is_finite()) {
+            return Err(Error::BadSnapshot);
+        }
+        if state.len() != self.snapshot_len() {
+            return Err(Error::BadSnapshot);
+        }
+        self.restore(state)?;
+        let start = self.layout.state_floats();
+        for (x, b) in self.arena[start..start + vocab].iter_mut().zip(logits.chunks_exact(4)) {
+            *x = value(b);
+        }
+        self.set_has_logits(true);
         Ok(())
     }
 
@@ -496,5 +598,182 @@ impl LayerView<'_> {
     /// Value of window token `j` of head `h` into `out` (`[d_v]`).
     pub fn window_value(&self, h: usize, j: usize, out: &mut [f32]) {
         self.wv.get(h * self.ring_len + j % self.ring_len, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::vec;
+    use std::vec::Vec;
+
+    use super::*;
+
+    /// 64 bytes, aligned as an arena or a model blob must be.
+    #[derive(Clone, Copy)]
+    #[repr(C, align(64))]
+    struct Line([u8; 64]);
+
+    /// A zeroed, 64-byte-aligned buffer of `n` bytes.
+    fn aligned(n: usize) -> Vec<Line> {
+        vec![Line([0; 64]); n.div_ceil(64)]
+    }
+
+    fn bytes(buf: &mut [Line], n: usize) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut::<Line, u8>(buf)[..n]
+    }
+
+    // SAFETY: 64 bytes with no padding (`repr(C)`, size = alignment), every bit pattern a
+    // valid value, zero included.
+    unsafe impl bytemuck::Zeroable for Line {}
+    // SAFETY: as above; `Copy`, `'static`, no interior mutability.
+    unsafe impl bytemuck::Pod for Line {}
+
+    const FILE: &[u8] = include_bytes!("../../models/tiny-kjv-q8_0.kvm");
+
+    /// Two sessions of the repository's tiny model (`a` fed `prompt`, `b` new), given to `f`.
+    fn with_two(prompt: &[u32], f: impl FnOnce(&mut Session<'_, '_>, &mut Session<'_, '_>)) {
+        let mut blob = aligned(FILE.len());
+        bytes(&mut blob, FILE.len()).copy_from_slice(FILE);
+        let blob = &bytemuck::cast_slice::<Line, u8>(&blob)[..FILE.len()];
+        let model = Model::from_bytes(blob).unwrap();
+        let n = model.arena_len();
+        let (mut x, mut y) = (aligned(n), aligned(n));
+        let mut a = Session::new(model, bytes(&mut x, n)).unwrap();
+        let mut b = Session::new(model, bytes(&mut y, n)).unwrap();
+        if !prompt.is_empty() {
+            a.prefill(prompt).unwrap();
+        }
+        f(&mut a, &mut b);
+    }
+
+    fn snap_of(s: &Session<'_, '_>, logits: bool) -> Vec<u8> {
+        let mut out = vec![0; if logits { s.snapshot_len_with_logits() } else { s.snapshot_len() }];
+        let n = if logits { s.snapshot_with_logits(&mut out) } else { s.snapshot(&mut out) }.unwrap();
+        assert_eq!(n, out.len());
+        out
+    }
+
+    const PROMPT: [u32; 5] = [65, 110, 100, 32, 71];
+
+    #[test]
+    fn session_flag_follows_the_steps() {
+        with_two(&[], |a, _| {
+            assert!(!a.has_logits());
+            assert_eq!(a.snapshot_with_logits(&mut vec![0; a.snapshot_len_with_logits()]), Err(Error::InvalidArgument));
+            a.step(65, Phase::Prefill, false).unwrap();
+            assert!(!a.has_logits());
+            a.step(66, Phase::Prefill, true).unwrap();
+            assert!(a.has_logits());
+            // A step that fails before the pass consumes nothing, the flag included.
+            assert!(a.step(u32::MAX, Phase::Decode, false).is_err());
+            assert!(a.has_logits());
+            a.step(67, Phase::Decode, false).unwrap();
+            assert!(!a.has_logits());
+            a.decode(68).unwrap();
+            a.reset();
+            assert!(!a.has_logits());
+        });
+    }
+
+    #[test]
+    fn session_snapshot_with_logits_round_trips() {
+        with_two(&PROMPT, |a, b| {
+            let snap = snap_of(a, true);
+            assert_eq!(snap.len(), a.snapshot_len() + 4 * a.model().config().vocab_len as usize);
+            b.restore(&snap).unwrap();
+            assert!(b.has_logits());
+            assert_eq!(b.logits(), a.logits());
+            assert_eq!(b.pos(), a.pos());
+            assert_eq!(snap_of(b, true), snap);
+            assert_eq!(b.decode(7).unwrap(), a.decode(7).unwrap());
+        });
+    }
+
+    #[test]
+    fn session_snapshot_without_logits_round_trips() {
+        with_two(&PROMPT, |a, b| {
+            let snap = snap_of(a, false);
+            b.decode(3).unwrap();
+            b.restore(&snap).unwrap();
+            assert!(!b.has_logits());
+            assert_eq!(snap_of(b, false), snap);
+            assert_eq!(b.decode(7).unwrap(), a.decode(7).unwrap());
+        });
+    }
+
+    /// A snapshot written before the flags word (word 8 zero, the state alone) is what
+    /// `snapshot` writes today: it restores as it always did, with no logits; the logits
+    /// an old format kept apart are put back with it, checked first.
+    #[test]
+    fn session_old_snapshot_restores() {
+        with_two(&PROMPT, |a, b| {
+            let snap = snap_of(a, false);
+            assert_eq!(&snap[counter::FLAGS * 4..COUNTERS * 4], &[0; (COUNTERS - counter::FLAGS) * 4][..]);
+            b.restore(&snap).unwrap();
+            assert!(!b.has_logits());
+            b.decode(9).unwrap();
+            let before = snap_of(b, true);
+            let logits: Vec<u8> = a.logits().iter().flat_map(|x| x.to_le_bytes()).collect();
+            let mut nan = logits.clone();
+            nan[12..16].copy_from_slice(&f32::NAN.to_le_bytes());
+            let with = snap_of(a, true);
+            for (state, l) in [(&snap[..], &logits[4..]), (&snap[..], &nan[..]), (&with[..], &logits[..])] {
+                assert_eq!(b.restore_with_logits(state, l), Err(Error::BadSnapshot));
+                assert_eq!(snap_of(b, true), before);
+            }
+            b.restore_with_logits(&snap, &logits).unwrap();
+            assert!(b.has_logits());
+            assert_eq!(snap_of(b, true), with);
+        });
+    }
+
+    /// Re-signs `snap` as a session would: its CRC made right.
+    fn resign(snap: &mut [u8]) {
+        let crc = snapshot_crc(snap);
+        snap[counter::CRC * 4..counter::CRC * 4 + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    #[test]
+    fn session_bad_snapshots_change_nothing() {
+        with_two(&PROMPT, |a, b| {
+            let good = snap_of(a, true);
+            let n = a.snapshot_len();
+            b.decode(9).unwrap();
+            let before = snap_of(b, true);
+            let mut cases: Vec<Vec<u8>> =
+                vec![good[..good.len() - 1].to_vec(), good[..n + 4].to_vec(), [&good[..], &[0; 4]].concat()];
+            // A logit's byte changed: the CRC covers the logits.
+            let mut flipped = good.clone();
+            flipped[n + 5] ^= 1;
+            cases.push(flipped);
+            // A non-finite logit, its CRC made right.
+            let mut nan = good.clone();
+            nan[n + 8..n + 12].copy_from_slice(&f32::INFINITY.to_le_bytes());
+            resign(&mut nan);
+            cases.push(nan);
+            // Logits appended, the flag not set (or set on a state alone), signed.
+            let mut unflagged = good.clone();
+            unflagged[counter::FLAGS * 4] = 0;
+            resign(&mut unflagged);
+            cases.push(unflagged);
+            let mut flagged = good[..n].to_vec();
+            resign(&mut flagged);
+            assert_eq!(b.restore(&flagged), Err(Error::BadSnapshot));
+            let mut unknown = good.clone();
+            unknown[counter::FLAGS * 4] |= 2;
+            resign(&mut unknown);
+            cases.push(unknown);
+            // The CRC itself wrong.
+            let mut crc = good.clone();
+            crc[counter::CRC * 4] ^= 1;
+            cases.push(crc);
+            for (i, bad) in cases.iter().enumerate() {
+                assert_eq!(b.restore(bad), Err(Error::BadSnapshot), "case {i}");
+                assert_eq!(snap_of(b, true), before, "case {i}");
+            }
+            b.restore(&good).unwrap();
+            assert_eq!(snap_of(b, true), good);
+        });
     }
 }

@@ -439,7 +439,7 @@ kvm_status kvm_model_set_cache(struct kvm_model *model,
 
 /**
  * Bytes of arena one session of `model` needs: the session handle, the core's state and
- * scratch, the sampler's scratch and room for logits restored from a snapshot. The arena must be aligned to `KVM_ARENA_ALIGN`
+ * scratch and the sampler's scratch. The arena must be aligned to `KVM_ARENA_ALIGN`
  * bytes. Returns 0 if `model` is not a loaded model.
  *
  * # Safety
@@ -738,8 +738,8 @@ kvm_status kvm_state_save(const struct kvm_session *session,
  * settings are not part of the state. A corrupt snapshot or one of another model gives
  * `KVM_ERR_BAD_SNAPSHOT` and leaves the session unchanged. Snapshots carry a CRC, which
  * catches corruption, not forgery: restore only snapshots you made. One whose logits are
- * not finite (`kvm_state_save()` never writes one) leaves the session answering
- * `KVM_ERR_NON_FINITE`, as after logits that came out so, until reset or restored.
+ * not finite (`kvm_state_save()` never writes one) is refused likewise. Snapshots of
+ * the previous layout (version 3, docs/c-api.md) still restore.
  *
  * # Safety
  * `session` is null or a handle from `kvm_session_init()`; `buf` is valid for reads of

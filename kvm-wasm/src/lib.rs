@@ -151,20 +151,14 @@ export interface SamplerSettings {
 /// Prompt tokens fed between two progress calls.
 const PROGRESS_TOKENS: usize = 64;
 
-/// A session: its arena in wasm memory (allocated once, `model.arenaLen` bytes), the
-/// logits of the next pick, and a sampler with the CLI's settings.
+/// A session: its arena in wasm memory (allocated once, `model.arenaLen` bytes), which
+/// also holds the logits of the next pick, and a sampler with the CLI's settings.
 #[wasm_bindgen]
 pub struct Session {
     /// Borrows `arena` and `loaded`; declared first so that it is dropped first.
     session: kvm_core::Session<'static, 'static>,
     arena: Lines,
     loaded: Rc<Loaded>,
-    /// `[vocab_len]`: the logits the next token is picked from (kept here, not only in
-    /// the arena, because a restored state must bring them back: the core's snapshot
-    /// holds the state, not the logits).
-    logits: Vec<f32>,
-    /// False until a prompt (or a restored state) gives logits to pick from.
-    ready: bool,
     sampler: Sampler,
     scratch: Vec<Candidate>,
     /// The recent tokens the repetition penalty reads.
@@ -192,8 +186,6 @@ impl Session {
             session,
             arena,
             loaded,
-            logits: try_vec(vocab, 0.0, "the logits")?,
-            ready: false,
             sampler: Sampler::new(cfg, 0),
             scratch: try_vec(scratch_len(vocab), Candidate::EMPTY, "the sampler's scratch")?,
             recent: Recent::new(cfg.repeat_window).map_err(core_error)?,
@@ -252,7 +244,6 @@ impl Session {
         if tokens.is_empty() {
             return Err(core_error(kvm_core::Error::InvalidArgument));
         }
-        self.ready = false;
         let mut done = 0;
         for piece in tokens.chunks(PROGRESS_TOKENS) {
             self.session.prefill(piece).map_err(core_error)?;
@@ -261,7 +252,6 @@ impl Session {
                 f.call2(&JsValue::NULL, &done.into(), &tokens.len().into())?;
             }
         }
-        self.took_logits();
         self.recent.push(tokens);
         Ok(())
     }
@@ -273,21 +263,21 @@ impl Session {
     /// prompt.
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Option<String>, JsValue> {
-        if !self.ready {
+        // The core's logits are the position's after a prompt, a token or a restored state
+        // that held them.
+        if !self.session.has_logits() {
             return Err(kvm_error("no logits to sample from: prefill a prompt first"));
         }
         let tok = self.loaded.model.tokenizer();
-        let text_len = (tok.text_len() as usize).min(self.logits.len());
         let next = self
             .sampler
-            .sample(&self.logits[..text_len], self.recent.tokens(), &mut self.scratch)
+            .sample(self.session.text_logits(), self.recent.tokens(), &mut self.scratch)
             .map_err(core_error)?;
         self.recent.push(&[next]);
         if Some(next) == tok.eos() {
             return Ok(None);
         }
         self.session.decode(next).map_err(core_error)?;
-        self.took_logits();
         let piece = self.decoder.push(&tok, next, &mut self.piece).map_err(core_error)?;
         Ok(Some(piece.to_owned()))
     }
@@ -310,45 +300,41 @@ impl Session {
         Ok(text)
     }
 
-    /// A copy of the logits the next token is picked from, `[vocab_len]`.
+    /// A copy of the logits the next token is picked from, `[vocab_len]` (zeros before
+    /// any prompt).
     pub fn logits(&self) -> Vec<f32> {
-        self.logits.clone()
+        self.session.logits().to_vec()
     }
 
-    /// The session's state: the core's snapshot (CRC-checked), then the logits of the next
-    /// pick (little-endian f32) and their CRC-32.
+    /// The session's state: the core's snapshot with the logits of the next pick after a
+    /// prompt (FORMAT.md, "Session snapshots"), the state alone before any; CRC-checked.
     #[wasm_bindgen(js_name = saveState)]
     pub fn save_state(&self) -> Result<Vec<u8>, JsValue> {
-        let snap = self.session.snapshot_len();
-        let mut out = try_vec(snap + 4 * self.logits.len() + 4, 0u8, "the saved state")?;
-        self.session.snapshot(&mut out).map_err(core_error)?;
-        let (logits, crc) = out[snap..].split_at_mut(4 * self.logits.len());
-        for (b, x) in logits.chunks_exact_mut(4).zip(&self.logits) {
-            b.copy_from_slice(&x.to_le_bytes());
+        let s = &self.session;
+        let logits = s.has_logits();
+        let len = if logits { s.snapshot_len_with_logits() } else { s.snapshot_len() };
+        let mut out = try_vec(len, 0u8, "the saved state")?;
+        match logits {
+            true => s.snapshot_with_logits(&mut out),
+            false => s.snapshot(&mut out),
         }
-        crc.copy_from_slice(&kvm_core::crc::crc32(logits).to_le_bytes());
+        .map_err(core_error)?;
         Ok(out)
     }
 
-    /// Takes back a `saveState()` of a session of the same model; the sampler's
+    /// Takes back a `saveState()` of a session of the same model, or one of an earlier
+    /// kvm-wasm (the core's state, then the logits and a CRC-32 of them); the sampler's
     /// look-back starts empty. Throws a `KvmError` (and changes nothing) for bytes that
     /// are not such a state.
     #[wasm_bindgen(js_name = restoreState)]
     pub fn restore_state(&mut self, state: &[u8]) -> Result<(), JsValue> {
         let snap = self.session.snapshot_len();
-        let bad = || core_error(kvm_core::Error::BadSnapshot);
-        if state.len() != snap + 4 * self.logits.len() + 4 {
-            return Err(bad());
-        }
-        let (logits, crc) = state[snap..].split_at(4 * self.logits.len());
-        if crc != kvm_core::crc::crc32(logits).to_le_bytes() {
-            return Err(bad());
-        }
-        self.session.restore(&state[..snap]).map_err(core_error)?;
-        for (x, b) in self.logits.iter_mut().zip(logits.chunks_exact(4)) {
-            *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        }
-        self.ready = self.session.pos() > 0;
+        let logits_len = self.session.snapshot_len_with_logits() - snap;
+        let restored = match state.len() == snap + logits_len + 4 {
+            true => self.restore_earlier(state, logits_len),
+            false => self.session.restore(state),
+        };
+        restored.map_err(core_error)?;
         self.recent.clear();
         self.decoder = StreamDecoder::new();
         Ok(())
@@ -365,10 +351,20 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
-    /// Copies the logits of the step just run.
-    fn took_logits(&mut self) {
-        self.logits.copy_from_slice(self.session.logits());
-        self.ready = true;
+    /// Restores a state of the earlier layout, `[snapshot_len + logits_len + 4]`: the
+    /// core's state-only snapshot, the logits (zeros before any prompt) and their CRC-32;
+    /// the logits are the position's once the state has a token (the counters' word 1,
+    /// FORMAT.md).
+    fn restore_earlier(&mut self, state: &[u8], logits_len: usize) -> Result<(), kvm_core::Error> {
+        let (core, rest) = state.split_at(state.len() - logits_len - 4);
+        let (logits, crc) = rest.split_at(logits_len);
+        if crc != kvm_core::crc::crc32(logits).to_le_bytes() {
+            return Err(kvm_core::Error::BadSnapshot);
+        }
+        match core.get(4..8).is_some_and(|pos| pos != [0; 4]) {
+            true => self.session.restore_with_logits(core, logits),
+            false => self.session.restore(core),
+        }
     }
 }
 

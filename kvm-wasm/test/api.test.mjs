@@ -133,6 +133,52 @@ test("state: save after prefill, restore, generate again: the same text and logi
   assert.equal(t.pos, posBefore);
 });
 
+// CRC-32 (IEEE, reflected), as the core's `crc::crc32`.
+function crc32(bytes) {
+  let c = ~0;
+  for (const b of bytes) {
+    c ^= b;
+    for (let k = 0; k < 8; k++) c = (c >>> 1) ^ (0xedb88320 & -(c & 1));
+  }
+  return ~c >>> 0;
+}
+
+const u32le = (x) => Uint8Array.of(x & 0xff, (x >>> 8) & 0xff, (x >>> 16) & 0xff, x >>> 24);
+
+test("state: the logits are in the core's snapshot; a state of the earlier layout still loads", () => {
+  const s = started({ temperature: 0 });
+  const saved = s.saveState();
+  const logits = s.logits();
+  const first = s.generate(16);
+  // The core's snapshot with logits (FORMAT.md, "Session snapshots"): the state, then
+  // the logits, counter word 8 bit 0 set, the CRC (word 7) over every other byte.
+  const stateLen = saved.length - 4 * model.vocabLen;
+  assert.equal(saved[32], 1, "flags: logits follow");
+  assert.deepEqual(new Float32Array(saved.slice(stateLen).buffer), logits);
+  // The earlier layout: the state alone (flags 0, its CRC made right), the logits,
+  // their CRC-32.
+  const core = saved.slice(0, stateLen);
+  core[32] = 0;
+  const crc = crc32([...core.subarray(0, 28), ...core.subarray(32)]);
+  core.set(u32le(crc), 28);
+  const tail = saved.slice(stateLen);
+  const earlier = Uint8Array.from([...core, ...tail, ...u32le(crc32(tail))]);
+  const t = new kvm.Session(model);
+  t.setSampler({ temperature: 0 });
+  t.restoreState(earlier);
+  assert.deepEqual(t.logits(), logits);
+  assert.equal(t.generate(16), first);
+  const bad = Uint8Array.from(earlier);
+  bad[bad.length - 5] ^= 1;
+  assert.throws(() => t.restoreState(bad), { name: "KvmError" });
+  // Before any prompt, the state alone; restored, there is nothing to pick from.
+  const fresh = new kvm.Session(model).saveState();
+  assert.equal(fresh.length, stateLen);
+  t.restoreState(fresh);
+  assert.equal(t.pos, 0);
+  assert.throws(() => t.next(), { name: "KvmError" });
+});
+
 test("a model with one byte flipped is refused with the core's message", () => {
   const bad = Uint8Array.from(blob);
   bad[bad.length >> 1] ^= 1;

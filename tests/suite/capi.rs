@@ -1350,32 +1350,104 @@ fn next_f32(v: f32, dir: f32) -> f32 {
     f32::from_bits(v.to_bits().wrapping_add(step))
 }
 
-/// A snapshot whose logits are NaN (`kvm_state_save()` never writes one) restores into a
-/// session that answers `KVM_ERR_NON_FINITE`, as after logits that came out so, until it
-/// is reset.
+/// The snapshot's layout (docs/c-api.md, FORMAT.md "Session snapshots"): a 64-byte head
+/// with the version at 4, the flags at 20 and the head's CRC at 48, the history, then at
+/// `CORE` the core's snapshot, whose own CRC is its word 7 and flags its word 8.
+const CORE: usize = 64 + 4 * KVM_MAX_REPEAT_WINDOW as usize;
+
+/// Makes `snap`'s head CRC right: every byte before [`CORE`] but its own, and `tail`.
+fn sign_head(snap: &mut [u8], tail: std::ops::Range<usize>) {
+    let crc = kvm_core::format::crc32_update(0, &snap[..48]);
+    let crc = kvm_core::format::crc32_update(crc, &snap[52..CORE]);
+    let crc = kvm_core::format::crc32_update(crc, &snap[tail]);
+    snap[48..52].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Makes the core snapshot `core`'s CRC (word 7) right.
+fn sign_core(core: &mut [u8]) {
+    let crc = kvm_core::format::crc32_update(kvm_core::format::crc32(&core[..28]), &core[32..]);
+    core[28..32].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// A snapshot's logits are the core's, under the core's CRC: one made to hold a NaN
+/// (`kvm_state_save()` never writes one), every CRC made right, is refused and changes
+/// nothing; so is one whose unused tail is not zero.
 #[test]
-fn a_snapshot_whose_logits_are_not_finite_gives_the_non_finite_status() {
+fn a_snapshot_whose_logits_are_not_finite_is_refused() {
     let f = Fixture::kjv();
     let s = f.session();
     s.prefill(&f.tokenize("In the beginning"));
     let vocab = c_logits(&s).len();
-    let mut snap = s.save();
-    // The snapshot's layout (capi/session.rs, `snap`): a 64-byte head with the CRC at 48,
-    // the history, the core's state, then the logits, which the CRC covers.
-    let (crc_at, core_at) = (48, 64 + 4 * KVM_MAX_REPEAT_WINDOW as usize);
+    let snap = s.save();
+    assert_eq!(u32::from_le_bytes(snap[4..8].try_into().unwrap()), 4, "version 4");
+    assert_eq!(snap[20] & 4, 4, "with logits");
     let logits_at = snap.len() - 4 * vocab;
-    snap[logits_at + 8..logits_at + 12].copy_from_slice(&f32::NAN.to_le_bytes());
-    let crc = kvm_core::format::crc32_update(0, &snap[..crc_at]);
-    let crc = kvm_core::format::crc32_update(crc, &snap[crc_at + 4..core_at]);
-    let crc = kvm_core::format::crc32_update(crc, &snap[logits_at..]);
-    snap[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
+    let mut nan = snap.clone();
+    nan[logits_at + 8..logits_at + 12].copy_from_slice(&f32::NAN.to_le_bytes());
+    sign_core(&mut nan[CORE..]);
     let other = f.session();
+    other.prefill(&f.tokenize("And"));
+    let before = other.save();
+    assert_eq!(other.restore(&nan), KVM_ERR_BAD_SNAPSHOT);
+    assert_eq!(other.save(), before);
+    // Saved with a token pending: the core's state alone, then zeros.
+    assert_eq!(before[20] & 4, 0);
+    assert!(before[logits_at..].iter().all(|&b| b == 0));
+    let mut tail = before.clone();
+    tail[logits_at + 1] = 1;
+    assert_eq!(other.restore(&tail), KVM_ERR_BAD_SNAPSHOT);
+    assert_eq!(other.save(), before);
     assert_eq!(other.restore(&snap), KVM_OK);
-    let (mut p, mut n, mut t) = (null(), 0usize, 0u32);
-    assert_eq!(unsafe { kvm_logits(other.s, &mut p, &mut n) }, KVM_ERR_NON_FINITE);
-    assert_eq!(unsafe { kvm_decode_step(other.s, &mut t) }, KVM_ERR_NON_FINITE);
-    assert_eq!(unsafe { kvm_generate(other.s, 3, None, null_mut(), null_mut()) }, KVM_ERR_NON_FINITE);
-    assert_eq!(unsafe { kvm_session_reset(other.s) }, KVM_OK);
-    other.prefill(&f.tokenize("In"));
-    other.step();
+    assert_eq!(bits(&c_logits(&other)), bits(&c_logits(&s)));
+}
+
+/// Snapshots of version 3 (the core's state alone, then the logits, both under the head's
+/// CRC), built here from the documented layout, still restore: with logits, and with a
+/// token pending; a v3 one with a NaN logit is refused.
+#[test]
+fn a_version_3_snapshot_still_restores() {
+    let f = Fixture::kjv();
+    let s = f.session();
+    s.set_sampler(sampling(), 8);
+    s.prefill(&f.tokenize("In the beginning God"));
+    s.steps(3);
+    let logits = c_logits(&s);
+    let vocab = logits.len();
+    let v4 = s.save();
+    let next = s.steps(12);
+    let state_len = v4.len() - CORE - 4 * vocab;
+    // v4 -> v3: version 3, the core's flags word cleared and its CRC made right, the
+    // logits where they were, the head's CRC over them too.
+    let to_v3 = |v4: &[u8]| {
+        let mut v3 = v4.to_vec();
+        v3[4..8].copy_from_slice(&3u32.to_le_bytes());
+        v3[CORE + 32..CORE + 36].fill(0);
+        sign_core(&mut v3[CORE..CORE + state_len]);
+        sign_head(&mut v3, CORE + state_len..v4.len());
+        v3
+    };
+    let v3 = to_v3(&v4);
+    let other = f.session();
+    other.set_sampler(sampling(), 1);
+    assert_eq!(other.restore(&v3), KVM_OK);
+    assert_eq!(bits(&c_logits(&other)), bits(&logits), "the logits put back");
+    assert_eq!(other.save(), v4, "saved again: the same session, as version 4");
+    assert_eq!(other.steps(12), next);
+
+    let mut bad = v3.clone();
+    bad[CORE + state_len + 4..CORE + state_len + 8].copy_from_slice(&f32::INFINITY.to_le_bytes());
+    sign_head(&mut bad, CORE + state_len..v4.len());
+    let before = other.save();
+    assert_eq!(other.restore(&bad), KVM_ERR_BAD_SNAPSHOT);
+    assert_eq!(other.save(), before);
+    let mut unsigned = v3.clone();
+    unsigned[v3.len() - 1] ^= 1;
+    assert_eq!(other.restore(&unsigned), KVM_ERR_BAD_SNAPSHOT, "the head's CRC covers v3's logits");
+
+    // A token pending: no logits, a zero tail.
+    let fresh = f.session();
+    fresh.prefill(&f.tokenize("In"));
+    let pending = fresh.save();
+    assert_eq!(other.restore(&to_v3(&pending)), KVM_OK);
+    assert_eq!(other.save(), pending);
 }

@@ -129,6 +129,12 @@ fn batches_and_snapshots_give_the_steps_bits() {
     let mut snap = vec![0u8; one.snapshot_len()];
     one.snapshot(&mut snap).unwrap();
     batch.restore(&snap).unwrap();
+    assert!(!batch.has_logits(), "Logits::All leaves none in the arena; nor does a state alone");
+    // With the logits (the last step's, in the integer numerics' scratch too).
+    let mut with = vec![0u8; one.snapshot_len_with_logits()];
+    one.snapshot_with_logits(&mut with).unwrap();
+    batch.restore(&with).unwrap();
+    assert!(batch.logits().iter().map(|v| v.to_bits()).eq(one.logits().iter().map(|v| v.to_bits())));
     for id in [5u32, 9, 2] {
         let a: Vec<u32> = one.decode(id).unwrap().iter().map(|v| v.to_bits()).collect();
         let b: Vec<u32> = batch.decode(id).unwrap().iter().map(|v| v.to_bits()).collect();

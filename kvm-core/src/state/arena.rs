@@ -4,7 +4,7 @@
 //! The arena is one `[f32]` carved, in a fixed order, into:
 //!
 //! ```text
-//! counters   [16]                       pos, slots, coverage, layout stamp, model identity
+//! counters   [16]                       pos, slots, coverage, layout stamp, model identity, flags
 //! per layer  sk [n_heads, state_len, d_qk]    key sums
 //!            sv [n_heads, state_len, d_v]     value sums
 //!            r  [n_heads, state_len]          read radius (vlens) or fold count
@@ -29,7 +29,10 @@
 //! sums when each layer's attention begins.
 //!
 //! Everything before `scratch` is the session's state: [`crate::Session::snapshot`] copies
-//! it and nothing else. Every region starts on a 64-byte boundary.
+//! it and nothing else. The scratch begins with the logits of the last token, so
+//! [`crate::Session::snapshot_with_logits`] is the state and the `[vocab_len]` words after
+//! it, in one copy; the counters' flags word says whether those logits are the current
+//! position's (FORMAT.md, "Session snapshots"). Every region starts on a 64-byte boundary.
 
 use crate::cache::int::RowWidth;
 use crate::cache::{CacheDtype, Parts, Rows, RowsMut, RowsParts, SlotReads};

@@ -126,14 +126,13 @@ pub unsafe extern "C" fn kvm_model_set_cache(model: *mut kvm_model, cache: u32) 
 }
 
 /// What [`kvm_arena_size`] returns for `model`: the core's [`Model::arena_len`] plus the
-/// session handle, the sampler's scratch and room for restored logits. `None` if the
-/// sizes overflow.
+/// session handle and the sampler's scratch. `None` if the sizes overflow.
 pub fn arena_size(model: &Model<'_>) -> Option<usize> {
     ArenaPlan::new(model).ok().map(|p| p.total)
 }
 
 /// Bytes of arena one session of `model` needs: the session handle, the core's state and
-/// scratch, the sampler's scratch and room for logits restored from a snapshot. The arena must be aligned to `KVM_ARENA_ALIGN`
+/// scratch and the sampler's scratch. The arena must be aligned to `KVM_ARENA_ALIGN`
 /// bytes. Returns 0 if `model` is not a loaded model.
 ///
 /// # Safety

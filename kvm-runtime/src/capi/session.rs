@@ -7,7 +7,6 @@
 //! [0, cell)              SessionCell: the handle (what kvm_session * points at)
 //! [cell, cell + core)    the core session arena, Model::arena_len_for(state_len) bytes
 //! [.., + scratch)        sampler scratch, [vocab_len] Candidate
-//! [.., + logits)         logits restored from a snapshot, [vocab_len] f32
 //! ```
 //!
 //! Each region starts on a 64-byte boundary. The cell holds pointers into the rest of the
@@ -17,7 +16,8 @@
 //! The session keeps the last token of its context *unfed*: `prefill` feeds all but the
 //! last id, and `decode_step` (or `logits`) feeds the pending token (computing logits only
 //! then). Generating n tokens therefore costs n forward passes. A snapshot stores the
-//! pending token, or, once it has been fed for its logits, the logits themselves.
+//! pending token, or, once it has been fed for its logits, the core's snapshot with them
+//! (the core keeps whether its logits are the position's: `Session::has_logits`).
 //!
 //! # Threads and batches (std)
 //! A session made with more than one thread or a batch of more than one token owns an
@@ -68,7 +68,6 @@ pub(crate) struct ArenaPlan {
     scratch: usize,
     /// Candidates in the sampler scratch.
     scratch_len: usize,
-    logits: usize,
     pub total: usize,
 }
 
@@ -97,13 +96,11 @@ impl ArenaPlan {
         let vocab_len = model.config().vocab_len as usize;
         let scratch_len = scratch_len(vocab_len);
         let scratch_bytes = scratch_len.checked_mul(size_of::<Candidate>()).ok_or(overflow)?;
-        let logits = scratch.checked_add(pad(scratch_bytes).ok_or(overflow)?).ok_or(overflow)?;
-        let logits_bytes = vocab_len.checked_mul(size_of::<f32>()).ok_or(overflow)?;
-        let total = logits.checked_add(pad(logits_bytes).ok_or(overflow)?).ok_or(overflow)?;
+        let total = scratch.checked_add(pad(scratch_bytes).ok_or(overflow)?).ok_or(overflow)?;
         if total > isize::MAX as usize {
             return Err(overflow);
         }
-        Ok(ArenaPlan { state_len, core, core_len, scratch, scratch_len, logits, total })
+        Ok(ArenaPlan { state_len, core, core_len, scratch, scratch_len, total })
     }
 }
 
@@ -161,15 +158,6 @@ impl Engine {
     }
 }
 
-/// Where the logits of the whole context are, if they have been computed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Logits {
-    /// In the core session.
-    Core,
-    /// In the arena's logits region, restored from a snapshot.
-    Restored,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Pending {
     token: u32,
@@ -191,12 +179,8 @@ pub(crate) struct SessionCell {
     draws: u64,
     /// `[vocab_len]`, in the arena.
     scratch: &'static mut [Candidate],
-    /// `[vocab_len]`, in the arena: logits restored from a snapshot.
-    restored: &'static mut [f32],
     /// The last token of the context, not yet fed.
     pending: Option<Pending>,
-    /// The logits of the whole context (nothing pending), if computed.
-    logits: Option<Logits>,
     /// A step's logits came out NaN or infinite: only a reset or a restore goes on from
     /// here, every other call answers `KVM_ERR_NON_FINITE` again.
     non_finite: bool,
@@ -240,17 +224,15 @@ impl SessionCell {
         if exec != Exec::serial() {
             return Err(KVM_ERR_UNSUPPORTED);
         }
-        let vocab_len = model.config().vocab_len as usize;
         let history = Recent::new(HISTORY_LEN as u32)?;
         // SAFETY: the caller lends `len >= plan.total` writable bytes at `arena`, which is
         // aligned for every region; zeroing first makes every byte initialised, and zero
-        // is a valid `Candidate` and `f32`. The four regions are disjoint.
+        // is a valid `Candidate`. The three regions are disjoint.
         unsafe {
             ptr::write_bytes(arena, 0, plan.total);
             let core = core::slice::from_raw_parts_mut(arena.add(plan.core), plan.core_len);
             let scratch =
                 core::slice::from_raw_parts_mut(arena.add(plan.scratch).cast::<Candidate>(), plan.scratch_len);
-            let restored = core::slice::from_raw_parts_mut(arena.add(plan.logits).cast::<f32>(), vocab_len);
             let session = Session::with_state_len(model, core, plan.state_len)?;
             let cell = arena.cast::<SessionCell>();
             cell.write(SessionCell {
@@ -261,9 +243,7 @@ impl SessionCell {
                 seed: 0,
                 draws: 0,
                 scratch,
-                restored,
                 pending: None,
-                logits: None,
                 non_finite: false,
                 #[cfg(feature = "std")]
                 engine,
@@ -348,7 +328,6 @@ impl SessionCell {
     pub fn reset(&mut self) {
         self.session.reset();
         self.pending = None;
-        self.logits = None;
         self.non_finite = false;
         self.history.clear();
         self.reseed(self.seed);
@@ -410,7 +389,6 @@ impl SessionCell {
             if matches!(fed, Ok(()) | Err(Error::NonFiniteLogits { .. })) {
                 self.pending = None;
             }
-            self.logits = (want_logits && fed.is_ok()).then_some(Logits::Core);
             fed?;
         }
         Ok(())
@@ -444,7 +422,6 @@ impl SessionCell {
         self.check_ids(ids)?;
         let (&last, head) = ids.split_last().ok_or(KVM_ERR_INVALID_ARGUMENT)?;
         self.flush(false)?;
-        self.logits = None;
         if !head.is_empty() {
             self.feed(head, Phase::Prefill, false)?;
         }
@@ -459,33 +436,33 @@ impl SessionCell {
     pub fn logits(&mut self) -> Result<&[f32], kvm_status> {
         self.check_finite()?;
         self.flush(true)?;
-        match self.logits {
-            Some(Logits::Core) => Ok(self.session.logits()),
-            Some(Logits::Restored) => Ok(self.restored),
-            None => Err(KVM_ERR_NO_CONTEXT),
+        match self.has_logits() {
+            true => Ok(self.session.logits()),
+            false => Err(KVM_ERR_NO_CONTEXT),
         }
+    }
+
+    /// Whether the core's logits are those of the whole context: nothing pending, and the
+    /// core's last step (or restored snapshot) left them.
+    fn has_logits(&self) -> bool {
+        self.pending.is_none() && self.session.has_logits()
     }
 
     /// Feeds the pending token, samples the next one and leaves it pending.
     pub fn decode_step(&mut self) -> Result<u32, kvm_status> {
         self.logits()?;
-        let logits = match self.logits {
-            Some(Logits::Restored) => &*self.restored,
-            _ => self.session.logits(),
-        };
         // Padding ids have no text: never sampled.
-        let logits = logits.get(..self.model().tokenizer().text_len() as usize).unwrap_or(logits);
+        let logits = self.session.text_logits();
         let token = self.sampler.sample(logits, self.history.tokens(), self.scratch)?;
         self.draws = self.draws.wrapping_add(1);
-        self.logits = None;
         self.pending = Some(Pending { token, phase: Phase::Decode });
         self.history.push(&[token]);
         Ok(token)
     }
 
-    /// Bytes of a snapshot: the header, the history, the core's state and the logits.
+    /// Bytes of a snapshot: the header, the history, the core's snapshot with logits.
     pub fn state_size(&self) -> usize {
-        snap::CORE + self.session.snapshot_len() + 4 * self.vocab_len() as usize
+        snap::CORE + self.session.snapshot_len_with_logits()
     }
 
     /// Writes a snapshot into `out` (exactly [`SessionCell::state_size`] bytes).
@@ -496,22 +473,16 @@ impl SessionCell {
             return Err(KVM_ERR_BUFFER_TOO_SMALL);
         }
         out[..snap::CORE].fill(0);
-        let core_len = self.session.snapshot_len();
-        let (head, rest) = out.split_at_mut(snap::CORE);
-        let (core, logits_out) = rest.split_at_mut(core_len);
-        self.session.snapshot(core)?;
-        let logits = match self.logits {
-            Some(Logits::Core) => Some(self.session.logits()),
-            Some(Logits::Restored) => Some(&*self.restored),
-            None => None,
-        };
-        logits_out.fill(0);
-        if let Some(l) = logits {
-            for (o, x) in logits_out.chunks_exact_mut(4).zip(l) {
-                o.copy_from_slice(&x.to_le_bytes());
-            }
+        let (head, core) = out.split_at_mut(snap::CORE);
+        let logits = self.has_logits();
+        if logits {
+            self.session.snapshot_with_logits(core)?;
+        } else {
+            // The state alone, and a zero tail where the logits would be.
+            let n = self.session.snapshot(core)?;
+            core[n..].fill(0);
         }
-        let mut flags = if logits.is_some() { snap::LOGITS } else { 0 };
+        let mut flags = if logits { snap::LOGITS } else { 0 };
         let mut pending = 0;
         if let Some(p) = self.pending {
             flags |= snap::PENDING;
@@ -533,13 +504,14 @@ impl SessionCell {
         for (i, &t) in history.iter().enumerate() {
             put(head, snap::HISTORY + 4 * i, &t.to_le_bytes());
         }
-        let crc = snap::crc(out, core_len);
+        let crc = snap::crc(out, out.len());
         put(out, snap::CRC, &crc.to_le_bytes());
         Ok(())
     }
 
-    /// Restores a [`SessionCell::save`] of a session of the same model. Everything is
-    /// checked before anything changes.
+    /// Restores a [`SessionCell::save`] of a session of the same model, or one of the
+    /// version before (v3: the core's state alone, the logits after it, under this CRC).
+    /// Everything is checked before anything changes.
     pub fn restore(&mut self, snap_bytes: &[u8]) -> Result<(), kvm_status> {
         let bad = KVM_ERR_BAD_SNAPSHOT;
         if snap_bytes.len() != self.state_size() {
@@ -552,10 +524,18 @@ impl SessionCell {
         let flags = u32_at(snap::FLAGS);
         let history_len = u32_at(snap::HISTORY_LEN) as usize;
         let vocab_len = self.vocab_len();
+        let state_len = self.session.snapshot_len();
+        // Where the header's CRC takes up again after the header: v4 nowhere (the core
+        // has its own); v3 at the logits, which follow the core's state.
+        let v3 = match u32_at(snap::VERSION) {
+            snap::CURRENT => false,
+            snap::V3 => true,
+            _ => return Err(bad),
+        };
+        let crc_from = if v3 { snap::CORE + state_len } else { snap_bytes.len() };
         let ok = snap_bytes[snap::MAGIC..snap::MAGIC + 4] == snap::MAGIC_BYTES
-            && u32_at(snap::VERSION) == snap::CURRENT
             && u64_at(snap::LEN) == snap_bytes.len() as u64
-            && u32_at(snap::CRC) == snap::crc(snap_bytes, self.session.snapshot_len())
+            && u32_at(snap::CRC) == snap::crc(snap_bytes, crc_from)
             && u32_at(snap::MODEL_ID) == self.model().identity()
             && flags & !(snap::PENDING | snap::PREFILL | snap::LOGITS) == 0
             && !(flags & snap::PENDING != 0 && flags & snap::LOGITS != 0)
@@ -565,20 +545,13 @@ impl SessionCell {
         if !ok {
             return Err(bad);
         }
-        let (core, logits) = snap_bytes[snap::CORE..].split_at(self.session.snapshot_len());
-        self.session.restore(core)?;
-        for (r, x) in self.restored.iter_mut().zip(logits.chunks_exact(4)) {
-            *r = f32::from_le_bytes([x[0], x[1], x[2], x[3]]);
-        }
+        self.restore_core(&snap_bytes[snap::CORE..], flags & snap::LOGITS != 0, v3)?;
         self.pending = (flags & snap::PENDING != 0).then(|| Pending {
             token: u32_at(snap::PENDING_TOKEN),
             phase: if flags & snap::PREFILL != 0 { Phase::Prefill } else { Phase::Decode },
         });
-        self.logits = (flags & snap::LOGITS != 0).then_some(Logits::Restored);
-        // A save never holds logits that were not finite; a snapshot made to hold them
-        // leaves the session as logits that came out so would: KVM_ERR_NON_FINITE until
-        // reset or restored.
-        self.non_finite = self.logits.is_some() && !self.restored.iter().all(|x| x.is_finite());
+        // The core refuses logits that are not finite: a restored session is sound.
+        self.non_finite = false;
         self.history.clear();
         for i in 0..history_len {
             self.history.push(&[u32_at(snap::HISTORY + 4 * i)]);
@@ -587,6 +560,23 @@ impl SessionCell {
         self.draws = u64_at(snap::DRAWS);
         self.sampler.rng = rng_at(self.seed, self.draws);
         Ok(())
+    }
+
+    /// Restores the core's part of a snapshot, `[snapshot_len_with_logits]` bytes, its
+    /// header already checked: the core's snapshot with logits (`logits`), or the state
+    /// alone and a zero tail; v3 (`v3`): the state alone, then the logits (zero without
+    /// `logits`), put back after the state once they are checked. On an error the
+    /// session is unchanged.
+    fn restore_core(&mut self, core: &[u8], logits: bool, v3: bool) -> Result<(), kvm_status> {
+        let (state, tail) = core.split_at(self.session.snapshot_len());
+        let restored = match (v3, logits) {
+            (false, true) => self.session.restore(core),
+            (true, true) => self.session.restore_with_logits(state, tail),
+            // Unused: zero in v4 (so no byte goes unchecked); v3's, under its header's CRC.
+            (false, false) if tail.iter().any(|&b| b != 0) => return Err(KVM_ERR_BAD_SNAPSHOT),
+            (_, false) => self.session.restore(state),
+        };
+        restored.map_err(Into::into)
     }
 }
 
@@ -597,6 +587,7 @@ impl SessionCell {
 pub(crate) fn state_size(model: &Model<'_>) -> Result<usize, kvm_status> {
     let layout =
         Layout::new(model.config(), model.header().state_capacity as usize, model.cache(), model.slot_reads())?;
+    // The core's snapshot with logits (`Session::snapshot_len_with_logits`).
     Ok(snap::CORE + layout.snapshot_len() + 4 * model.config().vocab_len as usize)
 }
 
@@ -610,11 +601,15 @@ mod snap {
 
     pub(super) const MAGIC_BYTES: [u8; 4] = *b"KVMC";
     /// 2 added the logits; 3 leaves the core's state, which carries its own CRC, out of
-    /// this one's.
-    pub(super) const CURRENT: u32 = 3;
+    /// this one's; 4 keeps the logits in the core's snapshot, under its CRC.
+    pub(super) const CURRENT: u32 = 4;
+    /// Still read: the core's state alone, then `[vocab_len] f32` logits (zero without
+    /// `LOGITS`) under this header's CRC.
+    pub(super) const V3: u32 = 3;
     pub(super) const PENDING: u32 = 1 << 0;
     pub(super) const PREFILL: u32 = 1 << 1;
-    /// The logits of the whole context follow the core's state (never with `PENDING`).
+    /// The logits of the whole context are in the snapshot (never with `PENDING`): the
+    /// core's snapshot is [`kvm_core::Session::snapshot_with_logits`].
     pub(super) const LOGITS: u32 = 1 << 2;
 
     pub(super) const MAGIC: usize = 0;
@@ -629,21 +624,21 @@ mod snap {
     pub(super) const SEED: usize = 32;
     /// u64.
     pub(super) const DRAWS: usize = 40;
-    /// CRC-32 of every other byte but the core's state ([`crc`]).
+    /// CRC-32 of the header's every other byte ([`crc`]).
     pub(super) const CRC: usize = 48;
     /// `[HISTORY_LEN] u32`, unused entries zero.
     pub(super) const HISTORY: usize = 64;
-    /// The core's [`kvm_core::Session::snapshot`], then `[vocab_len] f32` logits (zero
-    /// without `LOGITS`).
+    /// The core's [`kvm_core::Session::snapshot_with_logits`], or with no `LOGITS` its
+    /// [`kvm_core::Session::snapshot`] and zeros to the same length, so that every
+    /// snapshot of a session has one size. The core checks its part against its own CRC.
     pub(super) const CORE: usize = HISTORY + 4 * super::HISTORY_LEN;
 
-    /// The CRC of a snapshot whose core state is `core_len` bytes: the header and the
-    /// logits, the core's state being checked by [`kvm_core::Session::restore`] against
-    /// its own CRC.
-    pub(super) fn crc(snap: &[u8], core_len: usize) -> u32 {
+    /// The CRC of `snap`'s header (v4: up to `CORE`) and, in v3, of the logits after the
+    /// core's state at `from`: every byte but the CRC's own, and the core's snapshot.
+    pub(super) fn crc(snap: &[u8], from: usize) -> u32 {
         let crc = crc32_update(0, &snap[..CRC]);
         let crc = crc32_update(crc, &snap[CRC + 4..CORE]);
-        crc32_update(crc, &snap[CORE + core_len..])
+        crc32_update(crc, &snap[from..])
     }
 }
 

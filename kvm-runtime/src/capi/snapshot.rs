@@ -59,8 +59,8 @@ pub unsafe extern "C" fn kvm_state_save(
 /// settings are not part of the state. A corrupt snapshot or one of another model gives
 /// `KVM_ERR_BAD_SNAPSHOT` and leaves the session unchanged. Snapshots carry a CRC, which
 /// catches corruption, not forgery: restore only snapshots you made. One whose logits are
-/// not finite (`kvm_state_save()` never writes one) leaves the session answering
-/// `KVM_ERR_NON_FINITE`, as after logits that came out so, until reset or restored.
+/// not finite (`kvm_state_save()` never writes one) is refused likewise. Snapshots of
+/// the previous layout (version 3, docs/c-api.md) still restore.
 ///
 /// # Safety
 /// `session` is null or a handle from `kvm_session_init()`; `buf` is valid for reads of

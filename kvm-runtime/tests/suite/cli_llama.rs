@@ -187,12 +187,15 @@ fn a_saved_prompt_state_continues_as_the_full_prompt_does() {
     let s = state.to_str().unwrap();
     let saved = generate(&["--prompt", "In the beginning", "-n", "0", "--save-state", s], b"");
     assert_eq!(saved["generated_ids"], serde_json::json!([]));
-    // The snapshot's size is the state's, whatever the prompt (info prints it).
+    // The snapshot's size is the state's and the logits', whatever the prompt (info
+    // prints both: "(538688 of state, 1024 more with logits)").
     let info = String::from_utf8(ok(&["info", "--model", &m], b"")).unwrap();
     let line = info.lines().find(|l| l.starts_with("arena (f32)")).unwrap();
-    let state_bytes: u64 = line.split('(').nth(2).unwrap().split(' ').next().unwrap().parse().unwrap();
-    assert_eq!(std::fs::metadata(&state).unwrap().len(), state_bytes);
+    let sizes: Vec<&str> = line.split('(').nth(2).unwrap().split(' ').collect();
+    let (state_bytes, logits_bytes): (u64, u64) = (sizes[0].parse().unwrap(), sizes[3].parse().unwrap());
+    assert_eq!(std::fs::metadata(&state).unwrap().len(), state_bytes + logits_bytes);
     assert_eq!(state_bytes, 538_688, "docs/cli.md states this size");
+    assert_eq!(logits_bytes, 4 * 256, "4 bytes per vocabulary id");
     let resumed = generate(&["--load-state", s, "--prompt", " God", "-n", "40"], b"");
     let whole = generate(&["--prompt", "In the beginning God", "-n", "40"], b"");
     assert_eq!(resumed["generated_ids"], whole["generated_ids"]);

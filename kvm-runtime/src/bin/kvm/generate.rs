@@ -53,7 +53,8 @@ pub struct Args {
     #[arg(long)]
     raw: bool,
     /// Before the prompt, restore the session from this state file (--save-state's); the
-    /// prompt then continues it.
+    /// prompt then continues it, or with an empty prompt generation starts from the
+    /// logits saved with the state.
     #[arg(long)]
     load_state: Option<PathBuf>,
     /// Right after the prompt (before generating), save the session's state to this file.
@@ -104,8 +105,7 @@ pub fn run(a: &Args) -> Result<()> {
     let model = a.session.model(&file)?;
     let tok = model.tokenizer();
     let prompt_ids = encode(&model, &prompt)?;
-    if prompt_ids.is_empty() {
-        // A snapshot holds no logits: even after --load-state a token must be fed.
+    if prompt_ids.is_empty() && a.load_state.is_none() {
         bail!("the prompt is empty");
     }
     let pool = Pool::new(crate::flags::threads_or_all(a.threads))?;
@@ -113,11 +113,17 @@ pub fn run(a: &Args) -> Result<()> {
     let mut session = crate::session(model, &mut arena, state_len)?;
     if let Some(f) = &a.load_state {
         crate::snapshot::load(&mut session, f)?;
+        if prompt_ids.is_empty() && !session.has_logits() {
+            bail!("the prompt is empty and {} holds no logits: saved by an older kvm; give a prompt", f.display());
+        }
     }
     let mut gen = Generator::new(tok, cfg, a.sampler.seed(), a.ignore_eos, &a.stop)?;
 
     let t0 = Instant::now();
-    prefill_with_progress(&mut session, &prompt_ids, Phase::Prefill, &pool)?;
+    // After --load-state an empty prompt leaves the restored logits to sample from.
+    if !prompt_ids.is_empty() {
+        prefill_with_progress(&mut session, &prompt_ids, Phase::Prefill, &pool)?;
+    }
     let prompt_secs = t0.elapsed().as_secs_f64();
     if let Some(out) = state_out {
         crate::snapshot::write(&session, out)?;

@@ -125,10 +125,12 @@ fn print_tensors(model: &Model<'_>) {
 fn print_arenas(model: &Model<'_>) {
     let (h, c) = (model.header(), model.config());
     // One line per cache dtype, as `--cache` (or `kvm_model_set_cache`) would pick it: the
-    // core's arena and the C API's, which adds the session handle, the sampler's scratch
-    // and room for the logits (`kvm_arena_size`).
+    // core's arena and the C API's, which adds the session handle and the sampler's
+    // scratch (`kvm_arena_size`).
     // An integer model's rows are i16 (`--cache f32`) or i8 (`q8`), never f16.
     let int = c.has(flags::INT_NUMERICS);
+    // A state file saved after a prompt holds the logits too (`--save-state`).
+    let logits = 4 * c.vocab_len as usize;
     for cache in CacheDtype::ALL {
         let Ok(m) = model.with_cache(cache) else { continue };
         let state = Layout::new(c, h.state_capacity as usize, cache, h.reads).map_or(0, |l| l.snapshot_len());
@@ -140,7 +142,7 @@ fn print_arenas(model: &Model<'_>) {
             _ => cache.name(),
         };
         println!(
-            "arena {:<8} {} bytes ({state} of state), {c_api} through the C API{default}",
+            "arena {:<8} {} bytes ({state} of state, {logits} more with logits), {c_api} through the C API{default}",
             format!("({name})"),
             m.arena_len()
         );
