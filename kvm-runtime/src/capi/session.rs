@@ -713,17 +713,24 @@ mod tests {
     }
 
     #[test]
-    fn snapshot_crc_skips_its_own_field_and_the_core_state() {
+    fn snapshot_crc_skips_its_own_field_and_the_core_snapshot() {
+        // v3: the header and history, then from `from` on the logits after a 32-byte state.
         let mut a = [7u8; snap::CORE + 64];
-        let before = snap::crc(&a, 32);
+        let from = snap::CORE + 32;
+        let before = snap::crc(&a, from);
         a[snap::CRC..snap::CRC + 4].fill(0xFF);
-        assert_eq!(snap::crc(&a, 32), before);
+        assert_eq!(snap::crc(&a, from), before);
         a[snap::CORE + 31] ^= 1;
-        assert_eq!(snap::crc(&a, 32), before);
+        assert_eq!(snap::crc(&a, from), before, "the core's state counted");
         a[snap::CORE + 32] ^= 1;
-        assert_ne!(snap::crc(&a, 32), before);
+        assert_ne!(snap::crc(&a, from), before, "v3's logits not counted");
         a[snap::CORE + 32] ^= 1;
         a[snap::CORE - 1] ^= 1;
-        assert_ne!(snap::crc(&a, 32), before);
+        assert_ne!(snap::crc(&a, from), before, "the history not counted");
+        // v4: the header and history alone; the core's snapshot has its own CRC.
+        let end = a.len();
+        let v4 = snap::crc(&a, end);
+        a[snap::CORE + 40] ^= 1;
+        assert_eq!(snap::crc(&a, end), v4);
     }
 }
