@@ -336,6 +336,27 @@ impl<'m, 'a> Session<'m, 'a> {
         self.write_snapshot(out, true)
     }
 
+    /// Bytes [`Session::snapshot_as_is`] writes now: [`Session::snapshot_len_with_logits`]
+    /// when the session has logits of its position, else [`Session::snapshot_len`].
+    #[inline]
+    pub fn snapshot_as_is_len(&self) -> usize {
+        if self.has_logits() {
+            self.snapshot_len_with_logits()
+        } else {
+            self.snapshot_len()
+        }
+    }
+
+    /// The session's snapshot as it is: with the logits when it has them
+    /// ([`Session::snapshot_with_logits`]), the state alone otherwise
+    /// ([`Session::snapshot`]); [`Session::snapshot_as_is_len`] bytes.
+    ///
+    /// # Errors
+    /// [`Error::BufferTooSmall`] if `out` is shorter than [`Session::snapshot_as_is_len`].
+    pub fn snapshot_as_is(&self, out: &mut [u8]) -> Result<usize> {
+        self.write_snapshot(out, self.has_logits())
+    }
+
     /// The snapshot layout (FORMAT.md, "Session snapshots"): the arena's first
     /// `snapshot_len` bytes (+ the logits' with `logits`), the flags word saying which,
     /// the CRC of every other byte in its word.
@@ -687,6 +708,24 @@ mod tests {
             assert_eq!(b.pos(), a.pos());
             assert_eq!(snap_of(b, true), snap);
             assert_eq!(b.decode(7).unwrap(), a.decode(7).unwrap());
+        });
+    }
+
+    /// `snapshot_as_is` is the snapshot with logits while the session has them, the state
+    /// alone otherwise, and says its length beforehand.
+    #[test]
+    fn session_snapshot_as_is_follows_the_logits() {
+        with_two(&PROMPT, |a, b| {
+            let as_is = |s: &Session<'_, '_>| {
+                let mut out = vec![0; s.snapshot_as_is_len()];
+                assert_eq!(s.snapshot_as_is(&mut out).unwrap(), out.len());
+                out
+            };
+            assert!(a.has_logits() && !b.has_logits());
+            assert_eq!(as_is(a), snap_of(a, true));
+            assert_eq!(as_is(b), snap_of(b, false));
+            let mut short = vec![0; a.snapshot_as_is_len() - 1];
+            assert!(matches!(a.snapshot_as_is(&mut short), Err(Error::BufferTooSmall { .. })));
         });
     }
 

@@ -310,15 +310,8 @@ impl Session {
     /// prompt (FORMAT.md, "Session snapshots"), the state alone before any; CRC-checked.
     #[wasm_bindgen(js_name = saveState)]
     pub fn save_state(&self) -> Result<Vec<u8>, JsValue> {
-        let s = &self.session;
-        let logits = s.has_logits();
-        let len = if logits { s.snapshot_len_with_logits() } else { s.snapshot_len() };
-        let mut out = try_vec(len, 0u8, "the saved state")?;
-        match logits {
-            true => s.snapshot_with_logits(&mut out),
-            false => s.snapshot(&mut out),
-        }
-        .map_err(core_error)?;
+        let mut out = try_vec(self.session.snapshot_as_is_len(), 0u8, "the saved state")?;
+        self.session.snapshot_as_is(&mut out).map_err(core_error)?;
         Ok(out)
     }
 

@@ -27,18 +27,8 @@ pub fn create(path: &Path, inputs: &[&Path]) -> Result<AtomicFile> {
 
 /// Writes `session`'s state into `file` ([`create`]) and puts it in place.
 pub fn write(session: &Session<'_, '_>, mut file: AtomicFile) -> Result<()> {
-    let snap = match session.has_logits() {
-        true => {
-            let mut snap = zeroed::<u8>(session.snapshot_len_with_logits())?;
-            session.snapshot_with_logits(&mut snap)?;
-            snap
-        }
-        false => {
-            let mut snap = zeroed::<u8>(session.snapshot_len())?;
-            session.snapshot(&mut snap)?;
-            snap
-        }
-    };
+    let mut snap = zeroed::<u8>(session.snapshot_as_is_len())?;
+    session.snapshot_as_is(&mut snap)?;
     let path = file.target().display().to_string();
     file.file().write_all(&snap).with_context(|| format!("writing {path}"))?;
     file.commit()
