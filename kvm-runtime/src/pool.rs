@@ -31,9 +31,9 @@ use kvm_core::tensor::Matrix;
 
 use crate::arena;
 
-/// Multiply-adds per worker (a token's: its weights) below which splitting a product costs
-/// more than it saves.
-const MIN_WEIGHTS_PER_THREAD: usize = 64 * 1024;
+/// Multiply-adds per worker (a token's product: its weights) below which splitting a job
+/// costs more than it saves.
+const MIN_MULADDS_PER_THREAD: usize = 64 * 1024;
 
 /// How long an idle worker spins before it parks, and a waiting caller before it yields
 /// its core. Longer than the serial gaps of a decode step (norms, attention of one head,
@@ -113,8 +113,8 @@ pub struct Profile {
     pub join_ns: u64,
     /// The workers' time running parts, summed over the workers.
     pub worker_ns: u64,
-    /// The caller's time in jobs it ran alone (one part, or called from inside a job), a
-    /// part of its own work.
+    /// The caller's time in jobs too small to split (one part, or a pool without workers),
+    /// a part of its own work.
     pub unsplit_ns: u64,
 }
 
@@ -313,8 +313,12 @@ impl Pool {
     /// here, after every part has finished.
     fn run(&self, parts: usize, f: &(dyn Fn(usize) + Sync)) {
         let s = &*self.shared;
-        if self.workers.is_empty() || !(2..=MAX_PARTS).contains(&parts) || s.busy.swap(true, Ordering::Acquire) {
+        if self.workers.is_empty() || !(2..=MAX_PARTS).contains(&parts) {
             return self.alone(|| (0..parts).for_each(f));
+        }
+        // A job from inside a part (or another thread's) runs serially, in that part's time.
+        if s.busy.swap(true, Ordering::Acquire) {
+            return (0..parts).for_each(f);
         }
         // The fork (publishing the job, waking parked workers) counts as the job's.
         let forked = s.profiling.load(Ordering::Relaxed).then(Instant::now);
@@ -532,7 +536,7 @@ unsafe impl Exec for Pool {
     fn heads(&self, outs: &mut [f32], out_len: usize, scratch: &mut [f32], scratch_len: usize, f: &HeadFn<'_>) {
         // A head reads about `scratch_len` keys and values of `out_len` floats each;
         // below a few thousand multiply-adds per head a hand-off costs more.
-        if self.workers.is_empty() || scratch_len * out_len < MIN_WEIGHTS_PER_THREAD / 4 {
+        if self.workers.is_empty() || scratch_len * out_len < MIN_MULADDS_PER_THREAD / 4 {
             return self.alone(|| Serial.heads(outs, out_len, scratch, scratch_len, f));
         }
         let heads = (outs.len() / out_len).min(scratch.len() / scratch_len);
@@ -549,7 +553,7 @@ unsafe impl Exec for Pool {
             return products.chunks_mut(MAX_PRODUCTS).for_each(|some| self.matmuls(xs, some, act));
         }
         let rows: usize = products.iter().map(|p| p.w.rows).sum();
-        let parts = self.threads().min(rows * xs.len() / MIN_WEIGHTS_PER_THREAD);
+        let parts = self.threads().min(rows * xs.len() / MIN_MULADDS_PER_THREAD);
         if parts >= 2 {
             if let Some(shared) = Product::shared_input(xs, products, act) {
                 return self.matvecs(xs, shared, products);
@@ -588,7 +592,7 @@ unsafe impl Exec for Pool {
         }
         // A batch's multiply-adds, as `matmuls` counts them: a narrow matrix over many
         // tokens is worth splitting too.
-        let parts = self.threads().min(w.rows * xs.len() / MIN_WEIGHTS_PER_THREAD).min(w.rows);
+        let parts = self.threads().min(w.rows * xs.len() / MIN_MULADDS_PER_THREAD).min(w.rows);
         if parts < 2 {
             return self.alone(|| Serial.matmul(w, xs, ys, act));
         }
@@ -660,7 +664,7 @@ impl Pool {
                 }
             })
         });
-        let (bounds, parts) = shrinking(rows, self.threads(), MIN_WEIGHTS_PER_THREAD / x.len().max(1));
+        let (bounds, parts) = shrinking(rows, self.threads(), MIN_MULADDS_PER_THREAD / x.len().max(1));
         self.run(parts, &|p| {
             for Slice { w, start, tile, y } in split.iter().flatten() {
                 let bound = |b: usize| {
