@@ -413,10 +413,15 @@ pub fn bf16_le(b: [u8; 2]) -> f32 {
     bf16::from_bits(u16::from_le_bytes(b)).to_f32()
 }
 
-/// Rounds an f32 to bf16 precision (round to nearest even), as torch's `.bfloat16()`.
+/// Rounds an f32 to bf16 precision (round to nearest even), as torch's `.bfloat16()`: the
+/// bits of `half`'s `bf16::from_f32`, without its branches, so loops of it vectorise (a NaN
+/// stays a NaN, quieted as `half` does).
 #[inline]
 pub fn round_bf16(x: f32) -> f32 {
-    bf16::from_f32(x).to_f32()
+    let b = x.to_bits();
+    let rounded = b.wrapping_add(0x7FFF + ((b >> 16) & 1)) & 0xFFFF_0000;
+    let nan = (b | 0x0040_0000) & 0xFFFF_0000;
+    f32::from_bits(if b & 0x7FFF_FFFF > 0x7F80_0000 { nan } else { rounded })
 }
 
 /// Quantizes `src` (`[dst.len() * QK]`) to q8_0 exactly as ggml's reference
@@ -693,6 +698,19 @@ mod tests {
     use crate::kernels::tests::values;
     extern crate std;
     use std::vec;
+
+    /// Every upper half of the bits with the low halves at and around the rounding point
+    /// (ties, both sides, the extremes), and a spread of all bits: `half`'s bits, NaNs,
+    /// infinities and overflow included.
+    #[test]
+    fn round_bf16_is_halfs_rounding() {
+        let edges = [0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF];
+        let near = (0..=0xFFFFu32).flat_map(|hi| edges.map(|lo| hi << 16 | lo));
+        for b in near.chain((0..=u32::MAX).step_by(9973)) {
+            let x = f32::from_bits(b);
+            assert_eq!(round_bf16(x).to_bits(), bf16::from_f32(x).to_f32().to_bits(), "{b:#010x}");
+        }
+    }
 
     /// Encodes then decodes `src` as `dtype`.
     fn round_trip(dtype: DType, src: &[f32]) -> [f32; 1024] {

@@ -3,6 +3,7 @@
 //! [`crate::exec::Exec`], the per-token rows spread through its pieces, step 7 through
 //! [`LayerStep`].
 
+use crate::cache::copied;
 use crate::config::flags;
 use crate::format::Role;
 use crate::forward::attn::{self, layer_inputs};
@@ -145,8 +146,8 @@ impl Numerics for FloatActs<'_, '_> {
             for (i, out) in out.chunks_exact_mut(dv).enumerate() {
                 let t = pos + i;
                 let begin = (t + 1).saturating_sub(wa);
-                own.wk.set(t % wa, dk, |c| k[i * qd + h * dk + c]);
-                own.wv.set(t % wa, dv, |c| v[i * vd + h * dv + c]);
+                own.wk.set(t % wa, dk, copied(&k[i * qd + h * dk..][..dk]));
+                own.wv.set(t % wa, dv, copied(&v[i * vd + h * dv..][..dv]));
                 let reads = Reads { state: 0..0, window: ring_runs(wa, begin, t + 1) };
                 let (keys, values) = (own.wk.as_rows(), own.wv.as_rows());
                 let q = &q[i * qd + h * dk..i * qd + (h + 1) * dk];

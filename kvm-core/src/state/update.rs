@@ -2,7 +2,7 @@
 //! window pushes, folds of a chunk leaving the window (novelty, appends, winner-take-all
 //! merges), and what reads of a slot see. The reads are [`crate::state::attend`]'s.
 
-use crate::cache::Rows;
+use crate::cache::{copied, Rows};
 use crate::config::{flags, Config};
 use crate::exec::Exec;
 use crate::kernels;
@@ -81,15 +81,20 @@ impl HeadState<'_, '_> {
             let (w, b) = self.ln_sk;
             let sk = &st.sk[i * dk..(i + 1) * dk];
             let (mean, inv) = ln_stats(sk);
-            st.nk.set(i, dk, |c| (sk[c] - mean) * inv * w.get(c) + b.get(c));
+            st.nk.set(i, dk, |c0, out| {
+                let (w, b) = (w.slice(c0, out.len()).iter(), b.slice(c0, out.len()).iter());
+                for ((o, &x), (w, b)) in out.iter_mut().zip(&sk[c0..]).zip(w.zip(b)) {
+                    *o = (x - mean) * inv * w + b;
+                }
+            });
         }
         let sv = &st.sv[i * dv..(i + 1) * dv];
         let r = st.r[i];
         if self.cfg.has(flags::VLENS) {
             let len = norm(sv).max(1e-12);
-            st.nv.set(i, dv, |c| round_bf16(sv[c] / len * r));
+            st.nv.set(i, dv, |c0, out| out.iter_mut().zip(&sv[c0..]).for_each(|(o, &x)| *o = round_bf16(x / len * r)));
         } else {
-            st.nv.set(i, dv, |c| sv[c] / r);
+            st.nv.set(i, dv, |c0, out| out.iter_mut().zip(&sv[c0..]).for_each(|(o, &x)| *o = x / r));
         }
     }
 
@@ -156,8 +161,8 @@ impl HeadWrites for HeadState<'_, '_> {
     fn push_window(&mut self, t: usize, (k, v, m): Self::Token<'_>) {
         let (dk, dv) = (self.dk(), self.dv());
         let ri = self.ring(t);
-        self.st.wk.set(ri, dk, |c| k[c]);
-        self.st.wv.set(ri, dv, |c| v[c]);
+        self.st.wk.set(ri, dk, copied(k));
+        self.st.wv.set(ri, dv, copied(v));
         self.st.wm[ri] = m;
     }
 }
