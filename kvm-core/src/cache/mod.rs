@@ -364,7 +364,7 @@ impl<'a> RowsMut<'a> {
 
 /// The [`RowsMut::set`] filler that copies the row `src`.
 #[inline]
-pub fn copied(src: &[f32]) -> impl FnMut(usize, &mut [f32]) + '_ {
+pub(crate) fn copied(src: &[f32]) -> impl FnMut(usize, &mut [f32]) + '_ {
     move |c0, out| out.copy_from_slice(&src[c0..c0 + out.len()])
 }
 
