@@ -8,7 +8,12 @@ pub const LN_EPS: f32 = 1e-5;
 
 /// `out = (x - mean) / sqrt(var + eps) * w + b` with the biased variance, as torch.
 pub fn layer_norm(x: &[f32], w: Vector<'_>, b: Vector<'_>, out: &mut [f32]) {
-    let (mean, inv) = ln_stats(x);
+    ln_apply(x, ln_stats(x), w, b, out);
+}
+
+/// `out = (x - mean) * inv * w + b` for the stats ([`ln_stats`]) of a whole row: `x`, `w`,
+/// `b` and `out` may be a chunk of it.
+pub fn ln_apply(x: &[f32], (mean, inv): (f32, f32), w: Vector<'_>, b: Vector<'_>, out: &mut [f32]) {
     for (((o, &v), w), b) in out.iter_mut().zip(x).zip(w.iter()).zip(b.iter()) {
         *o = (v - mean) * inv * w + b;
     }

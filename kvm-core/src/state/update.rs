@@ -6,7 +6,7 @@ use crate::cache::{copied, Rows};
 use crate::config::{flags, Config};
 use crate::exec::Exec;
 use crate::kernels;
-use crate::math::{layer_norm_inplace, ln_stats, norm};
+use crate::math::{layer_norm_inplace, ln_apply, ln_stats, norm};
 use crate::quant::round_bf16;
 use crate::state::arena::{ring_index, slot_index, FoldScratch, LayerState};
 use crate::state::fold::{self, mark_least, touched, FoldHead, HeadWrites, MERGED};
@@ -80,12 +80,10 @@ impl HeadState<'_, '_> {
         if key {
             let (w, b) = self.ln_sk;
             let sk = &st.sk[i * dk..(i + 1) * dk];
-            let (mean, inv) = ln_stats(sk);
+            let stats = ln_stats(sk);
             st.nk.set(i, dk, |c0, out| {
-                let (w, b) = (w.slice(c0, out.len()).iter(), b.slice(c0, out.len()).iter());
-                for ((o, &x), (w, b)) in out.iter_mut().zip(&sk[c0..]).zip(w.zip(b)) {
-                    *o = (x - mean) * inv * w + b;
-                }
+                let n = out.len();
+                ln_apply(&sk[c0..c0 + n], stats, w.slice(c0, n), b.slice(c0, n), out);
             });
         }
         let sv = &st.sv[i * dv..(i + 1) * dv];
