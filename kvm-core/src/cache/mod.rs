@@ -481,6 +481,11 @@ fn round_i8(y: f32) -> i8 {
 mod tests {
     use super::*;
 
+    /// The [`RowsMut::set`] filler of column values `f(c)`.
+    fn by_column(f: impl Fn(usize) -> f32) -> impl FnMut(usize, &mut [f32]) {
+        move |c0, out| out.iter_mut().enumerate().for_each(|(j, o)| *o = f(c0 + j))
+    }
+
     #[test]
     fn rows_round_trip_and_saturate() {
         for dtype in [CacheDtype::F32, CacheDtype::F16] {
@@ -514,7 +519,7 @@ mod tests {
         assert_eq!(CacheDtype::F16.words(2 * d, d), words.len());
         let mut rows = RowsMut::from_words(&mut words, 2 * d, d, CacheDtype::F16);
         let value = |c: usize| (c as f32 - 60.0) * 0.37;
-        rows.set(1, d, |c0, o| o.iter_mut().enumerate().for_each(|(j, o)| *o = value(c0 + j)));
+        rows.set(1, d, by_column(value));
         let mut out = [0f32; D];
         rows.as_rows().get(1, &mut out);
         for (c, &got) in out.iter().enumerate() {
@@ -548,8 +553,8 @@ mod tests {
             _ => 0.0,
         };
         let v = |r: usize, c: usize| (r * d + c) as f32 * 0.37 - 9.0 + spike(c);
-        rows.set(1, d, |c0, o| o.iter_mut().enumerate().for_each(|(j, o)| *o = v(1, c0 + j)));
-        rows.set(0, d, |c0, o| o.iter_mut().enumerate().for_each(|(j, o)| *o = v(0, c0 + j)));
+        rows.set(1, d, by_column(|c| v(1, c)));
+        rows.set(0, d, by_column(|c| v(0, c)));
         let mut out = [0f32; 75];
         for r in 0..2 {
             rows.as_rows().get(r, &mut out);
@@ -570,7 +575,7 @@ mod tests {
         let mut rows = RowsMut::from_words(&mut words, 2 * D, D, CacheDtype::Q8);
         // The largest magnitude last, past the buffer.
         let v = |c: usize| if c == D - 1 { -50.0 } else { (c as f32 - 90.0) * 0.31 };
-        rows.set(1, D, |c0, o| o.iter_mut().enumerate().for_each(|(j, o)| *o = v(c0 + j)));
+        rows.set(1, D, by_column(v));
         let mut out = [0f32; D];
         rows.as_rows().get(1, &mut out);
         let scale = 50.0f32 / 127.0;
